@@ -1,0 +1,12 @@
+//! The switchyard benchmark suite.
+//!
+//! This crate holds the programs a benchmark needs on either side of the proxy, written
+//! independently of the engine (it depends on neither `switchyard-engine` nor
+//! `switchyard-config`) so that the measuring tools cannot share a bug with what they
+//! measure:
+//!
+//! - [`origin`]: the origin simulator, an HTTP/1.1 server whose responses are shaped by
+//!   the query string; used by end-to-end tests, benchmarks and `switchyard up`.
+//! - later: the load generator, the benchmark methodology runner, and reports.
+
+pub mod origin;

@@ -1,0 +1,241 @@
+//! The origin simulator: the HTTP/1.1 server that stands behind the proxy in every
+//! end-to-end test and benchmark, and behind `switchyard up`.
+//!
+//! It shares no code with the engine, so a bug in the proxy's HTTP handling cannot hide
+//! behind the same bug here. It is built to cost as little CPU per request as possible, so a
+//! benchmark measures the proxy and not the origin: hand-written HTTP/1.1 on tokio with
+//! `httparse`, no allocation per request on the plain path, response head and small body in
+//! one write (pipelined responses batched into one write), large bodies streamed with
+//! `writev` from a pre-generated 64 KiB buffer (see `body.rs`).
+//!
+//! # Behaviour
+//!
+//! HTTP/1.1 with keep-alive, HTTP/1.0 with or without `connection: keep-alive`; pipelined
+//! requests are answered in order. Any method, any path. Every response carries
+//! `x-origin: NAME`, `content-type`, `cache-control`, `content-length` (or
+//! `transfer-encoding: chunked` when echoing a chunked body) and `connection: close` when the
+//! origin will close after it. `HEAD` gets the headers a `GET` would.
+//!
+//! The query string shapes the response (unknown keys are ignored; a malformed value of a
+//! known key is a 400):
+//!
+//! | key | effect |
+//! |---|---|
+//! | `size=N` | body of N bytes (default 128; any `u64`, streamed, never allocated) |
+//! | `compressible=1` | ≈ 75 % compressible HTML, `text/html`; otherwise seeded random bytes, `application/octet-stream` |
+//! | `delay_ms=N` | wait N ms (after reading the request body) before answering |
+//! | `status=N` | response status, 200–599; 204 and 304 carry no body and no `content-length` |
+//! | `cache=N` | `cache-control: public, max-age=N`; without it `cache-control: no-store` |
+//! | `close=1` | answer, then close the connection |
+//! | `echo=1` | the response body is the request body, streamed back as it arrives |
+//!
+//! Request bodies (`content-length` or `chunked`) are read in full in bounded memory and
+//! discarded, counted in [`OriginStats::bytes_received`]; the response carries
+//! `x-received-bytes: N`. With `echo=1` a `content-length` body comes back with the same
+//! `content-length` (and `x-received-bytes`); a chunked body comes back chunked, without
+//! `x-received-bytes` (its total is unknown when the head is sent). An echo holds at most one
+//! read of the body, so the client must read the response while it sends. `expect:
+//! 100-continue` is answered with `100 Continue`.
+//!
+//! Two endpoints report on the origin itself:
+//!
+//! - `/__origin/stats`: `{"name", "requests", "connections", "bytes_received"}` as JSON.
+//!   Stats requests are **not** counted in `requests`, so polling them does not disturb
+//!   what a test measures; their connections are counted in `connections`.
+//! - `/__origin/request`: the request as received (`method`, `path`, `query`, `version`,
+//!   `headers` as `[name, value]` pairs in order, `peer`), for tests of forwarding headers
+//!   and rewrites. Counted as a request.
+//!
+//! A malformed request (head, framing, chunk encoding, query value) is answered 400 with
+//! `connection: close`, and the connection closes; it is not counted as a request. Nothing a
+//! peer sends can make the origin panic.
+
+mod body;
+mod conn;
+mod http;
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// How long [`Origin::serve`] waits, after shutdown, for open connections to finish.
+const DRAIN_GRACE: Duration = Duration::from_secs(5);
+
+/// Counters of what an origin has seen, shared with its connections.
+#[derive(Debug, Default)]
+pub struct OriginStats {
+    requests: AtomicU64,
+    connections: AtomicU64,
+    bytes_received: AtomicU64,
+}
+
+impl OriginStats {
+    /// Requests answered or being answered (not counting `/__origin/stats` nor 400s).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Connections accepted.
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Request body bytes read (after removing chunked framing).
+    pub fn bytes_received(&self) -> u64 {
+        self.bytes_received.load(Ordering::Relaxed)
+    }
+}
+
+/// What every connection of one origin shares.
+struct Shared {
+    name: Box<str>,
+    /// `x-origin: NAME\r\n`, ready to copy into each response head.
+    origin_header: Box<[u8]>,
+    stats: Arc<OriginStats>,
+}
+
+impl Shared {
+    fn stats_json(&self) -> Vec<u8> {
+        let stats = serde_json::json!({
+            "name": &*self.name,
+            "requests": self.stats.requests(),
+            "connections": self.stats.connections(),
+            "bytes_received": self.stats.bytes_received(),
+        });
+        let mut body = serde_json::to_vec(&stats).unwrap_or_default();
+        body.push(b'\n');
+        body
+    }
+}
+
+/// A bound origin simulator, ready to [`serve`](Origin::serve).
+pub struct Origin {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl Origin {
+    /// Binds a listener on `addr` (IPv4 or IPv6, `SO_REUSEADDR`; port 0 picks a free port,
+    /// see [`local_addr`](Origin::local_addr)). `name` is sent in every `x-origin` header,
+    /// so it must be a valid header value (printable ASCII).
+    pub async fn bind(addr: SocketAddr, name: &str) -> io::Result<Origin> {
+        if !name.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("origin name {name:?} is not a valid header value (printable ASCII)"),
+            ));
+        }
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        socket.set_reuse_address(true)?;
+        socket.set_nonblocking(true)?;
+        socket.bind(&addr.into())?;
+        socket.listen(4096)?;
+        let listener = TcpListener::from_std(socket.into())?;
+        let local_addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            name: name.into(),
+            origin_header: format!("x-origin: {name}\r\n").into_bytes().into_boxed_slice(),
+            stats: Arc::default(),
+        });
+        Ok(Origin { listener, local_addr, shared })
+    }
+
+    /// The address actually bound.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The origin's counters; they stay readable after `serve` returns.
+    pub fn stats(&self) -> Arc<OriginStats> {
+        Arc::clone(&self.shared.stats)
+    }
+
+    /// Accepts connections, one task each, until `shutdown` resolves. Then it stops
+    /// accepting; idle connections close, busy ones finish their current response (with
+    /// `connection: close`) and close. Returns once all have closed, or after a grace
+    /// period of 5 s, whichever is first.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> io::Result<()> {
+        let Origin { listener, shared, .. } = self;
+        let (stop, _) = watch::channel(false);
+        tokio::pin!(shutdown);
+        loop {
+            let accepted = tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                accepted = listener.accept() => accepted,
+            };
+            match accepted {
+                Ok((stream, peer)) => {
+                    shared.stats.connections.fetch_add(1, Ordering::Relaxed);
+                    // Small responses must not wait for Nagle.
+                    let _ = stream.set_nodelay(true);
+                    tokio::spawn(conn::serve(stream, peer, Arc::clone(&shared), stop.subscribe()));
+                }
+                Err(error) => {
+                    // Out of file descriptors and the like: do not spin, and do not die.
+                    tracing::warn!(%error, "origin accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+        drop(listener);
+        stop.send_replace(true);
+        // Every connection task holds a receiver; `closed` resolves when the last one ends.
+        let _ = tokio::time::timeout(DRAIN_GRACE, stop.closed()).await;
+        Ok(())
+    }
+}
+
+/// Blocking entry point of `switchyard origin --listen ADDR --name NAME [--threads N]`:
+/// builds a multi-thread tokio runtime with `threads` workers (at least 1), binds, and serves
+/// until SIGINT or SIGTERM.
+pub fn run(addr: SocketAddr, name: &str, threads: usize) -> io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .thread_name("origin")
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let origin = Origin::bind(addr, name).await?;
+        tracing::info!(addr = %origin.local_addr(), name, "origin listening");
+        origin.serve(termination()).await
+    })
+}
+
+/// Resolves on SIGINT or SIGTERM. If a handler cannot be installed, that signal is ignored
+/// rather than taken as a request to stop.
+async fn termination() {
+    let interrupt = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::warn!(%error, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut sigterm) => {
+                sigterm.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+}

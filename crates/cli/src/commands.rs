@@ -1,0 +1,123 @@
+//! The subcommands that run something: `up`, `run`, `check`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, Context};
+use switchyard_bench::origin::Origin;
+use switchyard_config::Severity;
+use tokio::signal::unix::{signal, SignalKind};
+
+/// The embedded demo configuration of `switchyard up`.
+const DEMO: &str = include_str!("demo.toml");
+/// The demo's built-in origins: (address, name).
+const DEMO_ORIGINS: [(&str, &str); 2] = [("127.0.0.1:9101", "origin-a"), ("127.0.0.1:9102", "origin-b")];
+
+/// `switchyard check -c FILE`.
+pub fn check(path: &Path) -> ExitCode {
+    let source = match std::fs::read_to_string(path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{}:1:1: error: cannot read file: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let (config, diagnostics) = switchyard_config::parse_with_warnings(&source, &path.display().to_string());
+    for d in &diagnostics.0 {
+        eprintln!("{d}");
+    }
+    let errors = diagnostics.0.iter().filter(|d| d.severity == Severity::Error).count();
+    match config {
+        Some(config) if errors == 0 => {
+            println!("{}: ok ({} service(s), {} pool(s))", path.display(), config.services.len(), config.pools.len());
+            ExitCode::SUCCESS
+        }
+        _ => {
+            eprintln!("{}: {errors} error(s)", path.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `switchyard run -c FILE [--workers N]`.
+pub fn run(path: &Path, workers: Option<usize>) -> anyhow::Result<()> {
+    let config = switchyard_config::load(path).map_err(|d| anyhow!("invalid configuration\n{d}"))?;
+    serve(config, workers, Vec::new())
+}
+
+/// `switchyard up`: the demo configuration plus its two origins, in one process.
+pub fn up() -> anyhow::Result<()> {
+    let config = switchyard_config::parse(DEMO, "<demo>").map_err(|d| anyhow!("demo configuration: {d}"))?;
+    let origins = DEMO_ORIGINS
+        .iter()
+        .map(|(addr, name)| Ok((addr.parse()?, *name)))
+        .collect::<anyhow::Result<Vec<(std::net::SocketAddr, &str)>>>()?;
+    serve(config, None, origins)
+}
+
+/// Starts the engine (and any in-process origins), prints where it listens,
+/// and waits for a signal. The first SIGTERM/SIGINT drains; a second one exits at once.
+fn serve(
+    config: switchyard_config::Config,
+    workers: Option<usize>,
+    origins: Vec<(std::net::SocketAddr, &str)>,
+) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("cannot start control runtime")?;
+    runtime.block_on(async move {
+        let (origin_stop, origin_stopped) = tokio::sync::watch::channel(false);
+        for (addr, name) in &origins {
+            let origin = Origin::bind(*addr, name).await.with_context(|| format!("origin {name} on {addr}"))?;
+            let mut stopped = origin_stopped.clone();
+            tokio::spawn(origin.serve(async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            }));
+        }
+        let handle = switchyard_engine::start(config, workers)?;
+        for (service, addr) in handle.listening() {
+            println!("switchyard: service `{service}` listening on http://{addr}/");
+        }
+        if !origins.is_empty() {
+            print_demo_tour(&origins);
+        }
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        loop {
+            tokio::select! {
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                _ = hup.recv() => tracing::warn!("SIGHUP: live reload is not available in this version; restart to apply a new configuration"),
+            }
+        }
+        tracing::info!("draining: finishing in-flight requests (signal again to exit at once)");
+        handle.shutdown();
+        let mut join = tokio::task::spawn_blocking(move || handle.join());
+        tokio::select! {
+            _ = &mut join => {}
+            _ = term.recv() => std::process::exit(130),
+            _ = int.recv() => std::process::exit(130),
+        }
+        let _ = origin_stop.send(true);
+        tracing::info!("stopped");
+        Ok(())
+    })
+}
+
+fn print_demo_tour(origins: &[(std::net::SocketAddr, &str)]) {
+    println!(
+        "switchyard: demo origins: {}",
+        origins.iter().map(|(a, n)| format!("{n} on {a}")).collect::<Vec<_>>().join(", ")
+    );
+    println!(
+        "Try:\n  curl -i http://127.0.0.1:8080/             # balanced over origin-a and origin-b (see x-origin)\n  \
+         curl -i http://127.0.0.1:8080/logo.png     # the .png rule sends it to the images pool\n  \
+         curl -i http://127.0.0.1:8080/hello        # answered by a rule, no origin involved\n  \
+         curl -i 'http://127.0.0.1:8080/?size=5000&compressible=1'\n  \
+         curl -s http://127.0.0.1:9101/__origin/stats\n\
+         The admin API and dashboard (127.0.0.1:9090) are not built yet. Ctrl-C stops."
+    );
+}

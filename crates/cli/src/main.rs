@@ -1,0 +1,75 @@
+//! `switchyard`: the command line. Thin by design: parse arguments, set up
+//! logging and signals, then hand over to the config, engine and bench crates.
+
+mod commands;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// An application delivery controller: L4/L7 load balancer with its own benchmark suite.
+#[derive(Parser)]
+#[command(name = "switchyard", version, about)]
+struct Cli {
+    /// Log filter (tracing syntax), e.g. `info`, `debug`, `switchyard_engine=debug`.
+    #[arg(long, global = true, env = "SWITCHYARD_LOG", default_value = "info")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the zero-config demo: the balancer on 127.0.0.1:8080 in front of two built-in origins.
+    Up,
+    /// Run a configuration file. SIGTERM or SIGINT drains in-flight requests, then exits.
+    Run {
+        /// Configuration file (TOML).
+        #[arg(short, long)]
+        config: PathBuf,
+        /// Worker threads (overrides the file's `workers`).
+        #[arg(long)]
+        workers: Option<usize>,
+    },
+    /// Validate a configuration file: exit 0 if valid, 1 with every problem listed if not.
+    Check {
+        /// Configuration file (TOML).
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Run the origin simulator (the test and benchmark server).
+    Origin {
+        /// Address to listen on, e.g. 127.0.0.1:19001 or [::1]:19001.
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        /// Name sent in every response's `x-origin` header.
+        #[arg(long, default_value = "origin")]
+        name: String,
+        /// Worker threads.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    let result = match cli.command {
+        Command::Up => commands::up(),
+        Command::Run { config, workers } => commands::run(&config, workers),
+        Command::Check { config } => return commands::check(&config),
+        Command::Origin { listen, name, threads } => {
+            switchyard_bench::origin::run(listen, &name, threads).map_err(anyhow::Error::from)
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("switchyard: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

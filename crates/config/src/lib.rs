@@ -1,0 +1,84 @@
+//! switchyard configuration: file → raw types → validated model.
+//!
+//! The pipeline is `TOML text → spanned document (toml's parser) → Raw*
+//! types (crate-private `raw`, located, only type-checked; see `read` for why
+//! they are not filled by serde derive) → model ([`model`], fully
+//! validated)`. Every stage reports into one collector, so a file with ten
+//! mistakes gets ten diagnostics, each with `FILE:LINE:COL`, a message and,
+//! where useful, a hint. Only a TOML syntax error stops early: the parser
+//! cannot recover, so it is the single diagnostic.
+//!
+//! Entry points:
+//! - [`load`] / [`parse`]: `Ok(Config)` or every diagnostic (errors and
+//!   warnings). Warnings alone do not fail; they are dropped on success.
+//! - [`load_with_warnings`] / [`parse_with_warnings`]: the configuration when
+//!   there is no error, together with all diagnostics, warnings included.
+//!   `switchyard check` uses these so it can print warnings of a valid file.
+
+mod diagnostic;
+pub mod model;
+mod raw;
+mod read;
+mod rule;
+mod units;
+mod validate;
+
+pub use diagnostic::{Diagnostic, Diagnostics, Severity};
+pub use model::*;
+
+use std::path::Path;
+
+/// Reads and validates the file at `path`. Diagnostics name the file as
+/// `path.display()` shows it.
+pub fn load(path: &Path) -> Result<Config, Diagnostics> {
+    into_result(load_with_warnings(path))
+}
+
+/// Validates `source`; `file_name` is only used in diagnostics.
+pub fn parse(source: &str, file_name: &str) -> Result<Config, Diagnostics> {
+    into_result(parse_with_warnings(source, file_name))
+}
+
+/// Like [`load`], but also returns the warnings of a valid file. The
+/// configuration is `Some` exactly when no diagnostic is an error. An
+/// unreadable file is one error at 1:1.
+pub fn load_with_warnings(path: &Path) -> (Option<Config>, Diagnostics) {
+    let file = path.display().to_string();
+    match std::fs::read_to_string(path) {
+        Ok(source) => parse_with_warnings(&source, &file),
+        Err(e) => {
+            let diag = Diagnostic {
+                file,
+                line: 1,
+                col: 1,
+                severity: Severity::Error,
+                message: format!("cannot read the configuration file: {e}"),
+                hint: None,
+            };
+            (None, Diagnostics(vec![diag]))
+        }
+    }
+}
+
+/// Like [`parse`], but also returns the warnings of a valid file. The
+/// configuration is `Some` exactly when no diagnostic is an error.
+pub fn parse_with_warnings(source: &str, file_name: &str) -> (Option<Config>, Diagnostics) {
+    let mut report = diagnostic::Report::new(source, file_name);
+    let document = match toml::de::DeTable::parse(source) {
+        Ok(document) => document,
+        Err(e) => {
+            let span = e.span().unwrap_or(0..0);
+            let message = e.message().trim().replace('\n', "; ");
+            report.error_hint(&span, format!("invalid TOML: {message}"), "see https://toml.io for the syntax");
+            return (None, report.finish());
+        }
+    };
+    let raw = read::read_config(&mut report, document.get_ref());
+    let config = validate::validate(&mut report, &raw);
+    let config = (!report.has_errors()).then_some(config);
+    (config, report.finish())
+}
+
+fn into_result((config, diagnostics): (Option<Config>, Diagnostics)) -> Result<Config, Diagnostics> {
+    config.ok_or(diagnostics)
+}

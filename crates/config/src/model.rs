@@ -1,0 +1,344 @@
+//! The validated configuration model.
+//!
+//! Everything here has been checked: addresses parse, every pool a rule names
+//! exists (and is referred to by index), weights are in range, regexes compile.
+//! The engine consumes only these types, never the raw serde types, so a
+//! running process can never hold a configuration `switchyard check` would
+//! refuse.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+/// A whole, validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Worker threads; `None` means one per available core.
+    pub workers: Option<usize>,
+    /// How long a graceful stop (SIGTERM) waits for in-flight requests.
+    pub drain_timeout: Duration,
+    /// Virtual services, in file order.
+    pub services: Vec<Service>,
+    /// Pools, in file order. Rules and services refer to them by [`PoolId`].
+    pub pools: Vec<Pool>,
+}
+
+impl Config {
+    /// The pool a [`PoolId`] names. Ids come from validation, so they are in range.
+    pub fn pool(&self, id: PoolId) -> &Pool {
+        &self.pools[id.0]
+    }
+
+    /// Looks a pool up by name.
+    pub fn pool_by_name(&self, name: &str) -> Option<PoolId> {
+        self.pools.iter().position(|p| p.name == name).map(PoolId)
+    }
+}
+
+/// Index of a pool in [`Config::pools`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PoolId(pub usize);
+
+/// How a service speaks to its clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Layer 7, HTTP/1.1 in clear text.
+    Http,
+}
+
+/// A virtual service (frontend): listeners, rules, a default pool.
+#[derive(Debug, Clone)]
+pub struct Service {
+    /// Unique name, used in logs and metrics.
+    pub name: String,
+    /// Protocol spoken to clients.
+    pub mode: Mode,
+    /// Addresses to listen on (IPv4 and IPv6), at least one, unique across the config.
+    pub listeners: Vec<SocketAddr>,
+    /// Pool used when no rule chose another; `None` means unmatched requests get 503.
+    pub default_pool: Option<PoolId>,
+    /// Ordered request rules; evaluated top to bottom.
+    pub rules: Vec<Rule>,
+    /// Per-phase timeouts.
+    pub timeouts: Timeouts,
+    /// Request size limits.
+    pub limits: Limits,
+    /// Which client-address headers are added towards servers.
+    pub forwarded: Forwarded,
+}
+
+/// Per-phase timeouts of a service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Time allowed to receive a complete request head (408 after).
+    pub client_header: Duration,
+    /// Time a keep-alive client connection may stay idle between requests.
+    pub client_idle: Duration,
+    /// Time allowed to establish a connection to a server.
+    pub connect: Duration,
+    /// Time allowed for a server to start its response (504 after), and
+    /// between reads of a response body.
+    pub server_response: Duration,
+    /// Time an idle pooled server connection is kept before closing it.
+    pub server_idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            client_header: Duration::from_secs(10),
+            client_idle: Duration::from_secs(60),
+            connect: Duration::from_secs(3),
+            server_response: Duration::from_secs(30),
+            server_idle: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Request size limits of a service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest request head (request line + headers) in bytes; 431 beyond.
+    pub max_header_bytes: usize,
+    /// Most header fields in one request; 431 beyond.
+    pub max_headers: usize,
+    /// Largest request body in bytes; 413 beyond. `None` is unlimited.
+    pub max_body_bytes: Option<u64>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_header_bytes: 16 * 1024, max_headers: 100, max_body_bytes: None }
+    }
+}
+
+/// Which forwarding headers a service adds to requests towards servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Forwarded {
+    /// Append the client address to `X-Forwarded-For`.
+    pub x_forwarded_for: bool,
+    /// Set `X-Forwarded-Proto`.
+    pub x_forwarded_proto: bool,
+    /// Append an RFC 7239 `Forwarded` element.
+    pub forwarded: bool,
+}
+
+impl Default for Forwarded {
+    fn default() -> Self {
+        Forwarded { x_forwarded_for: true, x_forwarded_proto: true, forwarded: false }
+    }
+}
+
+/// A request rule: all of its conditions must match for its effects to apply.
+///
+/// Header edits apply and evaluation continues; a terminal action (pool,
+/// redirect, respond, deny) applies and evaluation stops.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// Optional name for logs.
+    pub name: Option<String>,
+    /// Conditions, all of which must hold (an empty list always matches).
+    pub conditions: Vec<Condition>,
+    /// Header edits applied when the rule matches.
+    pub edits: HeaderEdits,
+    /// What ends rule evaluation, if anything.
+    pub action: Option<Action>,
+}
+
+/// One condition of a rule.
+#[derive(Debug, Clone)]
+pub enum Condition {
+    /// The request's host (from `Host`, port stripped), compared case-insensitively.
+    Host(StrMatch),
+    /// The request path (without the query string).
+    Path(StrMatch),
+    /// The request method is one of these (upper case).
+    Method(Vec<String>),
+    /// A request header (name lower case); `None` matcher means "present".
+    Header {
+        /// Header name, lower case.
+        name: String,
+        /// How its value must look; `None` only requires presence.
+        matcher: Option<StrMatch>,
+    },
+    /// A query parameter; `None` matcher means "present".
+    Query {
+        /// Parameter name.
+        name: String,
+        /// How its value must look; `None` only requires presence.
+        matcher: Option<StrMatch>,
+    },
+    /// The client address is in one of these networks.
+    ClientAddr(Vec<Cidr>),
+}
+
+/// How a string is compared.
+#[derive(Debug, Clone)]
+pub enum StrMatch {
+    /// Equal to.
+    Exact(String),
+    /// Starts with.
+    Prefix(String),
+    /// Ends with.
+    Suffix(String),
+    /// Matches the regular expression (unanchored unless the pattern anchors).
+    Regex(regex::Regex),
+}
+
+impl StrMatch {
+    /// Whether `value` satisfies this matcher.
+    pub fn matches(&self, value: &str) -> bool {
+        match self {
+            StrMatch::Exact(s) => value == s,
+            StrMatch::Prefix(s) => value.starts_with(s.as_str()),
+            StrMatch::Suffix(s) => value.ends_with(s.as_str()),
+            StrMatch::Regex(r) => r.is_match(value),
+        }
+    }
+}
+
+/// An IPv4 or IPv6 network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    /// Network address.
+    pub addr: IpAddr,
+    /// Prefix length in bits.
+    pub prefix: u8,
+}
+
+impl Cidr {
+    /// Whether `ip` lies in this network. IPv4-mapped IPv6 addresses match IPv4 networks.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix)).unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Header edits of a rule, applied in the order remove → set → add.
+#[derive(Debug, Clone, Default)]
+pub struct HeaderEdits {
+    /// Request headers to set (replacing any existing), name lower case.
+    pub set_request: Vec<(String, String)>,
+    /// Request headers to add (keeping existing ones).
+    pub add_request: Vec<(String, String)>,
+    /// Request header names to remove, lower case.
+    pub remove_request: Vec<String>,
+    /// Response headers to set.
+    pub set_response: Vec<(String, String)>,
+    /// Response headers to add.
+    pub add_response: Vec<(String, String)>,
+    /// Response header names to remove, lower case.
+    pub remove_response: Vec<String>,
+}
+
+impl HeaderEdits {
+    /// True when the rule edits nothing.
+    pub fn is_empty(&self) -> bool {
+        self.set_request.is_empty()
+            && self.add_request.is_empty()
+            && self.remove_request.is_empty()
+            && self.set_response.is_empty()
+            && self.add_response.is_empty()
+            && self.remove_response.is_empty()
+    }
+}
+
+/// What a matching rule does that ends evaluation.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Send the request to this pool.
+    Pool(PoolId),
+    /// Answer with a redirect (301, 302, 303, 307 or 308) to `location`.
+    Redirect {
+        /// Status code.
+        status: u16,
+        /// `Location` value.
+        location: String,
+    },
+    /// Answer directly with a status and body.
+    Respond {
+        /// Status code.
+        status: u16,
+        /// Response body.
+        body: String,
+        /// `Content-Type` of the body.
+        content_type: String,
+    },
+    /// Refuse the request with this status (403 by default).
+    Deny {
+        /// Status code.
+        status: u16,
+    },
+}
+
+/// A pool (backend) of servers and how to choose among them.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    /// Unique name.
+    pub name: String,
+    /// Balancing method.
+    pub algorithm: Algorithm,
+    /// What the hash algorithms hash.
+    pub hash_key: HashKey,
+    /// Servers, at least one, in file order.
+    pub servers: Vec<Server>,
+    /// Most idle keep-alive connections kept per server per worker.
+    pub max_idle_per_server: usize,
+}
+
+/// A balancing method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    /// Smooth weighted round robin (equal weights give plain round robin).
+    RoundRobin,
+    /// Fewest active requests relative to weight.
+    LeastConnections,
+    /// Random with two choices: of two random servers, the less loaded.
+    RandomTwo,
+    /// Hash of the client address.
+    SourceHash,
+    /// Hash of [`Pool::hash_key`] (a header or the URI).
+    Hash,
+    /// Maglev consistent hashing of [`Pool::hash_key`].
+    Maglev,
+    /// The first available server in file order.
+    First,
+}
+
+/// What the hash-based algorithms hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashKey {
+    /// The client IP address.
+    ClientAddr,
+    /// The request URI (path and query).
+    Uri,
+    /// A request header's value (name lower case); requests without it hash the client address.
+    Header(String),
+}
+
+/// A real server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
+    /// Name (defaults to the address), used in logs and stats.
+    pub name: String,
+    /// Address to connect to.
+    pub addr: SocketAddr,
+    /// Relative weight, 1..=1000 (0 is allowed and means "never chosen").
+    pub weight: u32,
+    /// Used only when no primary server is available.
+    pub backup: bool,
+    /// Most concurrent requests towards this server; `None` is unlimited.
+    pub max_connections: Option<u32>,
+}

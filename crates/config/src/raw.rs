@@ -1,0 +1,215 @@
+//! Raw configuration: the file's shape, before any meaning is checked.
+//!
+//! Every field is optional and wrapped in [`Spanned`] so that validation can
+//! point at the key or value it complains about. Values keep the type they
+//! must have in TOML (a duration is still the string `"10s"`, an address the
+//! string `"127.0.0.1:80"`); what the strings mean is checked in
+//! [`crate::validate`]. These types are filled by [`crate::read`] from the
+//! spanned TOML document, which has already reported wrong types and unknown
+//! keys, so a field here is `None` both when it was absent and when it was
+//! unusable.
+
+use toml::Spanned;
+
+/// A value and where it was written (byte range in the source).
+pub type S<T> = Spanned<T>;
+
+/// The whole file.
+#[derive(Debug, Clone, Default)]
+pub struct RawConfig {
+    /// `workers`
+    pub workers: Option<S<i64>>,
+    /// `drain_timeout`, a duration string.
+    pub drain_timeout: Option<S<String>>,
+    /// `[[service]]` tables, in file order.
+    pub services: Vec<S<RawService>>,
+    /// `[[pool]]` tables, in file order.
+    pub pools: Vec<S<RawPool>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells. Validation does not also report
+    /// these as missing.
+    pub broken: Vec<String>,
+}
+
+/// One `[[service]]` table; its span is the table header.
+#[derive(Debug, Clone, Default)]
+pub struct RawService {
+    /// `name`
+    pub name: Option<S<String>>,
+    /// `mode`
+    pub mode: Option<S<String>>,
+    /// `listen`: one string or an array of strings.
+    pub listen: Option<S<Vec<S<String>>>>,
+    /// `pool`: the default pool's name.
+    pub pool: Option<S<String>>,
+    /// `x_forwarded_for`
+    pub x_forwarded_for: Option<S<bool>>,
+    /// `x_forwarded_proto`
+    pub x_forwarded_proto: Option<S<bool>>,
+    /// `forwarded`
+    pub forwarded: Option<S<bool>>,
+    /// `timeouts`
+    pub timeouts: Option<S<RawTimeouts>>,
+    /// `limits`
+    pub limits: Option<S<RawLimits>>,
+    /// `rules` (inline array or `[[service.rules]]` tables), in order.
+    pub rules: Vec<S<RawRule>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells. Validation does not also report
+    /// these as missing.
+    pub broken: Vec<String>,
+}
+
+/// A service's `timeouts` table; every value is a duration string.
+#[derive(Debug, Clone, Default)]
+pub struct RawTimeouts {
+    /// `client_header`
+    pub client_header: Option<S<String>>,
+    /// `client_idle`
+    pub client_idle: Option<S<String>>,
+    /// `connect`
+    pub connect: Option<S<String>>,
+    /// `server_response`
+    pub server_response: Option<S<String>>,
+    /// `server_idle`
+    pub server_idle: Option<S<String>>,
+}
+
+/// A size: an integer number of bytes or a string with a unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawSize {
+    /// Written as an integer.
+    Bytes(i64),
+    /// Written as a string such as `"10MiB"`.
+    Text(String),
+}
+
+/// A service's `limits` table.
+#[derive(Debug, Clone, Default)]
+pub struct RawLimits {
+    /// `max_header_bytes`
+    pub max_header_bytes: Option<S<RawSize>>,
+    /// `max_headers`
+    pub max_headers: Option<S<i64>>,
+    /// `max_body_bytes`
+    pub max_body_bytes: Option<S<RawSize>>,
+}
+
+/// A `header` or `query` condition: a name and at most one way to compare.
+#[derive(Debug, Clone, Default)]
+pub struct RawFieldMatch {
+    /// `name`
+    pub name: Option<S<String>>,
+    /// `value`: equal to.
+    pub value: Option<S<String>>,
+    /// `prefix`: starts with.
+    pub prefix: Option<S<String>>,
+    /// `suffix`: ends with.
+    pub suffix: Option<S<String>>,
+    /// `regex`: matches.
+    pub regex: Option<S<String>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells. Validation does not also report
+    /// these as missing.
+    pub broken: Vec<String>,
+}
+
+/// A list of `name = "value"` header pairs, in file order.
+pub type RawHeaderPairs = Vec<(S<String>, S<String>)>;
+
+/// One rule; its span is the inline table or the `[[service.rules]]` header.
+#[derive(Debug, Clone, Default)]
+pub struct RawRule {
+    /// `name`
+    pub name: Option<S<String>>,
+    /// `host`
+    pub host: Option<S<String>>,
+    /// `host_prefix`
+    pub host_prefix: Option<S<String>>,
+    /// `host_suffix`
+    pub host_suffix: Option<S<String>>,
+    /// `host_regex`
+    pub host_regex: Option<S<String>>,
+    /// `path`
+    pub path: Option<S<String>>,
+    /// `path_prefix`
+    pub path_prefix: Option<S<String>>,
+    /// `path_suffix`
+    pub path_suffix: Option<S<String>>,
+    /// `path_regex`
+    pub path_regex: Option<S<String>>,
+    /// `method`: one string or an array.
+    pub method: Option<S<Vec<S<String>>>>,
+    /// `header`: one table or an array of tables.
+    pub header: Vec<S<RawFieldMatch>>,
+    /// `query`: one table or an array of tables.
+    pub query: Vec<S<RawFieldMatch>>,
+    /// `client`: one network or an array.
+    pub client: Option<S<Vec<S<String>>>>,
+    /// `set_request_headers`
+    pub set_request_headers: Option<S<RawHeaderPairs>>,
+    /// `add_request_headers`
+    pub add_request_headers: Option<S<RawHeaderPairs>>,
+    /// `remove_request_headers`
+    pub remove_request_headers: Option<S<Vec<S<String>>>>,
+    /// `set_response_headers`
+    pub set_response_headers: Option<S<RawHeaderPairs>>,
+    /// `add_response_headers`
+    pub add_response_headers: Option<S<RawHeaderPairs>>,
+    /// `remove_response_headers`
+    pub remove_response_headers: Option<S<Vec<S<String>>>>,
+    /// `pool`: action, send to this pool.
+    pub pool: Option<S<String>>,
+    /// `redirect`: action, redirect to this URL.
+    pub redirect: Option<S<String>>,
+    /// `respond`: action, answer with this body.
+    pub respond: Option<S<String>>,
+    /// `deny`: action, refuse.
+    pub deny: Option<S<bool>>,
+    /// `status` of the action.
+    pub status: Option<S<i64>>,
+    /// `content_type` of a `respond` action.
+    pub content_type: Option<S<String>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells. Validation does not also report
+    /// these as missing.
+    pub broken: Vec<String>,
+}
+
+/// One `[[pool]]` table; its span is the table header.
+#[derive(Debug, Clone, Default)]
+pub struct RawPool {
+    /// `name`
+    pub name: Option<S<String>>,
+    /// `balance`
+    pub balance: Option<S<String>>,
+    /// `hash_key`
+    pub hash_key: Option<S<String>>,
+    /// `max_idle_per_server`
+    pub max_idle_per_server: Option<S<i64>>,
+    /// `servers`
+    pub servers: Option<S<Vec<S<RawServer>>>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells. Validation does not also report
+    /// these as missing.
+    pub broken: Vec<String>,
+}
+
+/// One server of a pool.
+#[derive(Debug, Clone, Default)]
+pub struct RawServer {
+    /// `address`
+    pub address: Option<S<String>>,
+    /// `name`
+    pub name: Option<S<String>>,
+    /// `weight`
+    pub weight: Option<S<i64>>,
+    /// `backup`
+    pub backup: Option<S<bool>>,
+    /// `max_connections`
+    pub max_connections: Option<S<i64>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells. Validation does not also report
+    /// these as missing.
+    pub broken: Vec<String>,
+}

@@ -1,0 +1,492 @@
+//! Reading the spanned TOML document into the raw types.
+//!
+//! Why not `#[derive(Deserialize)]` on the raw types: serde stops at the first
+//! error, and `deny_unknown_fields` names neither the position nor a
+//! suggestion. `switchyard check` must report every problem at once, so the
+//! file is parsed by `toml` into its spanned document tree
+//! ([`toml::de::DeTable`]: every key and value carries its byte span) and
+//! walked here, table by table. A key is read with the reader for its type; a
+//! value of the wrong type becomes one located diagnostic and the field stays
+//! `None`, and reading continues with the next key. Unknown keys are reported
+//! with a "did you mean" hint drawn from the table's known keys, which are
+//! listed once per table next to the reader that uses them.
+//!
+//! Only types are checked here; meanings (ranges, addresses, names) are
+//! [`crate::validate`]'s job.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
+
+use crate::diagnostic::Report;
+use crate::raw::*;
+use crate::units::{closest, suggest};
+
+type Value<'i> = Spanned<DeValue<'i>>;
+type Key<'i> = Spanned<Cow<'i, str>>;
+
+const TOP_KEYS: &[&str] = &["workers", "drain_timeout", "service", "pool"];
+const SERVICE_KEYS: &[&str] = &[
+    "name",
+    "mode",
+    "listen",
+    "pool",
+    "x_forwarded_for",
+    "x_forwarded_proto",
+    "forwarded",
+    "timeouts",
+    "limits",
+    "rules",
+];
+const TIMEOUT_KEYS: &[&str] = &["client_header", "client_idle", "connect", "server_response", "server_idle"];
+const LIMIT_KEYS: &[&str] = &["max_header_bytes", "max_headers", "max_body_bytes"];
+const POOL_KEYS: &[&str] = &["name", "balance", "hash_key", "max_idle_per_server", "servers"];
+const SERVER_KEYS: &[&str] = &["address", "name", "weight", "backup", "max_connections"];
+const FIELD_MATCH_KEYS: &[&str] = &["name", "value", "prefix", "suffix", "regex"];
+/// Keys of a rule, in the order the documentation lists them.
+pub(crate) const RULE_KEYS: &[&str] = &[
+    "name",
+    "host",
+    "host_prefix",
+    "host_suffix",
+    "host_regex",
+    "path",
+    "path_prefix",
+    "path_suffix",
+    "path_regex",
+    "method",
+    "header",
+    "query",
+    "client",
+    "set_request_headers",
+    "add_request_headers",
+    "remove_request_headers",
+    "set_response_headers",
+    "add_response_headers",
+    "remove_response_headers",
+    "pool",
+    "redirect",
+    "respond",
+    "deny",
+    "status",
+    "content_type",
+];
+
+/// Reads the document root into a [`RawConfig`], reporting type errors and
+/// unknown keys.
+pub(crate) fn read_config(r: &mut Report<'_>, root: &DeTable<'_>) -> RawConfig {
+    let mut raw = RawConfig::default();
+    for (key, value) in entries(root) {
+        let name = key.get_ref().as_ref();
+        let errors_before = r.error_count();
+        match name {
+            "workers" => raw.workers = integer(r, name, value),
+            "drain_timeout" => raw.drain_timeout = duration(r, name, value),
+            "service" => {
+                for (span, table) in array_of_tables(r, name, value, "[[service]]") {
+                    raw.services.push(S::new(span, read_service(r, table)));
+                }
+            }
+            "pool" => {
+                for (span, table) in array_of_tables(r, name, value, "[[pool]]") {
+                    raw.pools.push(S::new(span, read_pool(r, table)));
+                }
+            }
+            _ => raw.broken.extend(unknown_key(r, key, TOP_KEYS, "at the top level")),
+        }
+        if r.error_count() > errors_before {
+            raw.broken.push(name.to_string());
+        }
+    }
+    raw
+}
+
+fn read_service(r: &mut Report<'_>, table: &DeTable<'_>) -> RawService {
+    let mut raw = RawService::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        let errors_before = r.error_count();
+        match name {
+            "name" => raw.name = string(r, name, value),
+            "mode" => raw.mode = string(r, name, value),
+            "listen" => raw.listen = strings(r, name, value),
+            "pool" => raw.pool = string(r, name, value),
+            "x_forwarded_for" => raw.x_forwarded_for = boolean(r, name, value),
+            "x_forwarded_proto" => raw.x_forwarded_proto = boolean(r, name, value),
+            "forwarded" => raw.forwarded = boolean(r, name, value),
+            "timeouts" => raw.timeouts = table_of(r, name, value).map(|t| S::new(value.span(), read_timeouts(r, t))),
+            "limits" => raw.limits = table_of(r, name, value).map(|t| S::new(value.span(), read_limits(r, t))),
+            "rules" => {
+                for (span, table) in array_of_tables(r, name, value, "[[service.rules]]") {
+                    raw.rules.push(S::new(span, read_rule(r, table)));
+                }
+            }
+            _ => raw.broken.extend(unknown_key(r, key, SERVICE_KEYS, "in [[service]]")),
+        }
+        if r.error_count() > errors_before {
+            raw.broken.push(name.to_string());
+        }
+    }
+    raw
+}
+
+fn read_timeouts(r: &mut Report<'_>, table: &DeTable<'_>) -> RawTimeouts {
+    let mut raw = RawTimeouts::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        let slot = match name {
+            "client_header" => &mut raw.client_header,
+            "client_idle" => &mut raw.client_idle,
+            "connect" => &mut raw.connect,
+            "server_response" => &mut raw.server_response,
+            "server_idle" => &mut raw.server_idle,
+            _ => {
+                unknown_key(r, key, TIMEOUT_KEYS, "in `timeouts`");
+                continue;
+            }
+        };
+        *slot = duration(r, name, value);
+    }
+    raw
+}
+
+fn read_limits(r: &mut Report<'_>, table: &DeTable<'_>) -> RawLimits {
+    let mut raw = RawLimits::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        match name {
+            "max_header_bytes" => raw.max_header_bytes = size(r, name, value),
+            "max_headers" => raw.max_headers = integer(r, name, value),
+            "max_body_bytes" => raw.max_body_bytes = size(r, name, value),
+            _ => {
+                unknown_key(r, key, LIMIT_KEYS, "in `limits`");
+            }
+        }
+    }
+    raw
+}
+
+fn read_rule(r: &mut Report<'_>, table: &DeTable<'_>) -> RawRule {
+    let mut raw = RawRule::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        let errors_before = r.error_count();
+        match name {
+            "name" => raw.name = string(r, name, value),
+            "host" => raw.host = string(r, name, value),
+            "host_prefix" => raw.host_prefix = string(r, name, value),
+            "host_suffix" => raw.host_suffix = string(r, name, value),
+            "host_regex" => raw.host_regex = string(r, name, value),
+            "path" => raw.path = string(r, name, value),
+            "path_prefix" => raw.path_prefix = string(r, name, value),
+            "path_suffix" => raw.path_suffix = string(r, name, value),
+            "path_regex" => raw.path_regex = string(r, name, value),
+            "method" => raw.method = strings(r, name, value),
+            "header" | "query" => {
+                let matches = tables_of(r, name, value)
+                    .into_iter()
+                    .map(|(span, t)| S::new(span, read_field_match(r, name, t)))
+                    .collect();
+                if name == "header" {
+                    raw.header = matches;
+                } else {
+                    raw.query = matches;
+                }
+            }
+            "client" => raw.client = strings(r, name, value),
+            "set_request_headers" => raw.set_request_headers = header_pairs(r, name, value),
+            "add_request_headers" => raw.add_request_headers = header_pairs(r, name, value),
+            "remove_request_headers" => raw.remove_request_headers = strings(r, name, value),
+            "set_response_headers" => raw.set_response_headers = header_pairs(r, name, value),
+            "add_response_headers" => raw.add_response_headers = header_pairs(r, name, value),
+            "remove_response_headers" => raw.remove_response_headers = strings(r, name, value),
+            "pool" => raw.pool = string(r, name, value),
+            "redirect" => raw.redirect = string(r, name, value),
+            "respond" => raw.respond = string(r, name, value),
+            "deny" => raw.deny = boolean(r, name, value),
+            "status" => raw.status = integer(r, name, value),
+            "content_type" => raw.content_type = string(r, name, value),
+            _ => raw.broken.extend(unknown_key(r, key, RULE_KEYS, "in a rule")),
+        }
+        if r.error_count() > errors_before {
+            raw.broken.push(name.to_string());
+        }
+    }
+    raw
+}
+
+fn read_field_match(r: &mut Report<'_>, what: &str, table: &DeTable<'_>) -> RawFieldMatch {
+    let mut raw = RawFieldMatch::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        let errors_before = r.error_count();
+        let slot = match name {
+            "name" => &mut raw.name,
+            "value" => &mut raw.value,
+            "prefix" => &mut raw.prefix,
+            "suffix" => &mut raw.suffix,
+            "regex" => &mut raw.regex,
+            _ => {
+                raw.broken.extend(unknown_key(r, key, FIELD_MATCH_KEYS, &format!("in a `{what}` condition")));
+                continue;
+            }
+        };
+        *slot = string(r, name, value);
+        if r.error_count() > errors_before {
+            raw.broken.push(name.to_string());
+        }
+    }
+    raw
+}
+
+fn read_pool(r: &mut Report<'_>, table: &DeTable<'_>) -> RawPool {
+    let mut raw = RawPool::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        let errors_before = r.error_count();
+        match name {
+            "name" => raw.name = string(r, name, value),
+            "balance" => raw.balance = string(r, name, value),
+            "hash_key" => raw.hash_key = string(r, name, value),
+            "max_idle_per_server" => raw.max_idle_per_server = integer(r, name, value),
+            "servers" => {
+                let servers = array_of_tables(r, name, value, "[[pool.servers]]")
+                    .into_iter()
+                    .map(|(span, t)| S::new(span, read_server(r, t)))
+                    .collect();
+                if matches!(value.get_ref(), DeValue::Array(_)) {
+                    raw.servers = Some(S::new(value.span(), servers));
+                }
+            }
+            _ => raw.broken.extend(unknown_key(r, key, POOL_KEYS, "in [[pool]]")),
+        }
+        if r.error_count() > errors_before {
+            raw.broken.push(name.to_string());
+        }
+    }
+    raw
+}
+
+fn read_server(r: &mut Report<'_>, table: &DeTable<'_>) -> RawServer {
+    let mut raw = RawServer::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        let errors_before = r.error_count();
+        match name {
+            "address" => raw.address = string(r, name, value),
+            "name" => raw.name = string(r, name, value),
+            "weight" => raw.weight = integer(r, name, value),
+            "backup" => raw.backup = boolean(r, name, value),
+            "max_connections" => raw.max_connections = integer(r, name, value),
+            _ => raw.broken.extend(unknown_key(r, key, SERVER_KEYS, "in a server")),
+        }
+        if r.error_count() > errors_before {
+            raw.broken.push(name.to_string());
+        }
+    }
+    raw
+}
+
+/// A table's entries in file order (the parser's map is sorted by key).
+fn entries<'a, 'i>(table: &'a DeTable<'i>) -> Vec<(&'a Key<'i>, &'a Value<'i>)> {
+    let mut entries: Vec<_> = table.iter().collect();
+    entries.sort_by_key(|(key, _)| key.span().start);
+    entries
+}
+
+/// Reports an unknown key; returns the known key it probably misspells.
+fn unknown_key(r: &mut Report<'_>, key: &Key<'_>, known: &[&str], context: &str) -> Option<String> {
+    let name = key.get_ref().as_ref();
+    r.error_hint(&key.span(), format!("unknown key `{name}` {context}"), suggest(name, known, "known keys are"));
+    closest(name, known.iter().copied()).map(str::to_string)
+}
+
+/// "a string", "an integer", … for messages.
+fn kind(value: &DeValue<'_>) -> &'static str {
+    match value {
+        DeValue::String(_) => "a string",
+        DeValue::Integer(_) => "an integer",
+        DeValue::Float(_) => "a float",
+        DeValue::Boolean(_) => "a boolean",
+        DeValue::Datetime(_) => "a date-time",
+        DeValue::Array(_) => "an array",
+        DeValue::Table(_) => "a table",
+    }
+}
+
+fn type_error(r: &mut Report<'_>, key: &str, value: &Value<'_>, expected: &str) {
+    let found = kind(value.get_ref());
+    r.error(&value.span(), format!("`{key}` must be {expected}, not {found}"));
+}
+
+fn string(r: &mut Report<'_>, key: &str, value: &Value<'_>) -> Option<S<String>> {
+    match value.get_ref() {
+        DeValue::String(s) => Some(S::new(value.span(), s.to_string())),
+        _ => {
+            type_error(r, key, value, "a string");
+            None
+        }
+    }
+}
+
+fn integer(r: &mut Report<'_>, key: &str, value: &Value<'_>) -> Option<S<i64>> {
+    match value.get_ref() {
+        DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix()) {
+            Ok(n) => Some(S::new(value.span(), n)),
+            Err(_) => {
+                r.error(&value.span(), format!("`{key}` is out of range"));
+                None
+            }
+        },
+        _ => {
+            type_error(r, key, value, "an integer");
+            None
+        }
+    }
+}
+
+fn boolean(r: &mut Report<'_>, key: &str, value: &Value<'_>) -> Option<S<bool>> {
+    match value.get_ref() {
+        DeValue::Boolean(b) => Some(S::new(value.span(), *b)),
+        DeValue::String(s) if matches!(s.as_ref(), "true" | "false") => {
+            r.error_hint(
+                &value.span(),
+                format!("`{key}` must be a boolean, not a string"),
+                format!("write {s} without quotes"),
+            );
+            None
+        }
+        _ => {
+            type_error(r, key, value, "a boolean (true or false)");
+            None
+        }
+    }
+}
+
+/// A duration string; an integer gets a hint, since seconds or milliseconds
+/// would be a guess.
+fn duration(r: &mut Report<'_>, key: &str, value: &Value<'_>) -> Option<S<String>> {
+    match value.get_ref() {
+        DeValue::String(s) => Some(S::new(value.span(), s.to_string())),
+        DeValue::Integer(i) => {
+            r.error_hint(
+                &value.span(),
+                format!("`{key}` must be a duration string, not an integer"),
+                format!("write \"{}s\" (or \"{}ms\"): durations need a unit", i.as_str(), i.as_str()),
+            );
+            None
+        }
+        _ => {
+            type_error(r, key, value, "a duration string such as \"10s\"");
+            None
+        }
+    }
+}
+
+fn size(r: &mut Report<'_>, key: &str, value: &Value<'_>) -> Option<S<RawSize>> {
+    match value.get_ref() {
+        DeValue::String(s) => Some(S::new(value.span(), RawSize::Text(s.to_string()))),
+        DeValue::Integer(_) => integer(r, key, value).map(|n| S::new(value.span(), RawSize::Bytes(*n.get_ref()))),
+        _ => {
+            type_error(r, key, value, "a size (bytes, or a string such as \"16KiB\")");
+            None
+        }
+    }
+}
+
+/// One string or an array of strings; one string becomes a list of one.
+fn strings(r: &mut Report<'_>, key: &str, value: &Value<'_>) -> Option<S<Vec<S<String>>>> {
+    match value.get_ref() {
+        DeValue::String(s) => Some(S::new(value.span(), vec![S::new(value.span(), s.to_string())])),
+        DeValue::Array(items) => {
+            let mut list = Vec::new();
+            for item in items.iter() {
+                match item.get_ref() {
+                    DeValue::String(s) => list.push(S::new(item.span(), s.to_string())),
+                    other => r.error(&item.span(), format!("elements of `{key}` must be strings, not {}", kind(other))),
+                }
+            }
+            Some(S::new(value.span(), list))
+        }
+        _ => {
+            type_error(r, key, value, "a string or an array of strings");
+            None
+        }
+    }
+}
+
+/// A table of `header-name = "value"` pairs, in file order.
+fn header_pairs(r: &mut Report<'_>, key: &str, value: &Value<'_>) -> Option<S<RawHeaderPairs>> {
+    let table = table_of(r, key, value)?;
+    let mut pairs = Vec::new();
+    for (name, v) in entries(table) {
+        match v.get_ref() {
+            DeValue::String(s) => {
+                pairs.push((S::new(name.span(), name.get_ref().to_string()), S::new(v.span(), s.to_string())))
+            }
+            other => r.error(
+                &v.span(),
+                format!("the value of header `{}` in `{key}` must be a string, not {}", name.get_ref(), kind(other)),
+            ),
+        }
+    }
+    Some(S::new(value.span(), pairs))
+}
+
+fn table_of<'a, 'i>(r: &mut Report<'_>, key: &str, value: &'a Value<'i>) -> Option<&'a DeTable<'i>> {
+    match value.get_ref() {
+        DeValue::Table(t) => Some(t),
+        _ => {
+            type_error(r, key, value, "a table");
+            None
+        }
+    }
+}
+
+/// One table or an array of tables.
+fn tables_of<'a, 'i>(r: &mut Report<'_>, key: &str, value: &'a Value<'i>) -> Vec<(Range<usize>, &'a DeTable<'i>)> {
+    match value.get_ref() {
+        DeValue::Table(t) => vec![(value.span(), t)],
+        DeValue::Array(_) => array_elements(r, key, value),
+        _ => {
+            type_error(r, key, value, "a table or an array of tables");
+            Vec::new()
+        }
+    }
+}
+
+/// An array of tables (`[[x]]` or an inline array of inline tables).
+fn array_of_tables<'a, 'i>(
+    r: &mut Report<'_>,
+    key: &str,
+    value: &'a Value<'i>,
+    header: &str,
+) -> Vec<(Range<usize>, &'a DeTable<'i>)> {
+    match value.get_ref() {
+        DeValue::Array(_) => array_elements(r, key, value),
+        other => {
+            r.error_hint(
+                &value.span(),
+                format!("`{key}` must be an array of tables, not {}", kind(other)),
+                format!("write each one as a `{header}` table, or `{key} = [ {{ ... }}, {{ ... }} ]`"),
+            );
+            Vec::new()
+        }
+    }
+}
+
+fn array_elements<'a, 'i>(r: &mut Report<'_>, key: &str, value: &'a Value<'i>) -> Vec<(Range<usize>, &'a DeTable<'i>)> {
+    let DeValue::Array(items) = value.get_ref() else {
+        return Vec::new();
+    };
+    let mut tables = Vec::new();
+    for item in items.iter() {
+        match item.get_ref() {
+            DeValue::Table(t) => tables.push((item.span(), t)),
+            other => r.error(&item.span(), format!("elements of `{key}` must be tables, not {}", kind(other))),
+        }
+    }
+    tables
+}

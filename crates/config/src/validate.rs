@@ -1,0 +1,495 @@
+//! Validation: raw types → the model, reporting every problem.
+//!
+//! Pools are validated first so that services and rules can resolve pool
+//! names to [`PoolId`]s; listeners are compared across the whole file at the
+//! end. A value that is wrong is reported and replaced by its default, so the
+//! rest of the file is still checked and one mistake does not hide another
+//! (nor cause a cascade: a pool with a bad field still exists by name). The
+//! [`Config`] built here is only handed out when no error was reported.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::ops::{Range, RangeInclusive};
+use std::time::Duration;
+
+use crate::diagnostic::Report;
+use crate::model::*;
+use crate::raw::*;
+use crate::rule::validate_rule;
+use crate::units::{closest, is_token, parse_duration, parse_size, parse_socket_addr, suggest, Problem};
+
+/// Modes the engine serves today.
+const SUPPORTED_MODES: &[&str] = &["http"];
+/// Modes of the product that the engine does not serve yet.
+const FUTURE_MODES: &[&str] = &["tcp", "udp", "https", "tls-passthrough"];
+const BALANCE_METHODS: &[&str] =
+    &["round-robin", "least-connections", "random-two", "source-hash", "hash", "maglev", "first"];
+
+/// Shared state while validating: the report and the pool names.
+pub(crate) struct Ctx<'r, 's> {
+    pub(crate) r: &'r mut Report<'s>,
+    pools: HashMap<String, PoolId>,
+    /// Defined pool names in file order, for hints.
+    pool_names: Vec<String>,
+    /// Per pool (by id): whether a service or rule uses it, and its line.
+    used: Vec<bool>,
+    pool_lines: Vec<usize>,
+}
+
+impl Ctx<'_, '_> {
+    /// Reports `problem` at `span`.
+    pub(crate) fn problem(&mut self, span: &Range<usize>, problem: Problem) {
+        let Problem { message, hint } = problem;
+        self.r.push(crate::Severity::Error, span, message, hint);
+    }
+
+    /// Resolves a pool name, reporting an unknown one with a suggestion.
+    pub(crate) fn resolve_pool(&mut self, name: &S<String>) -> Option<PoolId> {
+        if let Some(&id) = self.pools.get(name.get_ref()) {
+            self.used[id.0] = true;
+            return Some(id);
+        }
+        let hint = match closest(name.get_ref(), self.pool_names.iter().map(String::as_str)) {
+            Some(c) => format!("did you mean `{c}`?"),
+            None if self.pool_names.is_empty() => "no pools are defined; add a [[pool]] table".to_string(),
+            None => format!("defined pools: {}", self.pool_names.join(", ")),
+        };
+        self.r.error_hint(&name.span(), format!("pool `{}` is not defined", name.get_ref()), hint);
+        None
+    }
+
+    /// An integer in `range`, or an error naming the range.
+    pub(crate) fn int_in(&mut self, key: &str, value: &S<i64>, range: RangeInclusive<i64>) -> Option<i64> {
+        let n = *value.get_ref();
+        if range.contains(&n) {
+            return Some(n);
+        }
+        self.r.error(&value.span(), format!("`{key}` must be between {} and {}, not {n}", range.start(), range.end()));
+        None
+    }
+
+    fn duration(&mut self, value: &Option<S<String>>, default: Duration) -> Duration {
+        let Some(v) = value else { return default };
+        match parse_duration(v.get_ref()) {
+            Ok(d) => d,
+            Err(p) => {
+                self.problem(&v.span(), p);
+                default
+            }
+        }
+    }
+
+    fn size(&mut self, key: &str, value: &S<RawSize>) -> Option<u64> {
+        match value.get_ref() {
+            RawSize::Bytes(n) => match u64::try_from(*n) {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    self.r.error(&value.span(), format!("`{key}` must not be negative"));
+                    None
+                }
+            },
+            RawSize::Text(t) => parse_size(t).map_err(|p| self.problem(&value.span(), p)).ok(),
+        }
+    }
+}
+
+/// True when `key` was written but unusable (see `broken` in the raw types),
+/// so it must not also be reported as missing.
+pub(crate) fn broken(broken: &[String], key: &str) -> bool {
+    broken.iter().any(|k| k == key)
+}
+
+/// Validates a whole raw configuration. The result is meaningful only when
+/// `r` holds no error afterwards.
+pub(crate) fn validate(r: &mut Report<'_>, raw: &RawConfig) -> Config {
+    let mut cx = Ctx { r, pools: HashMap::new(), pool_names: Vec::new(), used: Vec::new(), pool_lines: Vec::new() };
+    let workers =
+        raw.workers.as_ref().and_then(|w| cx.int_in("workers", w, 1..=1024)).and_then(|w| usize::try_from(w).ok());
+    let drain_timeout = cx.duration(&raw.drain_timeout, Duration::from_secs(30));
+
+    let pools: Vec<Pool> = raw.pools.iter().map(|p| validate_pool(&mut cx, p)).collect();
+
+    if raw.services.is_empty() && !broken(&raw.broken, "service") {
+        cx.r.error_hint(
+            &(0..0),
+            "no [[service]] is defined",
+            "add a [[service]] table with a name, a listen address and a pool",
+        );
+    }
+    let mut service_names: HashMap<String, usize> = HashMap::new();
+    let mut listeners: Vec<(SocketAddr, Range<usize>, String)> = Vec::new();
+    let mut services = Vec::new();
+    for raw_service in &raw.services {
+        let service = validate_service(&mut cx, raw_service, &mut listeners);
+        if let Some(name) = &raw_service.get_ref().name {
+            if let Some(first) = service_names.get(name.get_ref()) {
+                cx.r.error_hint(
+                    &name.span(),
+                    format!("service `{}` is defined twice (first at line {first})", name.get_ref()),
+                    "service names must be unique",
+                );
+            } else {
+                let line = cx.r.line_of(&raw_service.span());
+                service_names.insert(name.get_ref().clone(), line);
+            }
+        }
+        services.push(service);
+    }
+    check_listeners(cx.r, &listeners);
+
+    for (i, raw_pool) in raw.pools.iter().enumerate() {
+        if cx.used.get(i) == Some(&false) {
+            let name = raw_pool.get_ref().name.as_ref();
+            // A duplicate name is already an error, and does not name this pool.
+            if let Some(name) = name.filter(|n| cx.pools.get(n.get_ref()) == Some(&PoolId(i))) {
+                cx.r.warning(
+                    &name.span(),
+                    format!("pool `{}` is not used by any service or rule", name.get_ref()),
+                    None,
+                );
+            }
+        }
+    }
+    Config { workers, drain_timeout, services, pools }
+}
+
+fn validate_service(
+    cx: &mut Ctx<'_, '_>,
+    raw: &S<RawService>,
+    listeners: &mut Vec<(SocketAddr, Range<usize>, String)>,
+) -> Service {
+    let span = raw.span();
+    let raw = raw.get_ref();
+    let name = match &raw.name {
+        Some(n) if n.get_ref().is_empty() => {
+            cx.r.error(&n.span(), "a service name must not be empty");
+            String::new()
+        }
+        Some(n) => n.get_ref().clone(),
+        None => {
+            if !broken(&raw.broken, "name") {
+                cx.r.error_hint(&span, "this service has no `name`", "add name = \"web\" (names must be unique)");
+            }
+            String::new()
+        }
+    };
+    if let Some(mode) = &raw.mode {
+        check_mode(cx, mode);
+    }
+    let mut own = Vec::new();
+    match &raw.listen {
+        None if broken(&raw.broken, "listen") => {}
+        None => cx.r.error_hint(
+            &span,
+            if name.is_empty() {
+                "this service has no `listen` address".to_string()
+            } else {
+                format!("service `{name}` has no `listen` address")
+            },
+            "add listen = \"127.0.0.1:8080\" (or an array of addresses)",
+        ),
+        Some(list) if list.get_ref().is_empty() => {
+            cx.r.error_hint(&list.span(), "`listen` is empty", "give at least one address, e.g. \"127.0.0.1:8080\"")
+        }
+        Some(list) => {
+            for item in list.get_ref() {
+                match parse_socket_addr(item.get_ref()) {
+                    Ok(addr) => {
+                        own.push(addr);
+                        listeners.push((addr, item.span(), name.clone()));
+                    }
+                    Err(p) => cx.problem(&item.span(), p),
+                }
+            }
+        }
+    }
+    let default_pool = raw.pool.as_ref().and_then(|p| cx.resolve_pool(p));
+    let defaults = Forwarded::default();
+    let flag = |v: &Option<S<bool>>, d: bool| v.as_ref().map_or(d, |b| *b.get_ref());
+    let forwarded = Forwarded {
+        x_forwarded_for: flag(&raw.x_forwarded_for, defaults.x_forwarded_for),
+        x_forwarded_proto: flag(&raw.x_forwarded_proto, defaults.x_forwarded_proto),
+        forwarded: flag(&raw.forwarded, defaults.forwarded),
+    };
+    let timeouts = raw.timeouts.as_ref().map_or_else(Timeouts::default, |t| validate_timeouts(cx, t.get_ref()));
+    let limits = raw.limits.as_ref().map_or_else(Limits::default, |l| validate_limits(cx, l.get_ref()));
+    let rules = raw.rules.iter().map(|rule| validate_rule(cx, rule)).collect();
+    Service { name, mode: Mode::Http, listeners: own, default_pool, rules, timeouts, limits, forwarded }
+}
+
+fn check_mode(cx: &mut Ctx<'_, '_>, mode: &S<String>) {
+    let m = mode.get_ref().as_str();
+    if SUPPORTED_MODES.contains(&m) {
+        return;
+    }
+    let supported = format!("supported modes: {}", SUPPORTED_MODES.join(", "));
+    if FUTURE_MODES.contains(&m) {
+        cx.r.error_hint(&mode.span(), format!("mode `{m}` is not supported yet"), supported);
+    } else {
+        let all: Vec<&str> = SUPPORTED_MODES.iter().chain(FUTURE_MODES).copied().collect();
+        let hint = match closest(m, all.iter().copied()) {
+            Some(c) if SUPPORTED_MODES.contains(&c) => format!("did you mean `{c}`?"),
+            _ => supported,
+        };
+        cx.r.error_hint(&mode.span(), format!("unknown mode `{m}`"), hint);
+    }
+}
+
+fn validate_timeouts(cx: &mut Ctx<'_, '_>, raw: &RawTimeouts) -> Timeouts {
+    let d = Timeouts::default();
+    Timeouts {
+        client_header: cx.duration(&raw.client_header, d.client_header),
+        client_idle: cx.duration(&raw.client_idle, d.client_idle),
+        connect: cx.duration(&raw.connect, d.connect),
+        server_response: cx.duration(&raw.server_response, d.server_response),
+        server_idle: cx.duration(&raw.server_idle, d.server_idle),
+    }
+}
+
+fn validate_limits(cx: &mut Ctx<'_, '_>, raw: &RawLimits) -> Limits {
+    let d = Limits::default();
+    let max_header_bytes = raw.max_header_bytes.as_ref().and_then(|v| {
+        let n = cx.size("max_header_bytes", v)?;
+        if (1024..=1 << 20).contains(&n) {
+            usize::try_from(n).ok()
+        } else {
+            cx.r.error_hint(
+                &v.span(),
+                format!("`max_header_bytes` must be between 1KiB and 1MiB, not {n} bytes"),
+                "the default, 16KiB, suits most sites",
+            );
+            None
+        }
+    });
+    let max_headers = raw
+        .max_headers
+        .as_ref()
+        .and_then(|v| cx.int_in("max_headers", v, 1..=1000))
+        .and_then(|n| usize::try_from(n).ok());
+    let max_body_bytes = raw.max_body_bytes.as_ref().and_then(|v| cx.size("max_body_bytes", v));
+    Limits {
+        max_header_bytes: max_header_bytes.unwrap_or(d.max_header_bytes),
+        max_headers: max_headers.unwrap_or(d.max_headers),
+        max_body_bytes: max_body_bytes.or(d.max_body_bytes),
+    }
+}
+
+/// Each address:port is listened on once; a wildcard address covers every
+/// specific address of its family on the same port. (IPv4 and IPv6 wildcards
+/// are not compared with each other: the engine binds IPv6 sockets v6-only.)
+fn check_listeners(r: &mut Report<'_>, listeners: &[(SocketAddr, Range<usize>, String)]) {
+    for (j, (addr, span, _)) in listeners.iter().enumerate() {
+        let earlier = listeners[..j].iter().find(|(other, _, _)| {
+            other == addr
+                || (other.port() == addr.port()
+                    && other.is_ipv4() == addr.is_ipv4()
+                    && (other.ip().is_unspecified() != addr.ip().is_unspecified()))
+        });
+        let Some((other, other_span, service)) = earlier else {
+            continue;
+        };
+        let line = r.line_of(other_span);
+        if other == addr {
+            r.error_hint(
+                span,
+                format!("listener `{addr}` is already used by service `{service}` (line {line})"),
+                "an address and port can be listened on only once; route by host or path with rules instead",
+            );
+        } else {
+            r.error_hint(
+                span,
+                format!("listener `{addr}` overlaps `{other}` of service `{service}` (line {line})"),
+                format!("a wildcard address already covers every address of its family on port {}", addr.port()),
+            );
+        }
+    }
+}
+
+fn validate_pool(cx: &mut Ctx<'_, '_>, raw: &S<RawPool>) -> Pool {
+    let span = raw.span();
+    let raw = raw.get_ref();
+    let id = PoolId(cx.used.len());
+    cx.used.push(false);
+    cx.pool_lines.push(cx.r.line_of(&span));
+    let name = match &raw.name {
+        Some(n) if n.get_ref().is_empty() => {
+            cx.r.error(&n.span(), "a pool name must not be empty");
+            String::new()
+        }
+        Some(n) => {
+            if let Some(first) = cx.pools.get(n.get_ref()) {
+                let line = cx.pool_lines[first.0];
+                cx.r.error_hint(
+                    &n.span(),
+                    format!("pool `{}` is defined twice (first at line {line})", n.get_ref()),
+                    "pool names must be unique",
+                );
+            } else {
+                cx.pools.insert(n.get_ref().clone(), id);
+                cx.pool_names.push(n.get_ref().clone());
+            }
+            n.get_ref().clone()
+        }
+        None => {
+            if !broken(&raw.broken, "name") {
+                cx.r.error_hint(&span, "this pool has no `name`", "add name = \"main\" (names must be unique)");
+            }
+            String::new()
+        }
+    };
+    let algorithm = raw.balance.as_ref().map_or(Some(Algorithm::RoundRobin), |b| parse_balance(cx, b));
+    let hash_key = match &raw.hash_key {
+        None => HashKey::ClientAddr,
+        Some(k) => {
+            if let Some(a) = algorithm.filter(|a| !matches!(a, Algorithm::Hash | Algorithm::Maglev)) {
+                cx.r.error_hint(
+                    &k.span(),
+                    format!("`hash_key` applies only to balance = \"hash\" or \"maglev\", not {}", balance_name(a)),
+                    "remove `hash_key`, or set balance = \"hash\" or \"maglev\"",
+                );
+            }
+            parse_hash_key(cx, k)
+        }
+    };
+    let max_idle_per_server = raw
+        .max_idle_per_server
+        .as_ref()
+        .and_then(|v| cx.int_in("max_idle_per_server", v, 0..=10_000))
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(64);
+    let servers = match &raw.servers {
+        None if broken(&raw.broken, "servers") => Vec::new(),
+        None => {
+            cx.r.error_hint(
+                &span,
+                format!("pool `{name}` has no servers"),
+                "add servers = [ { address = \"127.0.0.1:8081\" } ]",
+            );
+            Vec::new()
+        }
+        Some(list) if list.get_ref().is_empty() => {
+            cx.r.error_hint(
+                &list.span(),
+                format!("pool `{name}` has no servers"),
+                "add at least one { address = \"IP:port\" }",
+            );
+            Vec::new()
+        }
+        Some(list) => validate_servers(cx, &name, list.get_ref()),
+    };
+    Pool { name, algorithm: algorithm.unwrap_or(Algorithm::RoundRobin), hash_key, servers, max_idle_per_server }
+}
+
+fn parse_balance(cx: &mut Ctx<'_, '_>, value: &S<String>) -> Option<Algorithm> {
+    let algorithm = match value.get_ref().as_str() {
+        "round-robin" => Algorithm::RoundRobin,
+        "least-connections" => Algorithm::LeastConnections,
+        "random-two" => Algorithm::RandomTwo,
+        "source-hash" => Algorithm::SourceHash,
+        "hash" => Algorithm::Hash,
+        "maglev" => Algorithm::Maglev,
+        "first" => Algorithm::First,
+        other => {
+            let hint = suggest(&other.replace('_', "-"), BALANCE_METHODS, "methods are");
+            cx.r.error_hint(&value.span(), format!("unknown balance method `{other}`"), hint);
+            return None;
+        }
+    };
+    Some(algorithm)
+}
+
+fn balance_name(a: Algorithm) -> &'static str {
+    match a {
+        Algorithm::RoundRobin => "\"round-robin\"",
+        Algorithm::LeastConnections => "\"least-connections\"",
+        Algorithm::RandomTwo => "\"random-two\"",
+        Algorithm::SourceHash => "\"source-hash\"",
+        Algorithm::Hash => "\"hash\"",
+        Algorithm::Maglev => "\"maglev\"",
+        Algorithm::First => "\"first\"",
+    }
+}
+
+fn parse_hash_key(cx: &mut Ctx<'_, '_>, value: &S<String>) -> HashKey {
+    let text = value.get_ref().as_str();
+    match text {
+        "client" => return HashKey::ClientAddr,
+        "uri" => return HashKey::Uri,
+        _ => {}
+    }
+    if let Some(header) = text.strip_prefix("header:") {
+        let header = header.trim();
+        if is_token(header) {
+            return HashKey::Header(header.to_ascii_lowercase());
+        }
+        cx.r.error(&value.span(), format!("`{header}` is not a valid header name"));
+    } else {
+        cx.r.error_hint(
+            &value.span(),
+            format!("unknown hash_key `{text}`"),
+            "write \"client\", \"uri\" or \"header:NAME\"",
+        );
+    }
+    HashKey::ClientAddr
+}
+
+fn validate_servers(cx: &mut Ctx<'_, '_>, pool: &str, raw: &[S<RawServer>]) -> Vec<Server> {
+    let mut servers = Vec::new();
+    let mut seen: Vec<(SocketAddr, usize)> = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    for raw_server in raw {
+        let span = raw_server.span();
+        let s = raw_server.get_ref();
+        let addr = match &s.address {
+            None => {
+                if !broken(&s.broken, "address") {
+                    cx.r.error_hint(&span, "this server has no `address`", "add address = \"127.0.0.1:8081\"");
+                }
+                None
+            }
+            Some(a) => match parse_socket_addr(a.get_ref()) {
+                Ok(addr) => {
+                    if let Some((_, line)) = seen.iter().find(|(other, _)| *other == addr) {
+                        cx.r.error_hint(
+                            &a.span(),
+                            format!("server `{addr}` appears twice in pool `{pool}` (first at line {line})"),
+                            "to send it more traffic, raise its `weight` instead",
+                        );
+                    } else {
+                        seen.push((addr, cx.r.line_of(&a.span())));
+                    }
+                    Some(addr)
+                }
+                Err(p) => {
+                    cx.problem(&a.span(), p);
+                    None
+                }
+            },
+        };
+        if let Some(n) = &s.name {
+            if names.contains(n.get_ref()) {
+                cx.r.warning(
+                    &n.span(),
+                    format!("server name `{}` is used twice in pool `{pool}`", n.get_ref()),
+                    Some("statistics and logs will not tell the two apart".to_string()),
+                );
+            }
+            names.push(n.get_ref().clone());
+        }
+        let weight = s.weight.as_ref().and_then(|w| cx.int_in("weight", w, 0..=1000)).unwrap_or(1);
+        let max_connections = s
+            .max_connections
+            .as_ref()
+            .and_then(|m| cx.int_in("max_connections", m, 1..=i64::from(u32::MAX)))
+            .and_then(|m| u32::try_from(m).ok());
+        let Some(addr) = addr else { continue };
+        servers.push(Server {
+            name: s.name.as_ref().or(s.address.as_ref()).map_or_else(|| addr.to_string(), |n| n.get_ref().clone()),
+            addr,
+            weight: u32::try_from(weight).unwrap_or(1),
+            backup: s.backup.as_ref().is_some_and(|b| *b.get_ref()),
+            max_connections,
+        });
+    }
+    servers
+}

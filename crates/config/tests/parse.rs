@@ -1,0 +1,268 @@
+//! What valid files turn into: defaults, normalisation and every matcher.
+
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use switchyard_config::*;
+
+const POOL: &str = "\n[[pool]]\nname = \"main\"\nservers = [ { address = \"127.0.0.1:9000\" } ]\n";
+
+fn parse_ok(src: &str) -> Config {
+    match parse(src, "t.toml") {
+        Ok(c) => c,
+        Err(d) => panic!("refused:\n{d}"),
+    }
+}
+
+/// One service on 127.0.0.1:8080 with `extra` lines, plus pool `main`.
+fn service(extra: &str) -> Config {
+    parse_ok(&format!("[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\npool = \"main\"\n{extra}\n{POOL}"))
+}
+
+fn rule(rule: &str) -> Rule {
+    let mut c = service(&format!("rules = [ {rule} ]"));
+    c.services.remove(0).rules.remove(0)
+}
+
+fn errors(src: &str) -> Vec<String> {
+    parse(src, "t.toml").unwrap_err().errors().map(|d| d.message.clone()).collect()
+}
+
+#[test]
+fn defaults() {
+    let c = service("");
+    assert_eq!(c.workers, None);
+    assert_eq!(c.drain_timeout, Duration::from_secs(30));
+    let s = &c.services[0];
+    assert_eq!(s.mode, Mode::Http);
+    assert_eq!(s.listeners, vec!["127.0.0.1:8080".parse::<SocketAddr>().unwrap()]);
+    assert_eq!(s.default_pool, Some(PoolId(0)));
+    assert_eq!(s.timeouts, Timeouts::default());
+    assert_eq!(s.limits, Limits::default());
+    assert_eq!(s.forwarded, Forwarded::default());
+    assert!(s.rules.is_empty());
+    let p = &c.pools[0];
+    assert_eq!(p.algorithm, Algorithm::RoundRobin);
+    assert_eq!(p.hash_key, HashKey::ClientAddr);
+    assert_eq!(p.max_idle_per_server, 64);
+    let server = &p.servers[0];
+    assert_eq!(server.name, "127.0.0.1:9000");
+    assert_eq!((server.weight, server.backup, server.max_connections), (1, false, None));
+}
+
+#[test]
+fn top_level_and_service_values() {
+    let c = parse_ok(&format!(
+        "workers = 4\ndrain_timeout = \"2m\"\n[[service]]\nname = \"w\"\nlisten = [\"[::1]:80\", \"10.0.0.1:81\"]\n\
+         forwarded = true\nx_forwarded_for = false\n\
+         timeouts = {{ connect = \"250ms\", server_idle = \"1h\" }}\n\
+         limits = {{ max_header_bytes = \"8KiB\", max_headers = 10, max_body_bytes = 1000 }}\n\
+         rules = [ {{ path = \"/\", pool = \"main\" }} ]\n{POOL}"
+    ));
+    assert_eq!(c.workers, Some(4));
+    assert_eq!(c.drain_timeout, Duration::from_secs(120));
+    let s = &c.services[0];
+    assert_eq!(s.listeners.len(), 2);
+    assert_eq!(s.default_pool, None);
+    assert_eq!(s.forwarded, Forwarded { x_forwarded_for: false, x_forwarded_proto: true, forwarded: true });
+    assert_eq!(s.timeouts.connect, Duration::from_millis(250));
+    assert_eq!(s.timeouts.server_idle, Duration::from_secs(3600));
+    assert_eq!(s.timeouts.client_header, Timeouts::default().client_header);
+    assert_eq!(s.limits, Limits { max_header_bytes: 8192, max_headers: 10, max_body_bytes: Some(1000) });
+}
+
+#[test]
+fn pools_and_servers() {
+    let c = parse_ok(
+        "[[service]]\nname = \"w\"\nlisten = \"127.0.0.1:80\"\npool = \"p\"\n\
+         [[pool]]\nname = \"p\"\nbalance = \"hash\"\nhash_key = \"header:X-User\"\nmax_idle_per_server = 0\n\
+         servers = [ { address = \"127.0.0.1:1\", name = \"a\", weight = 0, backup = true, max_connections = 5 } ]\n",
+    );
+    let p = &c.pools[0];
+    assert_eq!(p.algorithm, Algorithm::Hash);
+    assert_eq!(p.hash_key, HashKey::Header("x-user".into()));
+    assert_eq!(p.max_idle_per_server, 0);
+    let s = &p.servers[0];
+    assert_eq!((s.name.as_str(), s.weight, s.backup, s.max_connections), ("a", 0, true, Some(5)));
+    for (name, algorithm) in [
+        ("least-connections", Algorithm::LeastConnections),
+        ("random-two", Algorithm::RandomTwo),
+        ("source-hash", Algorithm::SourceHash),
+        ("maglev", Algorithm::Maglev),
+        ("first", Algorithm::First),
+    ] {
+        let src = format!(
+            "[[service]]\nname = \"w\"\nlisten = \"127.0.0.1:80\"\npool = \"p\"\n\
+             [[pool]]\nname = \"p\"\nbalance = \"{name}\"\nservers = [ {{ address = \"127.0.0.1:1\" }} ]\n"
+        );
+        assert_eq!(parse_ok(&src).pools[0].algorithm, algorithm);
+    }
+}
+
+fn only_condition(r: &Rule) -> &Condition {
+    assert_eq!(r.conditions.len(), 1, "{r:?}");
+    &r.conditions[0]
+}
+
+#[test]
+fn host_matchers_are_lower_case() {
+    let cases = [
+        ("host = \"WWW.Example.COM\"", "www.example.com", "www.example.org"),
+        ("host_prefix = \"API.\"", "api.example.com", "www.api.com"),
+        ("host_suffix = \".Example.com\"", "a.example.com", "example.org"),
+        ("host_regex = \"^(a|b)\\\\.\"", "b.example.com", "c.example.com"),
+    ];
+    for (cond, yes, no) in cases {
+        let r = rule(&format!("{{ {cond}, pool = \"main\" }}"));
+        let Condition::Host(m) = only_condition(&r) else { panic!("{r:?}") };
+        assert!(m.matches(yes), "{cond} should match {yes}");
+        assert!(!m.matches(no), "{cond} should not match {no}");
+    }
+}
+
+#[test]
+fn path_matchers() {
+    let cases = [
+        ("path = \"/a\"", "/a", "/a/b"),
+        ("path_prefix = \"/api/\"", "/api/v1", "/apix"),
+        ("path_suffix = \".png\"", "/x/y.png", "/x.png/y"),
+        ("path_regex = \"^/v[0-9]+/\"", "/v2/x", "/vx/"),
+    ];
+    for (cond, yes, no) in cases {
+        let r = rule(&format!("{{ {cond}, pool = \"main\" }}"));
+        let Condition::Path(m) = only_condition(&r) else { panic!("{r:?}") };
+        assert!(m.matches(yes) && !m.matches(no), "{cond}");
+    }
+}
+
+#[test]
+fn method_is_upper_case_and_one_or_many() {
+    let r = rule("{ method = \"get\", pool = \"main\" }");
+    assert!(matches!(only_condition(&r), Condition::Method(m) if m == &["GET"]));
+    let r = rule("{ method = [\"get\", \"Post\"], pool = \"main\" }");
+    assert!(matches!(only_condition(&r), Condition::Method(m) if m == &["GET", "POST"]));
+}
+
+#[test]
+fn header_and_query_conditions() {
+    let r = rule("{ header = { name = \"X-Tenant\" }, pool = \"main\" }");
+    assert!(matches!(only_condition(&r), Condition::Header { name, matcher: None } if name == "x-tenant"));
+    for (key, yes, no) in
+        [("value", "abc", "abcd"), ("prefix", "abcd", "xabc"), ("suffix", "xabc", "abcx"), ("regex", "zabcz", "ab")]
+    {
+        let r = rule(&format!("{{ header = {{ name = \"x-t\", {key} = \"abc\" }}, pool = \"main\" }}"));
+        let Condition::Header { matcher: Some(m), .. } = only_condition(&r) else { panic!("{r:?}") };
+        assert!(m.matches(yes) && !m.matches(no), "{key}");
+    }
+    let r = rule("{ query = { name = \"Debug\", value = \"1\" }, pool = \"main\" }");
+    assert!(
+        matches!(only_condition(&r), Condition::Query { name, matcher: Some(StrMatch::Exact(v)) } if name == "Debug" && v == "1")
+    );
+    let r = rule("{ header = [ { name = \"a\" }, { name = \"b\", value = \"1\" } ], query = [ { name = \"q\" } ], pool = \"main\" }");
+    assert_eq!(r.conditions.len(), 3);
+}
+
+#[test]
+fn client_networks() {
+    let r = rule("{ client = [\"10.0.0.0/8\", \"::1\", \"192.168.1.77/24\"], deny = true }");
+    let Condition::ClientAddr(nets) = only_condition(&r) else { panic!("{r:?}") };
+    assert_eq!(nets.len(), 3);
+    assert!(nets[0].contains("10.9.8.7".parse().unwrap()));
+    assert!(nets[1].contains("::1".parse().unwrap()));
+    assert!(nets[2].contains("192.168.1.1".parse().unwrap()));
+    assert!(!nets[2].contains("192.168.2.1".parse().unwrap()));
+    let r = rule("{ client = \"127.0.0.1\", deny = true }");
+    assert!(matches!(only_condition(&r), Condition::ClientAddr(n) if n[0].prefix == 32));
+}
+
+#[test]
+fn conditions_combine() {
+    let r = rule("{ host = \"a\", path_prefix = \"/x\", method = \"GET\", client = \"::/0\", pool = \"main\" }");
+    assert_eq!(r.conditions.len(), 4);
+}
+
+#[test]
+fn edits() {
+    let r = rule(
+        "{ set_request_headers = { \"X-A\" = \"1\", \"x-b\" = \"2\" }, add_request_headers = { \"X-C\" = \"3\" }, \
+         remove_request_headers = [\"Cookie\"], set_response_headers = { \"Server\" = \"sy\" }, \
+         add_response_headers = { \"x-d\" = \"4\" }, remove_response_headers = \"X-Powered-By\" }",
+    );
+    assert!(r.action.is_none());
+    let e = &r.edits;
+    assert_eq!(e.set_request, vec![("x-a".into(), "1".into()), ("x-b".into(), "2".into())]);
+    assert_eq!(e.add_request, vec![("x-c".into(), "3".into())]);
+    assert_eq!(e.remove_request, vec!["cookie".to_string()]);
+    assert_eq!(e.set_response, vec![("server".into(), "sy".into())]);
+    assert_eq!(e.add_response, vec![("x-d".into(), "4".into())]);
+    assert_eq!(e.remove_response, vec!["x-powered-by".to_string()]);
+}
+
+#[test]
+fn actions_and_statuses() {
+    assert!(matches!(rule("{ pool = \"main\" }").action, Some(Action::Pool(PoolId(0)))));
+    assert!(
+        matches!(rule("{ redirect = \"/x\" }").action, Some(Action::Redirect { status: 302, ref location }) if location == "/x")
+    );
+    assert!(matches!(rule("{ redirect = \"/x\", status = 308 }").action, Some(Action::Redirect { status: 308, .. })));
+    let Some(Action::Respond { status, body, content_type }) = rule("{ respond = \"hi\" }").action else { panic!() };
+    assert_eq!((status, body.as_str(), content_type.as_str()), (200, "hi", "text/plain; charset=utf-8"));
+    let Some(Action::Respond { status, content_type, .. }) =
+        rule("{ respond = \"{}\", status = 503, content_type = \"application/json\" }").action
+    else {
+        panic!()
+    };
+    assert_eq!((status, content_type.as_str()), (503, "application/json"));
+    assert!(matches!(rule("{ deny = true }").action, Some(Action::Deny { status: 403 })));
+    assert!(matches!(rule("{ deny = true, status = 429 }").action, Some(Action::Deny { status: 429 })));
+    assert_eq!(rule("{ name = \"n\", deny = true }").name.as_deref(), Some("n"));
+}
+
+#[test]
+fn many_errors_at_once() {
+    let errs = errors(
+        "workers = 0\n[[service]]\nname = \"w\"\nlisten = \"x\"\npool = \"nope\"\nmode = \"udp\"\n\
+         rules = [ { path_regex = \"(\" , pool = \"main\", deny = true } ]\n[[pool]]\nname = \"main\"\n",
+    );
+    assert_eq!(errs.len(), 7, "{errs:#?}");
+}
+
+#[test]
+fn positions_are_in_characters() {
+    let d = parse("# é ü\n\"wörkers\" = 1\n[[service]]\nname = \"é\"\nlisten = \"é:1\"\n", "f").unwrap_err();
+    let first = d.iter().next().unwrap();
+    assert_eq!((first.line, first.col), (2, 1));
+    let addr = d.iter().find(|x| x.message.contains("not an IP")).unwrap();
+    assert_eq!((addr.line, addr.col), (5, 10));
+    assert!(d.to_string().starts_with("f:2:1: error: unknown key `wörkers` at the top level\n  hint: "));
+    // A syntax error is located in characters too: `ö` is the 2nd character.
+    let syntax = parse("# é\nwörkers = 1\n", "f").unwrap_err();
+    assert_eq!(syntax.to_string().lines().next().map(|l| l.starts_with("f:2:2: error: invalid TOML")), Some(true));
+}
+
+#[test]
+fn warnings_do_not_fail() {
+    let src = format!("[[service]]\nname = \"w\"\nlisten = \"127.0.0.1:80\"\n{POOL}");
+    let (config, diags) = parse_with_warnings(&src, "w.toml");
+    assert!(config.is_some());
+    assert_eq!(diags.warnings().count(), 1);
+    assert!(!diags.has_errors());
+    assert!(diags.to_string().starts_with("w.toml:6:8: warning: pool `main` is not used"));
+    assert!(parse(&src, "w.toml").is_ok());
+}
+
+#[test]
+fn unreadable_file() {
+    let err = load(std::path::Path::new("/nonexistent/switchyard.toml")).unwrap_err();
+    assert_eq!(err.len(), 1);
+    assert!(err.to_string().starts_with("/nonexistent/switchyard.toml:1:1: error: cannot read the configuration file"));
+}
+
+#[test]
+fn syntax_error_is_one_diagnostic() {
+    let err = parse("[[service]\nname = \"x\"\n", "s.toml").unwrap_err();
+    assert_eq!(err.len(), 1);
+    assert!(err.to_string().starts_with("s.toml:1:"), "{err}");
+}

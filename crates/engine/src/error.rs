@@ -1,0 +1,202 @@
+//! The data-path error: which side failed, whether a retry is safe, and what
+//! the client is told.
+//!
+//! Every failure on a request becomes one [`ProxyError`]. Its [`Kind`] alone
+//! decides the status code sent to the client (when a response can still be
+//! sent) and the short reason written to the log, so the mapping lives in one
+//! table below instead of being scattered over the pipeline.
+
+use std::fmt;
+
+/// Which party a failure is attributed to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The client sent something wrong, too slowly, or went away.
+    Client,
+    /// The server refused, stalled, or answered something invalid.
+    Server,
+    /// The proxy itself (configuration, resources).
+    Internal,
+}
+
+/// What went wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Malformed request head or framing (smuggling vectors included).
+    BadRequest(&'static str),
+    /// The request head did not arrive in time.
+    ClientHeaderTimeout,
+    /// The request head or one of its parts is larger than allowed.
+    HeaderTooLarge,
+    /// The request body is larger than allowed.
+    BodyTooLarge,
+    /// The client closed or reset the connection mid-request.
+    ClientClosed,
+    /// The client stopped sending the body in time.
+    ClientBodyTimeout,
+    /// No rule chose a pool and the service has no default pool.
+    NoPool,
+    /// Every server of the pool is down or at its connection limit.
+    NoServer,
+    /// Connecting to the server failed (refused, unreachable).
+    ConnectFailed,
+    /// Connecting to the server took longer than the connect timeout.
+    ConnectTimeout,
+    /// The server did not start its response in time, or stalled mid-body.
+    ServerTimeout,
+    /// The server closed the connection before a complete response.
+    ServerClosed,
+    /// The server's response could not be parsed.
+    BadResponse(&'static str),
+}
+
+/// A failure on the data path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyError {
+    kind: Kind,
+    retry_safe: bool,
+}
+
+impl ProxyError {
+    /// A failure that must not be retried.
+    pub fn new(kind: Kind) -> Self {
+        ProxyError { kind, retry_safe: false }
+    }
+
+    /// A failure after which sending the request again (elsewhere) is safe:
+    /// the server cannot have acted on it.
+    pub fn retryable(kind: Kind) -> Self {
+        ProxyError { kind, retry_safe: true }
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Whether a retry is safe.
+    pub fn is_retry_safe(&self) -> bool {
+        self.retry_safe
+    }
+
+    /// Which side failed.
+    pub fn side(&self) -> Side {
+        match self.kind {
+            Kind::BadRequest(_)
+            | Kind::ClientHeaderTimeout
+            | Kind::HeaderTooLarge
+            | Kind::BodyTooLarge
+            | Kind::ClientClosed
+            | Kind::ClientBodyTimeout => Side::Client,
+            Kind::NoPool | Kind::NoServer => Side::Internal,
+            Kind::ConnectFailed
+            | Kind::ConnectTimeout
+            | Kind::ServerTimeout
+            | Kind::ServerClosed
+            | Kind::BadResponse(_) => Side::Server,
+        }
+    }
+
+    /// The status sent to the client, if one can be sent at all.
+    pub fn status(&self) -> Option<u16> {
+        Some(match self.kind {
+            Kind::BadRequest(_) => 400,
+            Kind::ClientHeaderTimeout | Kind::ClientBodyTimeout => 408,
+            Kind::BodyTooLarge => 413,
+            Kind::HeaderTooLarge => 431,
+            Kind::ClientClosed => return None,
+            Kind::NoPool | Kind::NoServer => 503,
+            Kind::ConnectFailed | Kind::ServerClosed | Kind::BadResponse(_) => 502,
+            Kind::ConnectTimeout | Kind::ServerTimeout => 504,
+        })
+    }
+
+    /// A short, stable reason for logs and metrics.
+    pub fn reason(&self) -> &'static str {
+        match self.kind {
+            Kind::BadRequest(why) => why,
+            Kind::ClientHeaderTimeout => "client header timeout",
+            Kind::HeaderTooLarge => "request head too large",
+            Kind::BodyTooLarge => "request body too large",
+            Kind::ClientClosed => "client closed",
+            Kind::ClientBodyTimeout => "client body timeout",
+            Kind::NoPool => "no pool for request",
+            Kind::NoServer => "no server available",
+            Kind::ConnectFailed => "server connect failed",
+            Kind::ConnectTimeout => "server connect timeout",
+            Kind::ServerTimeout => "server response timeout",
+            Kind::ServerClosed => "server closed connection",
+            Kind::BadResponse(why) => why,
+        }
+    }
+}
+
+impl fmt::Display for ProxyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.reason())
+    }
+}
+
+impl std::error::Error for ProxyError {}
+
+/// The reason phrase for a status code.
+pub fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        201 => "Created",
+        204 => "No Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        304 => "Not Modified",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        414 => "URI Too Long",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_maps_to_its_status_and_side() {
+        let table = [
+            (Kind::BadRequest("x"), Some(400), Side::Client),
+            (Kind::ClientHeaderTimeout, Some(408), Side::Client),
+            (Kind::HeaderTooLarge, Some(431), Side::Client),
+            (Kind::BodyTooLarge, Some(413), Side::Client),
+            (Kind::ClientClosed, None, Side::Client),
+            (Kind::NoServer, Some(503), Side::Internal),
+            (Kind::NoPool, Some(503), Side::Internal),
+            (Kind::ConnectFailed, Some(502), Side::Server),
+            (Kind::ConnectTimeout, Some(504), Side::Server),
+            (Kind::ServerTimeout, Some(504), Side::Server),
+            (Kind::ServerClosed, Some(502), Side::Server),
+            (Kind::BadResponse("y"), Some(502), Side::Server),
+        ];
+        for (kind, status, side) in table {
+            let e = ProxyError::new(kind);
+            assert_eq!(e.status(), status, "{kind:?}");
+            assert_eq!(e.side(), side, "{kind:?}");
+            assert!(!e.is_retry_safe());
+        }
+        assert!(ProxyError::retryable(Kind::ConnectFailed).is_retry_safe());
+    }
+}

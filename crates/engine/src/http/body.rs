@@ -1,0 +1,340 @@
+//! Message bodies: the chunked-coding scanner and the streaming relay.
+//!
+//! Bodies are never buffered whole. The relay moves bytes from one socket to
+//! the other through one bounded buffer, and a chunked body is passed through
+//! verbatim while [`ChunkedScanner`] validates its framing and finds its end,
+//! so bytes of a pipelined next message are never forwarded with this one.
+
+use std::io;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::timeout;
+
+use super::parse::Framing;
+
+/// Largest chunk-size line (hex digits) accepted: 16 digits fill a u64.
+const MAX_SIZE_DIGITS: u8 = 16;
+/// Largest trailer section accepted, in bytes.
+const MAX_TRAILER_BYTES: usize = 16 * 1024;
+/// Read size while relaying large bodies.
+const RELAY_CHUNK: usize = 64 * 1024;
+/// Bodies up to this size already in the buffer are sent with the head in one write.
+const COALESCE_LIMIT: usize = 16 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Size,
+    Ext,
+    SizeLf,
+    Data,
+    DataCr,
+    DataLf,
+    TrailerStart,
+    TrailerLine,
+    TrailerLf,
+    FinalLf,
+    Done,
+}
+
+/// Validates a chunked body as it streams past and finds where it ends.
+#[derive(Debug, Clone)]
+pub struct ChunkedScanner {
+    state: State,
+    size: u64,
+    digits: u8,
+    trailer_bytes: usize,
+    data_bytes: u64,
+}
+
+impl Default for ChunkedScanner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ChunkedScanner {
+    /// A scanner at the start of a chunked body.
+    pub fn new() -> Self {
+        ChunkedScanner { state: State::Size, size: 0, digits: 0, trailer_bytes: 0, data_bytes: 0 }
+    }
+
+    /// Whether the terminating chunk and trailer section have been seen.
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// Payload bytes seen so far (chunk data only, framing excluded).
+    pub fn data_bytes(&self) -> u64 {
+        self.data_bytes
+    }
+
+    /// Scans `input`, returning how many of its bytes belong to the body.
+    /// Fewer than `input.len()` only once the body is done.
+    pub fn scan(&mut self, input: &[u8]) -> Result<usize, &'static str> {
+        let mut i = 0;
+        while i < input.len() && self.state != State::Done {
+            if self.state == State::Data {
+                let take = (input.len() - i).min(usize::try_from(self.size).unwrap_or(usize::MAX));
+                i += take;
+                self.size -= take as u64;
+                self.data_bytes += take as u64;
+                if self.size == 0 {
+                    self.state = State::DataCr;
+                }
+                continue;
+            }
+            let b = input[i];
+            i += 1;
+            self.state = match (self.state, b) {
+                (State::Size, b';') if self.digits > 0 => State::Ext,
+                (State::Size, b'\r') if self.digits > 0 => State::SizeLf,
+                (State::Size, _) => {
+                    let digit = (b as char).to_digit(16).ok_or("invalid chunk size")?;
+                    if self.digits == MAX_SIZE_DIGITS {
+                        return Err("chunk size too large");
+                    }
+                    self.digits += 1;
+                    self.size = (self.size << 4) | u64::from(digit);
+                    State::Size
+                }
+                (State::Ext, b'\r') => State::SizeLf,
+                (State::Ext, b'\n') => return Err("bare LF in chunk extension"),
+                (State::Ext, b) if b == b'\t' || (b >= 0x20 && b != 0x7f) => State::Ext,
+                (State::Ext, _) => return Err("invalid chunk extension"),
+                (State::SizeLf, b'\n') => {
+                    self.digits = 0;
+                    if self.size == 0 {
+                        State::TrailerStart
+                    } else {
+                        State::Data
+                    }
+                }
+                (State::SizeLf, _) => return Err("invalid chunk size line"),
+                (State::DataCr, b'\r') => State::DataLf,
+                (State::DataLf, b'\n') => State::Size,
+                (State::DataCr | State::DataLf, _) => return Err("missing CRLF after chunk"),
+                (State::TrailerStart, b'\r') => State::FinalLf,
+                (State::TrailerLine, b'\r') => State::TrailerLf,
+                (State::TrailerStart | State::TrailerLine, b) if b == b'\t' || (b >= 0x20 && b != 0x7f) => {
+                    self.trailer_bytes += 1;
+                    if self.trailer_bytes > MAX_TRAILER_BYTES {
+                        return Err("trailer section too large");
+                    }
+                    State::TrailerLine
+                }
+                (State::TrailerStart | State::TrailerLine, _) => return Err("invalid trailer"),
+                (State::TrailerLf, b'\n') => State::TrailerStart,
+                (State::TrailerLf, _) => return Err("invalid trailer line"),
+                (State::FinalLf, b'\n') => State::Done,
+                (State::FinalLf, _) => return Err("invalid end of chunked body"),
+                // Data is consumed above and Done ends the loop.
+                (State::Data | State::Done, _) => return Err("chunk scanner out of step"),
+            };
+        }
+        Ok(i)
+    }
+}
+
+/// Why a relay stopped early.
+#[derive(Debug)]
+pub enum RelayError {
+    /// Reading the source failed or it closed before the body ended.
+    Read(io::Error),
+    /// The source sent nothing for the idle timeout.
+    ReadTimeout,
+    /// Writing to the destination failed.
+    Write(io::Error),
+    /// The destination accepted nothing for the idle timeout.
+    WriteTimeout,
+    /// The body's chunked framing is invalid.
+    Framing(&'static str),
+    /// The body exceeded the configured limit.
+    TooLarge,
+}
+
+/// Body progress: how many bytes of it are still expected.
+enum Remaining {
+    Length(u64),
+    Chunked(ChunkedScanner),
+    UntilClose,
+}
+
+/// Writes `head` followed by a body of `framing` read from `src`, where `buf`
+/// already holds bytes read from `src` (possibly more than this body).
+/// On success, `buf` keeps exactly the bytes that follow the body.
+/// Returns the number of body bytes relayed.
+pub async fn relay(
+    head: &[u8],
+    src: &mut TcpStream,
+    buf: &mut BytesMut,
+    dst: &mut TcpStream,
+    framing: Framing,
+    idle: Duration,
+    limit: Option<u64>,
+) -> Result<u64, RelayError> {
+    let mut remaining = match framing {
+        Framing::Empty => Remaining::Length(0),
+        Framing::Length(n) => {
+            if limit.is_some_and(|max| n > max) {
+                return Err(RelayError::TooLarge);
+            }
+            Remaining::Length(n)
+        }
+        Framing::Chunked => Remaining::Chunked(ChunkedScanner::new()),
+        Framing::UntilClose => Remaining::UntilClose,
+    };
+    let mut total = 0u64;
+    let first = take_body_prefix(&mut remaining, buf, limit)?;
+    if first <= COALESCE_LIMIT && !head.is_empty() {
+        // Small bodies ride in the same write (and the same packet) as the head.
+        if first == 0 {
+            write_all(dst, head, idle).await?;
+        } else {
+            let mut out = Vec::with_capacity(head.len() + first);
+            out.extend_from_slice(head);
+            out.extend_from_slice(&buf[..first]);
+            write_all(dst, &out, idle).await?;
+        }
+    } else {
+        write_all(dst, head, idle).await?;
+        write_all(dst, &buf[..first], idle).await?;
+    }
+    buf.advance(first);
+    total += first as u64;
+    while !is_finished(&remaining) {
+        buf.reserve(RELAY_CHUNK);
+        match timeout(idle, src.read_buf(buf)).await {
+            Err(_) => return Err(RelayError::ReadTimeout),
+            Ok(Err(e)) => return Err(RelayError::Read(e)),
+            Ok(Ok(0)) => {
+                if matches!(remaining, Remaining::UntilClose) {
+                    break;
+                }
+                return Err(RelayError::Read(io::ErrorKind::UnexpectedEof.into()));
+            }
+            Ok(Ok(_)) => {}
+        }
+        let take = take_body_prefix(&mut remaining, buf, limit)?;
+        write_all(dst, &buf[..take], idle).await?;
+        buf.advance(take);
+        total += take as u64;
+    }
+    Ok(total)
+}
+
+/// How many bytes at the front of `buf` belong to the body, advancing `remaining`.
+fn take_body_prefix(remaining: &mut Remaining, buf: &BytesMut, limit: Option<u64>) -> Result<usize, RelayError> {
+    match remaining {
+        Remaining::Length(n) => {
+            let take = buf.len().min(usize::try_from(*n).unwrap_or(usize::MAX));
+            *n -= take as u64;
+            Ok(take)
+        }
+        Remaining::Chunked(scanner) => {
+            let take = scanner.scan(buf).map_err(RelayError::Framing)?;
+            if limit.is_some_and(|max| scanner.data_bytes() > max) {
+                return Err(RelayError::TooLarge);
+            }
+            Ok(take)
+        }
+        Remaining::UntilClose => Ok(buf.len()),
+    }
+}
+
+fn is_finished(remaining: &Remaining) -> bool {
+    match remaining {
+        Remaining::Length(n) => *n == 0,
+        Remaining::Chunked(scanner) => scanner.is_done(),
+        Remaining::UntilClose => false,
+    }
+}
+
+/// Writes all of `data`, bounded by `idle` for the whole write.
+pub async fn write_all(dst: &mut TcpStream, data: &[u8], idle: Duration) -> Result<(), RelayError> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    // Fast path: a loopback or idle socket usually takes the whole write at once,
+    // which spares arming a timer.
+    let written = match dst.try_write(data) {
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+        Err(e) => return Err(RelayError::Write(e)),
+    };
+    if written == data.len() {
+        return Ok(());
+    }
+    match timeout(idle, dst.write_all(&data[written..])).await {
+        Err(_) => Err(RelayError::WriteTimeout),
+        Ok(Err(e)) => Err(RelayError::Write(e)),
+        Ok(Ok(())) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan_all(input: &[u8]) -> Result<(usize, bool), &'static str> {
+        let mut s = ChunkedScanner::new();
+        let n = s.scan(input)?;
+        Ok((n, s.is_done()))
+    }
+
+    #[test]
+    fn valid_chunked_bodies_end_exactly() {
+        let table: &[&[u8]] = &[
+            b"0\r\n\r\n",
+            b"5\r\nhello\r\n0\r\n\r\n",
+            b"5;ext=1\r\nhello\r\n0\r\n\r\n",
+            b"A\r\n0123456789\r\n0\r\nTrailer: x\r\n\r\n",
+            b"00000003\r\nabc\r\n0\r\n\r\n",
+        ];
+        for body in table {
+            let mut with_next = body.to_vec();
+            with_next.extend_from_slice(b"GET / HTTP/1.1\r\n");
+            assert_eq!(scan_all(&with_next), Ok((body.len(), true)), "{:?}", String::from_utf8_lossy(body));
+            // Byte by byte gives the same end.
+            let mut s = ChunkedScanner::new();
+            let mut consumed = 0;
+            for b in with_next.iter() {
+                consumed += s.scan(std::slice::from_ref(b)).expect("valid");
+                if s.is_done() {
+                    break;
+                }
+            }
+            assert_eq!(consumed, body.len());
+        }
+    }
+
+    #[test]
+    fn invalid_chunked_bodies_are_refused() {
+        let table: &[&[u8]] = &[
+            b"\r\n",
+            b"x\r\n",
+            b"-1\r\n",
+            b" 5\r\nhello\r\n",
+            b"5 \r\nhello\r\n",
+            b"5\nhello\r\n",
+            b"5\r\nhelloXX",
+            b"5\r\nhello\n0\r\n\r\n",
+            b"11111111111111111\r\n",
+            b"0\r\nbad\x00trailer\r\n\r\n",
+            b"0\r\n\rX",
+            b"5;a\nb\r\n",
+        ];
+        for body in table {
+            assert!(scan_all(body).is_err(), "{:?}", String::from_utf8_lossy(body));
+        }
+    }
+
+    #[test]
+    fn counts_payload_bytes() {
+        let mut s = ChunkedScanner::new();
+        s.scan(b"5\r\nhello\r\n3\r\nabc\r\n0\r\n\r\n").expect("valid");
+        assert_eq!(s.data_bytes(), 8);
+    }
+}

@@ -1,0 +1,598 @@
+//! The HTTP/1.1 pipeline. One client connection is served by [`serve`]; each
+//! request on it goes through these phases, in this order, in this file:
+//!
+//! 1. **read head**: bytes until a complete head, under the header timeout ([`read_head`])
+//! 2. **parse**: strict framing checks ([`parse::parse_request`])
+//! 3. **route**: rules choose a pool or a direct answer ([`route::evaluate`])
+//! 4. **request rewrite**: hop-by-hop removal, forwarding headers, edits ([`rewrite::request_head`])
+//! 5. **pick server**: balancer + connection limits, retries ([`forward`])
+//! 6. **forward**: head and streamed body to the server ([`exchange`])
+//! 7. **response rewrite**: hop-by-hop removal, edits, connection handling ([`rewrite::response_head`])
+//! 8. **stream response**: body relayed to the client ([`body::relay`])
+//! 9. **log**: one line per failed request at `warn`, per request at `debug` ([`log`])
+//!
+//! Invariants: no peer input can panic this code; a failure of one request
+//! closes at most its own client connection and its own server connection.
+
+pub mod body;
+pub mod parse;
+pub mod rewrite;
+pub mod route;
+
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Buf, BytesMut};
+use switchyard_config::{Action, HeaderEdits, PoolId, Service};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::time::timeout_at;
+
+use self::body::{relay, write_all, RelayError};
+use self::parse::{Connection, Field, Framing, HeadLimits, RequestHead, Version};
+use self::rewrite::Forwarding;
+use crate::error::{Kind, ProxyError};
+use crate::upstream::{self, ActiveGuard, PickView, UpstreamConn};
+use crate::worker::Worker;
+
+/// Initial size of a client connection's read buffer.
+const CLIENT_BUF: usize = 4 * 1024;
+/// Largest response head accepted from a server.
+const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+/// How many times a failed connect moves on to another server.
+const CONNECT_RETRIES: u32 = 1;
+
+/// One client connection's reusable state.
+struct Client {
+    stream: TcpStream,
+    peer: SocketAddr,
+    /// Bytes read from the client and not yet consumed.
+    buf: BytesMut,
+    /// Header positions of the current request head.
+    fields: Vec<Field>,
+    /// Head sent towards the server or client, rebuilt per message.
+    out: Vec<u8>,
+    /// Header positions of the current response head.
+    resp_fields: Vec<Field>,
+    /// Lower-cased host, when the request's was not already.
+    host: String,
+    /// "METHOD path" of the current request, for logs.
+    line: String,
+}
+
+/// What the route phase decided, detached from the request buffer.
+struct Routed<'a> {
+    action: Option<&'a Action>,
+    edits: Vec<&'a HeaderEdits>,
+    hash: Option<u64>,
+}
+
+/// Facts about the current request the later phases need.
+#[derive(Clone, Copy)]
+struct RequestInfo {
+    framing: Framing,
+    head_method: bool,
+    replayable: bool,
+    expect_continue: bool,
+    keep_alive: bool,
+    version: Version,
+}
+
+/// How a forwarded request ended, when it did not fail.
+struct Outcome {
+    status: u16,
+    client_keep_alive: bool,
+}
+
+/// A failed exchange, and whether the client already got part of a response.
+struct Failed {
+    error: ProxyError,
+    response_started: bool,
+}
+
+/// Serves one client connection until it closes, fails, or the worker drains.
+pub async fn serve(stream: TcpStream, peer: SocketAddr, service: usize, worker: Rc<Worker>) {
+    let shared = worker.shared.clone();
+    let Some(service) = shared.config.services.get(service) else {
+        return;
+    };
+    let mut client = Client {
+        stream,
+        peer,
+        buf: BytesMut::with_capacity(CLIENT_BUF),
+        fields: Vec::new(),
+        resp_fields: Vec::new(),
+        out: Vec::new(),
+        host: String::new(),
+        line: String::new(),
+    };
+    let mut first = true;
+    loop {
+        // Phases 1 and 2: read and parse the head.
+        let head = match read_head(&mut client, service, &worker, first).await {
+            Ok(Some(head)) => head,
+            Ok(None) => return,
+            Err(error) => {
+                fail(&mut client, service, &error, Instant::now()).await;
+                return;
+            }
+        };
+        first = false;
+        let started = Instant::now();
+        let keep_alive = handle(&mut client, head, service, &worker, &shared, started).await;
+        if !keep_alive || worker.draining.get() {
+            return;
+        }
+    }
+}
+
+/// Phase 1: reads until `client.buf` starts with a complete request head.
+/// `Ok(None)`: the connection ended cleanly (closed, idle, draining).
+async fn read_head(
+    client: &mut Client,
+    service: &Service,
+    worker: &Worker,
+    first: bool,
+) -> Result<Option<RequestHead>, ProxyError> {
+    let limits = HeadLimits { max_bytes: service.limits.max_header_bytes, max_fields: service.limits.max_headers };
+    let t = &service.timeouts;
+    let wait = if first { t.client_header } else { t.client_idle };
+    let mut deadline = tokio::time::Instant::now() + wait;
+    let mut started = !client.buf.is_empty();
+    loop {
+        if !client.buf.is_empty() {
+            if let Some(head) = parse::parse_request(&client.buf, limits, &mut client.fields)? {
+                return Ok(Some(head));
+            }
+            if !started {
+                // The head's own clock starts with its first byte.
+                started = true;
+                deadline = tokio::time::Instant::now() + t.client_header;
+            }
+        }
+        if client.buf.capacity() - client.buf.len() < 1024 {
+            client.buf.reserve(CLIENT_BUF);
+        }
+        let read = if client.buf.is_empty() {
+            if worker.draining.get() {
+                return Ok(None);
+            }
+            tokio::select! {
+                r = timeout_at(deadline, client.stream.read_buf(&mut client.buf)) => r,
+                () = worker.drain.notified() => return Ok(None),
+            }
+        } else {
+            timeout_at(deadline, client.stream.read_buf(&mut client.buf)).await
+        };
+        match read {
+            Err(_) if client.buf.is_empty() => return Ok(None),
+            Err(_) => return Err(ProxyError::new(Kind::ClientHeaderTimeout)),
+            Ok(Ok(0)) | Ok(Err(_)) if client.buf.is_empty() => return Ok(None),
+            Ok(Ok(0)) | Ok(Err(_)) => return Err(ProxyError::new(Kind::ClientClosed)),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Phases 2–9 for one request whose head is at the start of `client.buf`.
+/// Returns whether the client connection stays open for another request.
+async fn handle(
+    client: &mut Client,
+    head: RequestHead,
+    service: &Service,
+    worker: &Worker,
+    shared: &Arc<crate::worker::Shared>,
+    started: Instant,
+) -> bool {
+    let buf = &client.buf[..head.len];
+    let method = std::str::from_utf8(&buf[head.method.clone()]).unwrap_or("");
+    let target = &buf[head.target.clone()];
+    client.line.clear();
+    client.line.push_str(method);
+    client.line.push(' ');
+    client.line.push_str(std::str::from_utf8(target).unwrap_or("?"));
+    let info = RequestInfo {
+        framing: head.framing,
+        head_method: method == "HEAD",
+        replayable: head.framing == Framing::Empty && is_idempotent(method),
+        expect_continue: head.expect_continue && head.framing != Framing::Empty,
+        keep_alive: match head.version {
+            Version::Http11 => !head.connection.close,
+            Version::Http10 => head.connection.keep_alive && !head.connection.close,
+        },
+        version: head.version,
+    };
+    if let (Framing::Length(n), Some(max)) = (head.framing, service.limits.max_body_bytes) {
+        if n > max {
+            fail(client, service, &ProxyError::new(Kind::BodyTooLarge), started).await;
+            return false;
+        }
+    }
+
+    // Phase 3: route.
+    let (origin_target, authority) = split_target(target);
+    let pool_for_hash;
+    let routed = {
+        let host_value = authority.or_else(|| head.host.clone().map(|r| &buf[r])).unwrap_or(b"");
+        let host = route::routing_host(host_value, &mut client.host);
+        let (path, query) = split_query(origin_target);
+        let view = route::RequestView {
+            method,
+            host,
+            path: std::str::from_utf8(path).unwrap_or(""),
+            query: query.and_then(|q| std::str::from_utf8(q).ok()),
+            head: buf,
+            fields: &client.fields,
+            client: client_ip(client.peer),
+        };
+        let decision = route::evaluate(&service.rules, &view);
+        pool_for_hash = match decision.action {
+            Some(Action::Pool(id)) => Some(*id),
+            None => service.default_pool,
+            Some(_) => None,
+        };
+        let hash = pool_for_hash.map(|id| {
+            let pool = shared.config.pool(id);
+            let header = match &pool.hash_key {
+                switchyard_config::HashKey::Header(name) => view.header_values(name).next(),
+                _ => None,
+            };
+            upstream::hash_key(&pool.hash_key, view.client, origin_target, header)
+        });
+        Routed { action: decision.action, edits: decision.edits, hash }
+    };
+    let pool = match routed.action {
+        Some(Action::Redirect { status, location }) => {
+            let reply = Reply { status: *status, location: Some(location), content_type: "text/plain", body: b"" };
+            return answer(client, service, info, head.len, reply, started).await;
+        }
+        Some(Action::Respond { status, body, content_type }) => {
+            let reply = Reply { status: *status, location: None, content_type, body: body.as_bytes() };
+            return answer(client, service, info, head.len, reply, started).await;
+        }
+        Some(Action::Deny { status }) => {
+            let body = format!("{status} {}\n", crate::error::reason_phrase(*status));
+            let reply = Reply { status: *status, location: None, content_type: "text/plain", body: body.as_bytes() };
+            return answer(client, service, info, head.len, reply, started).await;
+        }
+        Some(Action::Pool(id)) => *id,
+        None => match service.default_pool {
+            Some(id) => id,
+            None => {
+                fail(client, service, &ProxyError::new(Kind::NoPool), started).await;
+                return false;
+            }
+        },
+    };
+
+    // Phase 4: request rewrite. The head is consumed from the buffer once
+    // rewritten; what follows it is body or the next request.
+    let fwd = Forwarding { client: client_ip(client.peer), proto: "http", headers: service.forwarded };
+    // Only HTTP/1.0 requests may lack a Host; they get the server's address.
+    let server_host = match head.host {
+        Some(_) => String::new(),
+        None => shared.config.pool(pool).servers.first().map(|s| s.addr.to_string()).unwrap_or_default(),
+    };
+    rewrite::request_head(
+        &mut client.out,
+        buf,
+        &head,
+        &client.fields,
+        origin_target,
+        server_host.as_bytes(),
+        &routed.edits,
+        &fwd,
+    );
+    client.buf.advance(head.len);
+
+    // Phases 5–8: pick a server, forward, stream the response.
+    match forward(client, service, worker, shared, pool, &routed, info).await {
+        Ok(outcome) => {
+            log(client, service, outcome.status, None, started);
+            outcome.client_keep_alive && !worker.draining.get()
+        }
+        Err(Failed { error, response_started: false }) => {
+            fail(client, service, &error, started).await;
+            false
+        }
+        Err(Failed { error, response_started: true }) => {
+            // Headers already went out: the only honest signal left is to
+            // close the connection before the body is complete.
+            log(client, service, 0, Some(&error), started);
+            false
+        }
+    }
+}
+
+/// Phase 5 with its retry policy: pick a server, get a connection, run the
+/// exchange; on a connect failure try another server, and replay an
+/// idempotent bodiless request once when a reused connection turns out dead.
+async fn forward(
+    client: &mut Client,
+    service: &Service,
+    worker: &Worker,
+    shared: &Arc<crate::worker::Shared>,
+    pool: PoolId,
+    routed: &Routed<'_>,
+    info: RequestInfo,
+) -> Result<Outcome, Failed> {
+    let pool_cfg = shared.config.pool(pool);
+    let mut tried = 0u64;
+    let mut connect_failures = 0;
+    let mut fresh_only = false;
+    loop {
+        let picked = {
+            let view = PickView { pool: pool_cfg, live: &shared.pools[pool.0], tried };
+            worker.balancers.borrow_mut().get_mut(pool.0).and_then(|b| b.pick(routed.hash, &view))
+        };
+        let Some(server) = picked else {
+            return Err(Failed { error: ProxyError::new(Kind::NoServer), response_started: false });
+        };
+        let _slot = ActiveGuard::new(shared.clone(), pool, server);
+        let addr = pool_cfg.servers[server].addr;
+        let idle = if fresh_only {
+            None
+        } else {
+            worker.idle.borrow_mut().take(pool, server, service.timeouts.server_idle, Instant::now())
+        };
+        let (mut conn, reused) = match idle {
+            Some(conn) => (conn, true),
+            None => match upstream::connect(addr, service.timeouts.connect).await {
+                Ok(conn) => (conn, false),
+                Err(error) => {
+                    tracing::warn!(service = %service.name, server = %addr, reason = error.reason(), "connect failed");
+                    if connect_failures < CONNECT_RETRIES {
+                        connect_failures += 1;
+                        if server < 64 {
+                            tried |= 1 << server;
+                        }
+                        continue;
+                    }
+                    return Err(Failed { error, response_started: false });
+                }
+            },
+        };
+        match exchange(client, &mut conn, service, routed, info).await {
+            Ok((outcome, reusable)) => {
+                if reusable {
+                    conn.served += 1;
+                    worker.idle.borrow_mut().put(pool, server, conn, pool_cfg.max_idle_per_server, Instant::now());
+                }
+                return Ok(outcome);
+            }
+            Err(failed) => {
+                let stale = reused && failed.error.is_retry_safe() && !failed.response_started;
+                if stale && info.replayable && !fresh_only {
+                    fresh_only = true;
+                    continue;
+                }
+                return Err(failed);
+            }
+        }
+    }
+}
+
+/// Phases 6–8 on one server connection. On success, also says whether the
+/// server connection can go back to the idle pool.
+async fn exchange(
+    client: &mut Client,
+    conn: &mut UpstreamConn,
+    service: &Service,
+    routed: &Routed<'_>,
+    info: RequestInfo,
+) -> Result<(Outcome, bool), Failed> {
+    let t = &service.timeouts;
+    let early = |error| Err(Failed { error, response_started: false });
+
+    // Phase 6: forward the head and stream the body.
+    if info.expect_continue {
+        if let Err(e) = write_all(&mut client.stream, b"HTTP/1.1 100 Continue\r\n\r\n", t.client_idle).await {
+            return early(request_relay_error(e));
+        }
+    }
+    let sent = relay(
+        &client.out,
+        &mut client.stream,
+        &mut client.buf,
+        &mut conn.stream,
+        info.framing,
+        t.client_idle,
+        service.limits.max_body_bytes,
+    )
+    .await;
+    if let Err(e) = sent {
+        return early(request_relay_error(e));
+    }
+
+    // Read the response head, skipping interim (1xx) responses.
+    let fields = &mut client.resp_fields;
+    let deadline = tokio::time::Instant::now() + t.server_response;
+    let head = loop {
+        match parse::parse_response(&conn.buf, MAX_RESPONSE_HEAD, fields) {
+            Err(error) => return early(error),
+            Ok(Some(head)) if head.status == 101 => {
+                return early(ProxyError::new(Kind::BadResponse("unexpected protocol switch")))
+            }
+            Ok(Some(head)) if head.status < 200 => {
+                conn.buf.advance(head.len);
+                continue;
+            }
+            Ok(Some(head)) => break head,
+            Ok(None) => {}
+        }
+        conn.buf.reserve(4096);
+        let nothing_yet = conn.buf.is_empty();
+        match timeout_at(deadline, conn.stream.read_buf(&mut conn.buf)).await {
+            Err(_) => return early(ProxyError::new(Kind::ServerTimeout)),
+            // A server that closes before answering anything has not acted on
+            // the request if it was a reused idle connection.
+            Ok(Ok(0)) | Ok(Err(_)) if nothing_yet => return early(ProxyError::retryable(Kind::ServerClosed)),
+            Ok(Ok(0)) | Ok(Err(_)) => return early(ProxyError::new(Kind::ServerClosed)),
+            Ok(Ok(_)) => {}
+        }
+    };
+
+    // Phase 7: response rewrite.
+    let body_framing =
+        if parse::response_has_body(info.head_method, head.status) { head.framing } else { Framing::Empty };
+    let server_keeps = match head.version {
+        Version::Http11 => !head.connection.close,
+        Version::Http10 => head.connection.keep_alive && !head.connection.close,
+    };
+    let client_keep_alive = info.keep_alive && body_framing != Framing::UntilClose;
+    rewrite::response_head(
+        &mut client.out,
+        &conn.buf[..head.len],
+        &head,
+        &client.resp_fields,
+        &routed.edits,
+        !client_keep_alive,
+        client_keep_alive && info.version == Version::Http10,
+    );
+    conn.buf.advance(head.len);
+
+    // Phase 8: stream the response body.
+    let streamed =
+        relay(&client.out, &mut conn.stream, &mut conn.buf, &mut client.stream, body_framing, t.server_response, None)
+            .await;
+    match streamed {
+        Ok(_) => {
+            let reusable = server_keeps && body_framing != Framing::UntilClose && conn.buf.is_empty();
+            Ok((Outcome { status: head.status, client_keep_alive }, reusable))
+        }
+        Err(e) => {
+            let error = match e {
+                RelayError::Read(_) => ProxyError::new(Kind::ServerClosed),
+                RelayError::ReadTimeout => ProxyError::new(Kind::ServerTimeout),
+                RelayError::Framing(why) => ProxyError::new(Kind::BadResponse(why)),
+                RelayError::Write(_) | RelayError::WriteTimeout | RelayError::TooLarge => {
+                    ProxyError::new(Kind::ClientClosed)
+                }
+            };
+            Err(Failed { error, response_started: true })
+        }
+    }
+}
+
+/// Maps a failure while relaying the request (client → server) to its cause.
+fn request_relay_error(e: RelayError) -> ProxyError {
+    match e {
+        RelayError::Read(_) => ProxyError::new(Kind::ClientClosed),
+        RelayError::ReadTimeout => ProxyError::new(Kind::ClientBodyTimeout),
+        RelayError::Framing(why) => ProxyError::new(Kind::BadRequest(why)),
+        RelayError::TooLarge => ProxyError::new(Kind::BodyTooLarge),
+        // The server may not have seen the request at all; replay is decided
+        // by the caller from the request's method and body.
+        RelayError::Write(_) | RelayError::WriteTimeout => ProxyError::retryable(Kind::ServerClosed),
+    }
+}
+
+/// A response the proxy writes itself, chosen by a rule.
+struct Reply<'a> {
+    status: u16,
+    location: Option<&'a str>,
+    content_type: &'a str,
+    body: &'a [u8],
+}
+
+/// A direct answer from a rule (redirect, respond, deny). The connection stays
+/// open only when the request had no body to skip.
+async fn answer(
+    client: &mut Client,
+    service: &Service,
+    info: RequestInfo,
+    head_len: usize,
+    reply: Reply<'_>,
+    started: Instant,
+) -> bool {
+    let keep = info.keep_alive && info.framing == Framing::Empty;
+    client.buf.advance(head_len);
+    let connection =
+        Connection { close: !keep, keep_alive: keep && info.version == Version::Http10, other_tokens: false };
+    let body = if info.head_method { &b""[..] } else { reply.body };
+    rewrite::local_response(&mut client.out, reply.status, reply.location, reply.content_type, body, connection);
+    let ok = write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();
+    log(client, service, reply.status, None, started);
+    keep && ok
+}
+
+/// Sends the error's status (when it has one) with a short body, logs it, and
+/// leaves the connection to be closed by the caller.
+async fn fail(client: &mut Client, service: &Service, error: &ProxyError, started: Instant) {
+    if let Some(status) = error.status() {
+        let body = format!("{status} {}\n", crate::error::reason_phrase(status));
+        let close = Connection { close: true, ..Connection::default() };
+        rewrite::local_response(&mut client.out, status, None, "text/plain", body.as_bytes(), close);
+        let _ = write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await;
+    }
+    log(client, service, error.status().unwrap_or(0), Some(error), started);
+}
+
+/// Phase 9: log the request. Failures at `warn` with their reason and side.
+fn log(client: &Client, service: &Service, status: u16, error: Option<&ProxyError>, started: Instant) {
+    let micros = started.elapsed().as_micros() as u64;
+    match error {
+        Some(e) => tracing::warn!(
+            service = %service.name,
+            client = %client.peer,
+            request = %client.line,
+            status,
+            side = ?e.side(),
+            reason = e.reason(),
+            micros,
+            "request failed"
+        ),
+        None => {
+            tracing::debug!(service = %service.name, client = %client.peer, request = %client.line, status, micros, "request")
+        }
+    }
+}
+
+/// Splits an absolute-form target into (origin-form target, authority).
+fn split_target(target: &[u8]) -> (&[u8], Option<&[u8]>) {
+    if !parse::has_http_scheme(target) {
+        return (target, None);
+    }
+    let after_scheme = target.iter().position(|&b| b == b':').map_or(0, |i| i + 3);
+    let rest = &target[after_scheme.min(target.len())..];
+    match rest.iter().position(|&b| b == b'/' || b == b'?') {
+        Some(i) if rest[i] == b'/' => (&rest[i..], Some(&rest[..i])),
+        // "http://host?q" has an empty path: the origin form is "/?q", which
+        // cannot borrow from the target, so keep "/" and lose nothing routable.
+        Some(i) => (b"/", Some(&rest[..i])),
+        None => (b"/", Some(rest)),
+    }
+}
+
+fn split_query(target: &[u8]) -> (&[u8], Option<&[u8]>) {
+    match memchr::memchr(b'?', target) {
+        Some(i) => (&target[..i], Some(&target[i + 1..])),
+        None => (target, None),
+    }
+}
+
+fn client_ip(peer: SocketAddr) -> IpAddr {
+    match peer.ip() {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+fn is_idempotent(method: &str) -> bool {
+    matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absolute_targets_become_origin_form() {
+        assert_eq!(split_target(b"/a?b"), (&b"/a?b"[..], None));
+        assert_eq!(split_target(b"http://h:8/a?b"), (&b"/a?b"[..], Some(&b"h:8"[..])));
+        assert_eq!(split_target(b"HTTPS://h"), (&b"/"[..], Some(&b"h"[..])));
+        assert_eq!(split_query(b"/p?x=1"), (&b"/p"[..], Some(&b"x=1"[..])));
+    }
+}

@@ -1,0 +1,281 @@
+//! The rewrite phases: the request head sent to the server and the response
+//! head sent to the client, written into reused buffers.
+//!
+//! Hop-by-hop fields (RFC 9110 7.6.1) never cross the proxy; `Transfer-Encoding`
+//! does, because chunked bodies are relayed verbatim. Forwarding headers are
+//! added here, and the header edits collected by the route phase are applied in
+//! the order remove → set → add.
+
+use std::io::Write;
+use std::net::IpAddr;
+
+use switchyard_config::{Forwarded, HeaderEdits};
+
+use super::parse::{Connection, Field, RequestHead, ResponseHead};
+use crate::error::reason_phrase;
+
+/// How a request is forwarded: who the client is and what to tell the server.
+#[derive(Debug, Clone, Copy)]
+pub struct Forwarding {
+    /// The client's address.
+    pub client: IpAddr,
+    /// Scheme the client used ("http" or "https").
+    pub proto: &'static str,
+    /// Which forwarding headers to add.
+    pub headers: Forwarded,
+}
+
+fn is_hop_by_hop(name: &[u8]) -> bool {
+    const HOP: [&[u8]; 6] = [b"connection", b"keep-alive", b"proxy-connection", b"te", b"upgrade", b"expect"];
+    HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
+}
+
+/// Whether `name` is listed as an extra hop-by-hop field in a `Connection` value.
+fn named_by_connection(buf: &[u8], fields: &[Field], name: &[u8]) -> bool {
+    fields
+        .iter()
+        .filter(|f| buf[f.name.clone()].eq_ignore_ascii_case(b"connection"))
+        .any(|f| buf[f.value.clone()].split(|&b| b == b',').any(|t| super::parse::trim(t).eq_ignore_ascii_case(name)))
+}
+
+fn edited_away(edits: &[&HeaderEdits], name: &[u8], response: bool) -> bool {
+    edits.iter().any(|e| {
+        let (remove, set) =
+            if response { (&e.remove_response, &e.set_response) } else { (&e.remove_request, &e.set_request) };
+        remove.iter().any(|r| name.eq_ignore_ascii_case(r.as_bytes()))
+            || set.iter().any(|(n, _)| name.eq_ignore_ascii_case(n.as_bytes()))
+    })
+}
+
+fn write_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn write_edits(out: &mut Vec<u8>, edits: &[&HeaderEdits], response: bool) {
+    for e in edits {
+        let (set, add) = if response { (&e.set_response, &e.add_response) } else { (&e.set_request, &e.add_request) };
+        for (name, value) in set.iter().chain(add.iter()) {
+            write_field(out, name.as_bytes(), value.as_bytes());
+        }
+    }
+}
+
+/// Writes the request head sent to the server into `out` (cleared first).
+///
+/// `target` is the origin-form target; `host` replaces a missing `Host`.
+#[allow(clippy::too_many_arguments)]
+pub fn request_head(
+    out: &mut Vec<u8>,
+    buf: &[u8],
+    head: &RequestHead,
+    fields: &[Field],
+    target: &[u8],
+    host: &[u8],
+    edits: &[&HeaderEdits],
+    fwd: &Forwarding,
+) {
+    out.clear();
+    out.extend_from_slice(&buf[head.method.clone()]);
+    out.push(b' ');
+    out.extend_from_slice(target);
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let xff = fwd.headers.x_forwarded_for;
+    let last_xff = if xff {
+        fields.iter().rposition(|f| buf[f.name.clone()].eq_ignore_ascii_case(b"x-forwarded-for"))
+    } else {
+        None
+    };
+    for (i, f) in fields.iter().enumerate() {
+        let name = &buf[f.name.clone()];
+        if is_hop_by_hop(name)
+            || (head.connection.other_tokens && named_by_connection(buf, fields, name))
+            || (fwd.headers.x_forwarded_proto && name.eq_ignore_ascii_case(b"x-forwarded-proto"))
+            || (!edits.is_empty() && edited_away(edits, name, false))
+        {
+            continue;
+        }
+        if Some(i) == last_xff {
+            out.extend_from_slice(name);
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(&buf[f.value.clone()]);
+            let _ = write!(out, ", {}\r\n", fwd.client);
+            continue;
+        }
+        write_field(out, name, &buf[f.value.clone()]);
+    }
+    if head.host.is_none() {
+        write_field(out, b"host", host);
+    }
+    write_edits(out, edits, false);
+    if xff && last_xff.is_none() {
+        let _ = write!(out, "x-forwarded-for: {}\r\n", fwd.client);
+    }
+    if fwd.headers.x_forwarded_proto {
+        write_field(out, b"x-forwarded-proto", fwd.proto.as_bytes());
+    }
+    if fwd.headers.forwarded {
+        match fwd.client {
+            IpAddr::V4(ip) => {
+                let _ = write!(out, "forwarded: for={ip};proto={}\r\n", fwd.proto);
+            }
+            IpAddr::V6(ip) => {
+                let _ = write!(out, "forwarded: for=\"[{ip}]\";proto={}\r\n", fwd.proto);
+            }
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes the response head sent to the client into `out` (cleared first).
+///
+/// `close` adds `Connection: close`; `keep_alive_10` adds
+/// `Connection: keep-alive` for an HTTP/1.0 client that asked for it.
+pub fn response_head(
+    out: &mut Vec<u8>,
+    buf: &[u8],
+    head: &ResponseHead,
+    fields: &[Field],
+    edits: &[&HeaderEdits],
+    close: bool,
+    keep_alive_10: bool,
+) {
+    out.clear();
+    // Keep the server's reason phrase; the version is always ours.
+    let line_end = memchr::memchr(b'\r', buf).unwrap_or(0);
+    let reason = buf.get(13..line_end).unwrap_or(b"");
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(itoa::Buffer::new().format(head.status).as_bytes());
+    out.push(b' ');
+    if reason.is_empty() {
+        out.extend_from_slice(reason_phrase(head.status).as_bytes());
+    } else {
+        out.extend_from_slice(reason);
+    }
+    out.extend_from_slice(b"\r\n");
+    for f in fields {
+        let name = &buf[f.name.clone()];
+        if is_hop_by_hop(name)
+            || (head.connection.other_tokens && named_by_connection(buf, fields, name))
+            || (!edits.is_empty() && edited_away(edits, name, true))
+        {
+            continue;
+        }
+        write_field(out, name, &buf[f.value.clone()]);
+    }
+    write_edits(out, edits, true);
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if keep_alive_10 {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes a response generated by the proxy itself (errors, redirects, direct
+/// responses) into `out` (cleared first).
+pub fn local_response(
+    out: &mut Vec<u8>,
+    status: u16,
+    location: Option<&str>,
+    content_type: &str,
+    body: &[u8],
+    connection: Connection,
+) {
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(reason_phrase(status).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    if let Some(location) = location {
+        write_field(out, b"location", location.as_bytes());
+    }
+    write_field(out, b"content-type", content_type.as_bytes());
+    write_field(out, b"content-length", itoa::Buffer::new().format(body.len()).as_bytes());
+    if connection.close {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if connection.keep_alive {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::parse::{parse_request, parse_response, HeadLimits};
+
+    const LIMITS: HeadLimits = HeadLimits { max_bytes: 8192, max_fields: 100 };
+
+    fn rewrite(raw: &[u8], edits: &[&HeaderEdits], headers: Forwarded) -> String {
+        let mut fields = Vec::new();
+        let head = parse_request(raw, LIMITS, &mut fields).expect("valid").expect("complete");
+        let mut out = Vec::new();
+        let fwd = Forwarding { client: "192.0.2.7".parse().expect("ip"), proto: "http", headers };
+        let target = raw[head.target.clone()].to_vec();
+        request_head(&mut out, raw, &head, &fields, &target, b"backend", edits, &fwd);
+        String::from_utf8(out).expect("utf8")
+    }
+
+    #[test]
+    fn hop_by_hop_fields_are_removed_and_forwarding_added() {
+        let raw = b"GET /a HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, X-Secret\r\nX-Secret: 1\r\nKeep-Alive: 5\r\nTE: trailers\r\nUpgrade: websocket\r\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: https\r\nAccept: */*\r\n\r\n";
+        let out = rewrite(raw, &[], Forwarded { x_forwarded_for: true, x_forwarded_proto: true, forwarded: true });
+        assert_eq!(
+            out,
+            "GET /a HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 10.0.0.1, 192.0.2.7\r\nAccept: */*\r\n\
+             x-forwarded-proto: http\r\nforwarded: for=192.0.2.7;proto=http\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn forwarding_headers_can_be_turned_off_and_host_filled_in() {
+        let raw = b"GET / HTTP/1.0\r\nX-Forwarded-Proto: https\r\n\r\n";
+        let out = rewrite(raw, &[], Forwarded { x_forwarded_for: false, x_forwarded_proto: false, forwarded: false });
+        assert_eq!(out, "GET / HTTP/1.1\r\nX-Forwarded-Proto: https\r\nhost: backend\r\n\r\n");
+    }
+
+    #[test]
+    fn edits_remove_set_add() {
+        let edits = HeaderEdits {
+            set_request: vec![("x-env".into(), "prod".into())],
+            add_request: vec![("x-tag".into(), "b".into())],
+            remove_request: vec!["x-debug".into()],
+            ..HeaderEdits::default()
+        };
+        let raw = b"GET / HTTP/1.1\r\nHost: h\r\nX-Env: dev\r\nX-Debug: 1\r\nX-Tag: a\r\n\r\n";
+        let off = Forwarded { x_forwarded_for: false, x_forwarded_proto: false, forwarded: false };
+        let out = rewrite(raw, &[&edits], off);
+        assert_eq!(out, "GET / HTTP/1.1\r\nHost: h\r\nX-Tag: a\r\nx-env: prod\r\nx-tag: b\r\n\r\n");
+    }
+
+    #[test]
+    fn response_head_keeps_reason_and_marks_close() {
+        let raw = b"HTTP/1.0 404 Nope\r\nContent-Length: 0\r\nConnection: keep-alive\r\nServer: o\r\n\r\n";
+        let mut fields = Vec::new();
+        let head = parse_response(raw, 8192, &mut fields).expect("valid").expect("complete");
+        let edits = HeaderEdits { set_response: vec![("server".into(), "sy".into())], ..HeaderEdits::default() };
+        let mut out = Vec::new();
+        response_head(&mut out, raw, &head, &fields, &[&edits], true, false);
+        assert_eq!(
+            String::from_utf8(out).expect("utf8"),
+            "HTTP/1.1 404 Nope\r\nContent-Length: 0\r\nserver: sy\r\nconnection: close\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn local_responses_are_complete() {
+        let mut out = Vec::new();
+        let conn = Connection { close: true, ..Connection::default() };
+        local_response(&mut out, 301, Some("https://x/"), "text/plain", b"moved\n", conn);
+        assert_eq!(
+            String::from_utf8(out).expect("utf8"),
+            "HTTP/1.1 301 Moved Permanently\r\nlocation: https://x/\r\ncontent-type: text/plain\r\n\
+             content-length: 6\r\nconnection: close\r\n\r\nmoved\n"
+        );
+    }
+}

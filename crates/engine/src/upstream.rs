@@ -1,0 +1,191 @@
+//! Upstream side: choosing a server, connecting, and keeping idle keep-alive
+//! connections per worker so many client requests share few server connections.
+//!
+//! Idle connections live in the worker that opened them (no locks): a stack
+//! per (pool, server), newest on top, so the warmest connection is reused
+//! first and the oldest age out. In-flight counts per server are shared by all
+//! workers (atomics) because connection limits and least-connections are
+//! properties of the server, not of one worker.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use switchyard_balance::ServerState;
+use switchyard_config::{HashKey, Pool, PoolId};
+use tokio::net::TcpStream;
+
+use crate::error::{Kind, ProxyError};
+
+/// Initial capacity of an upstream connection's read buffer.
+const UPSTREAM_BUF: usize = 16 * 1024;
+
+/// Shared, live state of one server.
+#[derive(Debug, Default)]
+pub struct ServerLive {
+    /// Requests in flight towards the server, across all workers.
+    pub active: AtomicU32,
+}
+
+/// Shared, live state of one pool.
+#[derive(Debug)]
+pub struct PoolLive {
+    /// One entry per server, in config order.
+    pub servers: Vec<ServerLive>,
+}
+
+impl PoolLive {
+    /// Live state for a configured pool.
+    pub fn new(pool: &Pool) -> Self {
+        PoolLive { servers: pool.servers.iter().map(|_| ServerLive::default()).collect() }
+    }
+}
+
+/// The balancer's view of a pool at pick time: limits, plus servers already
+/// tried for this request.
+pub struct PickView<'a> {
+    /// Pool configuration.
+    pub pool: &'a Pool,
+    /// Live counters.
+    pub live: &'a PoolLive,
+    /// Bit i set: server i was tried and failed for this request.
+    pub tried: u64,
+}
+
+impl ServerState for PickView<'_> {
+    fn is_available(&self, i: usize) -> bool {
+        if i < 64 && self.tried & (1 << i) != 0 {
+            return false;
+        }
+        let (Some(server), Some(live)) = (self.pool.servers.get(i), self.live.servers.get(i)) else {
+            return false;
+        };
+        server.max_connections.is_none_or(|max| live.active.load(Ordering::Relaxed) < max)
+    }
+
+    fn active(&self, i: usize) -> u32 {
+        self.live.servers.get(i).map_or(0, |s| s.active.load(Ordering::Relaxed))
+    }
+}
+
+/// Holds one in-flight slot on a server; released on drop.
+pub struct ActiveGuard {
+    live: Arc<crate::worker::Shared>,
+    pool: PoolId,
+    server: usize,
+}
+
+impl ActiveGuard {
+    /// Takes a slot on `server` of `pool`.
+    pub fn new(live: Arc<crate::worker::Shared>, pool: PoolId, server: usize) -> Self {
+        live.pools[pool.0].servers[server].active.fetch_add(1, Ordering::Relaxed);
+        ActiveGuard { live, pool, server }
+    }
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.live.pools[self.pool.0].servers[self.server].active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A connection to a server, with its read buffer.
+#[derive(Debug)]
+pub struct UpstreamConn {
+    /// The socket.
+    pub stream: TcpStream,
+    /// Bytes read from the server and not yet consumed.
+    pub buf: BytesMut,
+    /// Requests already completed on this connection.
+    pub served: u32,
+}
+
+/// An idle pooled connection and when it went idle.
+#[derive(Debug)]
+pub struct IdleConn {
+    conn: UpstreamConn,
+    since: Instant,
+}
+
+/// Per-worker idle connection stacks, indexed by pool then server.
+#[derive(Debug, Default)]
+pub struct IdlePool {
+    stacks: Vec<Vec<Vec<IdleConn>>>,
+}
+
+impl IdlePool {
+    /// Empty stacks shaped like the configured pools.
+    pub fn new(pools: &[Pool]) -> Self {
+        IdlePool { stacks: pools.iter().map(|p| p.servers.iter().map(|_| Vec::new()).collect()).collect() }
+    }
+
+    /// The newest idle connection to a server that is still open and younger
+    /// than `max_idle`; stale ones met on the way are closed.
+    pub fn take(&mut self, pool: PoolId, server: usize, max_idle: Duration, now: Instant) -> Option<UpstreamConn> {
+        let stack = self.stacks.get_mut(pool.0)?.get_mut(server)?;
+        while let Some(idle) = stack.pop() {
+            if now.duration_since(idle.since) < max_idle && still_open(&idle.conn.stream) {
+                return Some(idle.conn);
+            }
+        }
+        None
+    }
+
+    /// Returns a connection for reuse, unless the stack is full.
+    pub fn put(&mut self, pool: PoolId, server: usize, conn: UpstreamConn, max: usize, now: Instant) {
+        let Some(stack) = self.stacks.get_mut(pool.0).and_then(|p| p.get_mut(server)) else {
+            return;
+        };
+        if stack.len() < max {
+            stack.push(IdleConn { conn, since: now });
+        }
+    }
+
+    /// Closes connections idle for longer than `max_idle` or closed by their server.
+    pub fn sweep(&mut self, max_idle: impl Fn(PoolId) -> Duration, now: Instant) {
+        for (p, servers) in self.stacks.iter_mut().enumerate() {
+            let limit = max_idle(PoolId(p));
+            for stack in servers.iter_mut() {
+                stack.retain(|idle| now.duration_since(idle.since) < limit && still_open(&idle.conn.stream));
+            }
+        }
+    }
+}
+
+/// Whether a pooled connection still looks usable: no EOF, no stray bytes.
+/// Tokio answers from its readiness cache first, so an idle healthy socket
+/// costs no system call here.
+fn still_open(stream: &TcpStream) -> bool {
+    let mut probe = [0u8; 1];
+    matches!(stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+/// Opens a new connection to `addr` within `timeout`.
+pub async fn connect(addr: SocketAddr, timeout: Duration) -> Result<UpstreamConn, ProxyError> {
+    match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+        Err(_) => Err(ProxyError::retryable(Kind::ConnectTimeout)),
+        Ok(Err(_)) => Err(ProxyError::retryable(Kind::ConnectFailed)),
+        Ok(Ok(stream)) => {
+            // Heads and small bodies go out in one segment; Nagle only adds latency here.
+            let _ = stream.set_nodelay(true);
+            Ok(UpstreamConn { stream, buf: BytesMut::with_capacity(UPSTREAM_BUF), served: 0 })
+        }
+    }
+}
+
+/// The hash key of a request for hash-based balancing.
+pub fn hash_key(key: &HashKey, client: IpAddr, uri: &[u8], header: Option<&[u8]>) -> u64 {
+    match (key, header) {
+        (HashKey::Uri, _) => switchyard_balance::hash_bytes(uri),
+        (HashKey::Header(_), Some(value)) => switchyard_balance::hash_bytes(value),
+        (HashKey::ClientAddr | HashKey::Header(_), _) => match client {
+            IpAddr::V4(v4) => switchyard_balance::hash_bytes(&v4.octets()),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => switchyard_balance::hash_bytes(&v4.octets()),
+                None => switchyard_balance::hash_bytes(&v6.octets()),
+            },
+        },
+    }
+}

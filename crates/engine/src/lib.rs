@@ -28,7 +28,7 @@ const BACKLOG: i32 = 4096;
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// A listener could not be bound.
-    #[error("service `{service}`: cannot listen on {addr}: {source}")]
+    #[error("service `{service}`: cannot listen on {addr}")]
     Listen {
         /// Service name.
         service: String,

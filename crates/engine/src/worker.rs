@@ -50,6 +50,11 @@ pub struct Worker {
     pub drain: Notify,
     /// Client connections currently open on this worker.
     pub open: Cell<usize>,
+    /// Request working memory lent to connections while they have a request in progress.
+    pub scratch: RefCell<Vec<crate::http::Scratch>>,
+    /// A coarse clock (refreshed every second) for idle-connection ages, so
+    /// the request path reads no clock for them.
+    pub clock: Cell<Instant>,
 }
 
 impl Worker {
@@ -69,6 +74,8 @@ impl Worker {
             draining: Cell::new(false),
             drain: Notify::new(),
             open: Cell::new(0),
+            clock: Cell::new(Instant::now()),
+            scratch: RefCell::new(Vec::new()),
         }
     }
 }
@@ -178,6 +185,7 @@ async fn sweep_idle(worker: Rc<Worker>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
+        worker.clock.set(Instant::now());
         if worker.draining.get() {
             worker.idle.borrow_mut().sweep(|_| Duration::ZERO, Instant::now());
             return;

@@ -44,7 +44,25 @@ const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 /// How many times a failed connect moves on to another server.
 const CONNECT_RETRIES: u32 = 1;
 
-/// One client connection's reusable state.
+/// Most scratch sets a worker keeps for reuse.
+const SCRATCH_POOL: usize = 1024;
+/// Buffers that grew beyond this (large bodies) are freed rather than pooled.
+const SCRATCH_KEEP: usize = 64 * 1024;
+
+/// Working memory of a request in progress. A connection borrows one from its
+/// worker when request bytes arrive and gives it back when it goes idle, so an
+/// idle keep-alive connection holds no buffers at all.
+#[derive(Default)]
+pub struct Scratch {
+    buf: BytesMut,
+    fields: Vec<Field>,
+    resp_fields: Vec<Field>,
+    out: Vec<u8>,
+    host: String,
+    line: String,
+}
+
+/// One client connection's state.
 struct Client {
     stream: TcpStream,
     peer: SocketAddr,
@@ -60,6 +78,9 @@ struct Client {
     host: String,
     /// "METHOD path" of the current request, for logs.
     line: String,
+    /// The client's IP address (IPv4-mapped addresses unmapped), and as text.
+    ip: IpAddr,
+    ip_text: String,
 }
 
 /// What the route phase decided, detached from the request buffer.
@@ -101,12 +122,14 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, service: usize, worker: 
     let mut client = Client {
         stream,
         peer,
-        buf: BytesMut::with_capacity(CLIENT_BUF),
+        buf: BytesMut::new(),
         fields: Vec::new(),
         resp_fields: Vec::new(),
         out: Vec::new(),
         host: String::new(),
         line: String::new(),
+        ip: client_ip(peer),
+        ip_text: client_ip(peer).to_string(),
     };
     let mut first = true;
     loop {
@@ -121,10 +144,50 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, service: usize, worker: 
         };
         first = false;
         let started = Instant::now();
-        let keep_alive = handle(&mut client, head, service, &worker, &shared, started).await;
+        // Boxed so that an idle connection's task holds only the small
+        // read-head state, not the whole request pipeline's.
+        let keep_alive = Box::pin(handle(&mut client, head, service, &worker, &shared, started)).await;
         if !keep_alive || worker.draining.get() {
             return;
         }
+        stash(&mut client, &worker);
+    }
+}
+
+/// Lends the connection a scratch set from the worker's pool.
+fn lend(client: &mut Client, worker: &Worker) {
+    if client.buf.capacity() > 0 {
+        return;
+    }
+    let s = worker.scratch.borrow_mut().pop().unwrap_or_default();
+    client.buf = s.buf;
+    client.fields = s.fields;
+    client.resp_fields = s.resp_fields;
+    client.out = s.out;
+    client.host = s.host;
+    client.line = s.line;
+    if client.buf.capacity() == 0 {
+        client.buf.reserve(CLIENT_BUF);
+    }
+}
+
+/// Returns an idle connection's scratch set to the worker's pool.
+fn stash(client: &mut Client, worker: &Worker) {
+    if !client.buf.is_empty() || client.buf.capacity() == 0 {
+        return;
+    }
+    let mut s = Scratch {
+        buf: std::mem::take(&mut client.buf),
+        fields: std::mem::take(&mut client.fields),
+        resp_fields: std::mem::take(&mut client.resp_fields),
+        out: std::mem::take(&mut client.out),
+        host: std::mem::take(&mut client.host),
+        line: std::mem::take(&mut client.line),
+    };
+    let mut pool = worker.scratch.borrow_mut();
+    if pool.len() < SCRATCH_POOL && s.buf.capacity() <= SCRATCH_KEEP && s.out.capacity() <= SCRATCH_KEEP {
+        s.buf.clear();
+        pool.push(s);
     }
 }
 
@@ -152,20 +215,24 @@ async fn read_head(
                 deadline = tokio::time::Instant::now() + t.client_header;
             }
         }
-        if client.buf.capacity() - client.buf.len() < 1024 {
-            client.buf.reserve(CLIENT_BUF);
-        }
-        let read = if client.buf.is_empty() {
+        if client.buf.is_empty() {
+            // Idle: wait for the next request without holding any buffer.
             if worker.draining.get() {
                 return Ok(None);
             }
-            tokio::select! {
-                r = timeout_at(deadline, client.stream.read_buf(&mut client.buf)) => r,
+            let ready = tokio::select! {
+                r = timeout_at(deadline, client.stream.readable()) => r,
                 () = worker.drain.notified() => return Ok(None),
+            };
+            if !matches!(ready, Ok(Ok(()))) {
+                return Ok(None);
             }
-        } else {
-            timeout_at(deadline, client.stream.read_buf(&mut client.buf)).await
-        };
+            lend(client, worker);
+        }
+        if client.buf.capacity() - client.buf.len() < 1024 {
+            client.buf.reserve(CLIENT_BUF);
+        }
+        let read = timeout_at(deadline, client.stream.read_buf(&mut client.buf)).await;
         match read {
             Err(_) if client.buf.is_empty() => return Ok(None),
             Err(_) => return Err(ProxyError::new(Kind::ClientHeaderTimeout)),
@@ -225,7 +292,7 @@ async fn handle(
             query: query.and_then(|q| std::str::from_utf8(q).ok()),
             head: buf,
             fields: &client.fields,
-            client: client_ip(client.peer),
+            client: client.ip,
         };
         let decision = route::evaluate(&service.rules, &view);
         pool_for_hash = match decision.action {
@@ -269,7 +336,7 @@ async fn handle(
 
     // Phase 4: request rewrite. The head is consumed from the buffer once
     // rewritten; what follows it is body or the next request.
-    let fwd = Forwarding { client: client_ip(client.peer), proto: "http", headers: service.forwarded };
+    let fwd = Forwarding { client: client.ip, client_text: &client.ip_text, proto: "http", headers: service.forwarded };
     // Only HTTP/1.0 requests may lack a Host; they get the server's address.
     let server_host = match head.host {
         Some(_) => String::new(),
@@ -335,7 +402,7 @@ async fn forward(
         let idle = if fresh_only {
             None
         } else {
-            worker.idle.borrow_mut().take(pool, server, service.timeouts.server_idle, Instant::now())
+            worker.idle.borrow_mut().take(pool, server, service.timeouts.server_idle, worker.clock.get())
         };
         let (mut conn, reused) = match idle {
             Some(conn) => (conn, true),
@@ -354,11 +421,11 @@ async fn forward(
                 }
             },
         };
-        match exchange(client, &mut conn, service, routed, info).await {
+        match exchange(client, &mut conn, service, worker, routed, info).await {
             Ok((outcome, reusable)) => {
                 if reusable {
                     conn.served += 1;
-                    worker.idle.borrow_mut().put(pool, server, conn, pool_cfg.max_idle_per_server, Instant::now());
+                    worker.idle.borrow_mut().put(pool, server, conn, pool_cfg.max_idle_per_server, worker.clock.get());
                 }
                 return Ok(outcome);
             }
@@ -380,6 +447,7 @@ async fn exchange(
     client: &mut Client,
     conn: &mut UpstreamConn,
     service: &Service,
+    worker: &Worker,
     routed: &Routed<'_>,
     info: RequestInfo,
 ) -> Result<(Outcome, bool), Failed> {
@@ -441,7 +509,9 @@ async fn exchange(
         Version::Http11 => !head.connection.close,
         Version::Http10 => head.connection.keep_alive && !head.connection.close,
     };
-    let client_keep_alive = info.keep_alive && body_framing != Framing::UntilClose;
+    // A drain that began while this request was in flight still tells the
+    // client, so it does not send another request on a closing connection.
+    let client_keep_alive = info.keep_alive && body_framing != Framing::UntilClose && !worker.draining.get();
     rewrite::response_head(
         &mut client.out,
         &conn.buf[..head.len],

@@ -16,9 +16,11 @@ use crate::error::reason_phrase;
 
 /// How a request is forwarded: who the client is and what to tell the server.
 #[derive(Debug, Clone, Copy)]
-pub struct Forwarding {
+pub struct Forwarding<'a> {
     /// The client's address.
     pub client: IpAddr,
+    /// The client's address as text, formatted once per connection.
+    pub client_text: &'a str,
     /// Scheme the client used ("http" or "https").
     pub proto: &'static str,
     /// Which forwarding headers to add.
@@ -101,7 +103,9 @@ pub fn request_head(
             out.extend_from_slice(name);
             out.extend_from_slice(b": ");
             out.extend_from_slice(&buf[f.value.clone()]);
-            let _ = write!(out, ", {}\r\n", fwd.client);
+            out.extend_from_slice(b", ");
+            out.extend_from_slice(fwd.client_text.as_bytes());
+            out.extend_from_slice(b"\r\n");
             continue;
         }
         write_field(out, name, &buf[f.value.clone()]);
@@ -111,20 +115,15 @@ pub fn request_head(
     }
     write_edits(out, edits, false);
     if xff && last_xff.is_none() {
-        let _ = write!(out, "x-forwarded-for: {}\r\n", fwd.client);
+        write_field(out, b"x-forwarded-for", fwd.client_text.as_bytes());
     }
     if fwd.headers.x_forwarded_proto {
         write_field(out, b"x-forwarded-proto", fwd.proto.as_bytes());
     }
     if fwd.headers.forwarded {
-        match fwd.client {
-            IpAddr::V4(ip) => {
-                let _ = write!(out, "forwarded: for={ip};proto={}\r\n", fwd.proto);
-            }
-            IpAddr::V6(ip) => {
-                let _ = write!(out, "forwarded: for=\"[{ip}]\";proto={}\r\n", fwd.proto);
-            }
-        }
+        // RFC 7239: an IPv6 address is bracketed and the value quoted.
+        let (open, close) = if fwd.client.is_ipv6() { ("\"[", "]\"") } else { ("", "") };
+        let _ = write!(out, "forwarded: for={open}{}{close};proto={}\r\n", fwd.client_text, fwd.proto);
     }
     out.extend_from_slice(b"\r\n");
 }
@@ -215,7 +214,8 @@ mod tests {
         let mut fields = Vec::new();
         let head = parse_request(raw, LIMITS, &mut fields).expect("valid").expect("complete");
         let mut out = Vec::new();
-        let fwd = Forwarding { client: "192.0.2.7".parse().expect("ip"), proto: "http", headers };
+        let fwd =
+            Forwarding { client: "192.0.2.7".parse().expect("ip"), client_text: "192.0.2.7", proto: "http", headers };
         let target = raw[head.target.clone()].to_vec();
         request_head(&mut out, raw, &head, &fields, &target, b"backend", edits, &fwd);
         String::from_utf8(out).expect("utf8")

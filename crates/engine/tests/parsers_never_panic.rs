@@ -1,0 +1,81 @@
+//! Property tests: any bytes given to the HTTP parsers yield a result or an
+//! error, never a panic, and chunked scanning does not depend on how the
+//! bytes were split across reads.
+
+use proptest::prelude::*;
+use switchyard_engine::http::body::ChunkedScanner;
+use switchyard_engine::http::parse::{parse_request, parse_response, HeadLimits};
+
+fn head_like() -> impl Strategy<Value = Vec<u8>> {
+    // Mostly plausible heads with random corruption, plus raw noise.
+    let plausible = (
+        prop::sample::select(vec!["GET", "POST", "HEAD", "PUT", "X", ""]),
+        "[ -~]{0,20}",
+        prop::collection::vec(("[a-zA-Z-]{0,12}", "[ -~\t\r\n]{0,20}"), 0..8),
+        prop::sample::select(vec!["\r\n\r\n", "\r\n", "\n\n", ""]),
+    )
+        .prop_map(|(m, t, hs, end)| {
+            let mut v = format!("{m} {t} HTTP/1.1\r\n").into_bytes();
+            for (n, val) in hs {
+                v.extend_from_slice(format!("{n}: {val}\r\n").as_bytes());
+            }
+            v.extend_from_slice(end.as_bytes());
+            v
+        });
+    prop_oneof![plausible, prop::collection::vec(any::<u8>(), 0..300)]
+}
+
+fn chunked_like() -> impl Strategy<Value = Vec<u8>> {
+    let chunk = (0usize..40, "[0-9a-fA-F;= xz]{0,4}", prop::sample::select(vec!["\r\n", "\n", "\r", ""]));
+    prop::collection::vec(chunk, 0..6).prop_map(|chunks| {
+        let mut v = Vec::new();
+        for (len, ext, eol) in chunks {
+            v.extend_from_slice(format!("{len:x}{ext}{eol}").as_bytes());
+            v.extend(std::iter::repeat_n(b'a', len));
+            v.extend_from_slice(eol.as_bytes());
+        }
+        v.extend_from_slice(b"0\r\n\r\n");
+        v
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn request_parser_never_panics(bytes in head_like(), max_fields in 1usize..200) {
+        let mut fields = Vec::new();
+        let limits = HeadLimits { max_bytes: 256, max_fields };
+        if let Ok(Some(head)) = parse_request(&bytes, limits, &mut fields) {
+            prop_assert!(head.len <= bytes.len());
+            for f in &fields {
+                prop_assert!(f.name.end <= head.len && f.value.end <= head.len);
+            }
+        }
+    }
+
+    #[test]
+    fn response_parser_never_panics(bytes in head_like()) {
+        let mut fields = Vec::new();
+        let _ = parse_response(&bytes, 256, &mut fields);
+    }
+
+    #[test]
+    fn chunked_scan_is_split_invariant(body in prop_oneof![chunked_like(), prop::collection::vec(any::<u8>(), 0..200)], cut in any::<prop::sample::Index>()) {
+        let whole = {
+            let mut s = ChunkedScanner::new();
+            s.scan(&body).map(|n| (n, s.is_done()))
+        };
+        let split = {
+            let at = cut.index(body.len() + 1);
+            let mut s = ChunkedScanner::new();
+            s.scan(&body[..at]).and_then(|a| {
+                if s.is_done() { Ok((a, true)) } else { s.scan(&body[at..]).map(|b| (a + b, s.is_done())) }
+            })
+        };
+        prop_assert_eq!(whole.is_ok(), split.is_ok());
+        if let (Ok(w), Ok(s)) = (whole, split) {
+            prop_assert_eq!(w, s);
+        }
+    }
+}

@@ -9,7 +9,8 @@ use std::io;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::WriteHalf;
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 
@@ -155,111 +156,178 @@ pub enum RelayError {
     TooLarge,
 }
 
+/// A socket half (or whole socket) the relay can write to, with a
+/// non-blocking first attempt that spares arming a timer.
+pub trait Sink: AsyncWrite + Unpin {
+    /// Writes what the socket takes now without waiting.
+    fn try_write_now(&self, data: &[u8]) -> io::Result<usize>;
+}
+
+impl Sink for TcpStream {
+    fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
+        self.try_write(data)
+    }
+}
+
+impl Sink for WriteHalf<'_> {
+    fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
+        self.try_write(data)
+    }
+}
+
 /// Body progress: how many bytes of it are still expected.
+#[derive(Debug)]
 enum Remaining {
     Length(u64),
     Chunked(ChunkedScanner),
     UntilClose,
 }
 
-/// Writes `head` followed by a body of `framing` read from `src`, where `buf`
-/// already holds bytes read from `src` (possibly more than this body).
-/// On success, `buf` keeps exactly the bytes that follow the body.
-/// Returns the number of body bytes relayed.
-pub async fn relay(
-    head: &[u8],
-    src: &mut TcpStream,
-    buf: &mut BytesMut,
-    dst: &mut TcpStream,
-    framing: Framing,
-    idle: Duration,
+/// One message body being relayed: its framing state and limit.
+#[derive(Debug)]
+pub struct Body {
+    remaining: Remaining,
     limit: Option<u64>,
-) -> Result<u64, RelayError> {
-    let mut remaining = match framing {
-        Framing::Empty => Remaining::Length(0),
-        Framing::Length(n) => {
-            if limit.is_some_and(|max| n > max) {
-                return Err(RelayError::TooLarge);
+    total: u64,
+    eof_ends: bool,
+}
+
+impl Body {
+    /// A body of `framing`, refused once it exceeds `limit` bytes of payload.
+    pub fn new(framing: Framing, limit: Option<u64>) -> Result<Body, RelayError> {
+        let remaining = match framing {
+            Framing::Empty => Remaining::Length(0),
+            Framing::Length(n) => {
+                if limit.is_some_and(|max| n > max) {
+                    return Err(RelayError::TooLarge);
+                }
+                Remaining::Length(n)
             }
-            Remaining::Length(n)
+            Framing::Chunked => Remaining::Chunked(ChunkedScanner::new()),
+            Framing::UntilClose => Remaining::UntilClose,
+        };
+        Ok(Body { remaining, limit, total: 0, eof_ends: false })
+    }
+
+    /// Whether every byte of the body has been relayed.
+    pub fn is_finished(&self) -> bool {
+        match &self.remaining {
+            Remaining::Length(n) => *n == 0,
+            Remaining::Chunked(scanner) => scanner.is_done(),
+            Remaining::UntilClose => self.eof_ends,
         }
-        Framing::Chunked => Remaining::Chunked(ChunkedScanner::new()),
-        Framing::UntilClose => Remaining::UntilClose,
-    };
-    let mut total = 0u64;
-    let first = take_body_prefix(&mut remaining, buf, limit)?;
-    if first <= COALESCE_LIMIT && !head.is_empty() {
+    }
+
+    /// Body bytes relayed so far (framing included for chunked bodies).
+    pub fn relayed(&self) -> u64 {
+        self.total
+    }
+
+    /// How many bytes at the front of `buf` belong to the body, advancing the state.
+    fn take(&mut self, buf: &[u8]) -> Result<usize, RelayError> {
+        let take = match &mut self.remaining {
+            Remaining::Length(n) => {
+                let take = buf.len().min(usize::try_from(*n).unwrap_or(usize::MAX));
+                *n -= take as u64;
+                take
+            }
+            Remaining::Chunked(scanner) => {
+                let take = scanner.scan(buf).map_err(RelayError::Framing)?;
+                if self.limit.is_some_and(|max| scanner.data_bytes() > max) {
+                    return Err(RelayError::TooLarge);
+                }
+                take
+            }
+            Remaining::UntilClose => buf.len(),
+        };
+        self.total += take as u64;
+        Ok(take)
+    }
+}
+
+/// Writes `head` and the part of `body` already in `buf`, in one write when
+/// small. `buf` then starts with whatever follows those bytes.
+pub async fn send_head<W: Sink>(
+    head: &[u8],
+    buf: &mut BytesMut,
+    dst: &mut W,
+    body: &mut Body,
+    idle: Duration,
+) -> Result<(), RelayError> {
+    let first = body.take(buf)?;
+    if first == 0 {
+        write_all(dst, head, idle).await?;
+    } else if first <= COALESCE_LIMIT {
         // Small bodies ride in the same write (and the same packet) as the head.
-        if first == 0 {
-            write_all(dst, head, idle).await?;
-        } else {
-            let mut out = Vec::with_capacity(head.len() + first);
-            out.extend_from_slice(head);
-            out.extend_from_slice(&buf[..first]);
-            write_all(dst, &out, idle).await?;
-        }
+        let mut out = Vec::with_capacity(head.len() + first);
+        out.extend_from_slice(head);
+        out.extend_from_slice(&buf[..first]);
+        write_all(dst, &out, idle).await?;
     } else {
         write_all(dst, head, idle).await?;
         write_all(dst, &buf[..first], idle).await?;
     }
     buf.advance(first);
-    total += first as u64;
-    while !is_finished(&remaining) {
+    Ok(())
+}
+
+/// Relays the rest of `body` from `src` to `dst` through `buf`. On success,
+/// `buf` keeps exactly the bytes that follow the body.
+pub async fn pump<R: AsyncRead + Unpin, W: Sink>(
+    src: &mut R,
+    buf: &mut BytesMut,
+    dst: &mut W,
+    body: &mut Body,
+    idle: Duration,
+) -> Result<(), RelayError> {
+    while !body.is_finished() {
         buf.reserve(RELAY_CHUNK);
         match timeout(idle, src.read_buf(buf)).await {
             Err(_) => return Err(RelayError::ReadTimeout),
             Ok(Err(e)) => return Err(RelayError::Read(e)),
             Ok(Ok(0)) => {
-                if matches!(remaining, Remaining::UntilClose) {
+                if matches!(body.remaining, Remaining::UntilClose) {
+                    body.eof_ends = true;
                     break;
                 }
                 return Err(RelayError::Read(io::ErrorKind::UnexpectedEof.into()));
             }
             Ok(Ok(_)) => {}
         }
-        let take = take_body_prefix(&mut remaining, buf, limit)?;
+        let take = body.take(buf)?;
         write_all(dst, &buf[..take], idle).await?;
         buf.advance(take);
-        total += take as u64;
     }
-    Ok(total)
+    Ok(())
 }
 
-/// How many bytes at the front of `buf` belong to the body, advancing `remaining`.
-fn take_body_prefix(remaining: &mut Remaining, buf: &BytesMut, limit: Option<u64>) -> Result<usize, RelayError> {
-    match remaining {
-        Remaining::Length(n) => {
-            let take = buf.len().min(usize::try_from(*n).unwrap_or(usize::MAX));
-            *n -= take as u64;
-            Ok(take)
-        }
-        Remaining::Chunked(scanner) => {
-            let take = scanner.scan(buf).map_err(RelayError::Framing)?;
-            if limit.is_some_and(|max| scanner.data_bytes() > max) {
-                return Err(RelayError::TooLarge);
-            }
-            Ok(take)
-        }
-        Remaining::UntilClose => Ok(buf.len()),
-    }
-}
-
-fn is_finished(remaining: &Remaining) -> bool {
-    match remaining {
-        Remaining::Length(n) => *n == 0,
-        Remaining::Chunked(scanner) => scanner.is_done(),
-        Remaining::UntilClose => false,
-    }
+/// Writes `head` followed by a whole body of `framing` read from `src`, where
+/// `buf` already holds bytes read from `src` (possibly more than this body).
+/// On success, `buf` keeps exactly the bytes that follow the body.
+/// Returns the number of body bytes relayed.
+pub async fn relay<R: AsyncRead + Unpin, W: Sink>(
+    head: &[u8],
+    src: &mut R,
+    buf: &mut BytesMut,
+    dst: &mut W,
+    framing: Framing,
+    idle: Duration,
+    limit: Option<u64>,
+) -> Result<u64, RelayError> {
+    let mut body = Body::new(framing, limit)?;
+    send_head(head, buf, dst, &mut body, idle).await?;
+    pump(src, buf, dst, &mut body, idle).await?;
+    Ok(body.total)
 }
 
 /// Writes all of `data`, bounded by `idle` for the whole write.
-pub async fn write_all(dst: &mut TcpStream, data: &[u8], idle: Duration) -> Result<(), RelayError> {
+pub async fn write_all<W: Sink>(dst: &mut W, data: &[u8], idle: Duration) -> Result<(), RelayError> {
     if data.is_empty() {
         return Ok(());
     }
     // Fast path: a loopback or idle socket usually takes the whole write at once,
     // which spares arming a timer.
-    let written = match dst.try_write(data) {
+    let written = match dst.try_write_now(data) {
         Ok(n) => n,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
         Err(e) => return Err(RelayError::Write(e)),

@@ -26,11 +26,11 @@ use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 use switchyard_config::{Action, HeaderEdits, PoolId, Service};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
 use tokio::time::timeout_at;
 
-use self::body::{relay, write_all, RelayError};
+use self::body::{relay, write_all, Body, RelayError};
 use self::parse::{Connection, Field, Framing, HeadLimits, RequestHead, Version};
 use self::rewrite::Forwarding;
 use crate::error::{Kind, ProxyError};
@@ -443,6 +443,12 @@ async fn forward(
 
 /// Phases 6–8 on one server connection. On success, also says whether the
 /// server connection can go back to the idle pool.
+///
+/// When the request body is not all sent with the head, the rest is relayed
+/// while the response is already being read and streamed back (full duplex):
+/// a server may answer before it has read the whole body (echo, streaming
+/// APIs, an early 413), and waiting for the body first would deadlock once
+/// every socket buffer on the path is full.
 async fn exchange(
     client: &mut Client,
     conn: &mut UpstreamConn,
@@ -454,45 +460,116 @@ async fn exchange(
     let t = &service.timeouts;
     let early = |error| Err(Failed { error, response_started: false });
 
-    // Phase 6: forward the head and stream the body.
+    // Phase 6: forward the head and what of the body is already here.
     if info.expect_continue {
         if let Err(e) = write_all(&mut client.stream, b"HTTP/1.1 100 Continue\r\n\r\n", t.client_idle).await {
             return early(request_relay_error(e));
         }
     }
-    let sent = relay(
-        &client.out,
-        &mut client.stream,
-        &mut client.buf,
-        &mut conn.stream,
-        info.framing,
-        t.client_idle,
-        service.limits.max_body_bytes,
-    )
-    .await;
-    if let Err(e) = sent {
+    let mut upload = match Body::new(info.framing, service.limits.max_body_bytes) {
+        Ok(body) => body,
+        Err(e) => return early(request_relay_error(e)),
+    };
+    if let Err(e) = body::send_head(&client.out, &mut client.buf, &mut conn.stream, &mut upload, t.client_idle).await {
         return early(request_relay_error(e));
     }
+    let mut response = Response { out: &mut client.out, fields: &mut client.resp_fields, started: false };
+    let draining = || worker.draining.get();
+    if upload.is_finished() {
+        let done = respond(
+            &mut conn.stream,
+            &mut conn.buf,
+            &mut client.stream,
+            &mut response,
+            service,
+            routed,
+            info,
+            draining,
+        )
+        .await?;
+        let reusable = done.server_keeps && conn.buf.is_empty();
+        return Ok((done.outcome, reusable));
+    }
 
-    // Read the response head, skipping interim (1xx) responses.
-    let fields = &mut client.resp_fields;
+    // Phases 6–8 in full duplex: the rest of the body goes up while the response comes down.
+    let (done, complete) = {
+        let (mut client_rd, mut client_wr) = client.stream.split();
+        let (mut server_rd, mut server_wr) = conn.stream.split();
+        let up = body::pump(&mut client_rd, &mut client.buf, &mut server_wr, &mut upload, t.client_idle);
+        let down =
+            respond(&mut server_rd, &mut conn.buf, &mut client_wr, &mut response, service, routed, info, draining);
+        tokio::pin!(up, down);
+        let mut up_result = None;
+        let done = loop {
+            tokio::select! {
+                r = &mut up, if up_result.is_none() => {
+                    match r {
+                        Ok(()) => up_result = Some(true),
+                        // The client stopped sending or sent a bad body: nothing more can be forwarded.
+                        Err(e @ (RelayError::Read(_) | RelayError::ReadTimeout | RelayError::Framing(_) | RelayError::TooLarge)) => {
+                            return Err(Failed { error: request_relay_error(e), response_started: false });
+                        }
+                        // The server stopped reading; its response may still come.
+                        Err(RelayError::Write(_) | RelayError::WriteTimeout) => up_result = Some(false),
+                    }
+                }
+                r = &mut down => break r?,
+            }
+        };
+        // A response that ended before the body was all sent leaves both streams
+        // out of step: neither connection can carry another message.
+        (done, up_result == Some(true))
+    };
+    let outcome = Outcome { client_keep_alive: done.outcome.client_keep_alive && complete, ..done.outcome };
+    Ok((outcome, done.server_keeps && complete && conn.buf.is_empty()))
+}
+
+/// Where the response phases write: the client's reused head buffer and field index.
+struct Response<'a> {
+    out: &'a mut Vec<u8>,
+    fields: &'a mut Vec<Field>,
+    /// Set once any byte of the response went to the client.
+    started: bool,
+}
+
+/// What [`respond`] learned about the finished response.
+struct Responded {
+    outcome: Outcome,
+    server_keeps: bool,
+}
+
+/// Phases 7–8: read the response head (skipping interim 1xx responses),
+/// rewrite it, and stream the response to the client.
+#[allow(clippy::too_many_arguments)]
+async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
+    server: &mut R,
+    buf: &mut BytesMut,
+    client: &mut W,
+    response: &mut Response<'_>,
+    service: &Service,
+    routed: &Routed<'_>,
+    info: RequestInfo,
+    draining: impl Fn() -> bool,
+) -> Result<Responded, Failed> {
+    let t = &service.timeouts;
+    let early = |error| Err(Failed { error, response_started: false });
     let deadline = tokio::time::Instant::now() + t.server_response;
     let head = loop {
-        match parse::parse_response(&conn.buf, MAX_RESPONSE_HEAD, fields) {
+        match parse::parse_response(buf, MAX_RESPONSE_HEAD, response.fields) {
             Err(error) => return early(error),
             Ok(Some(head)) if head.status == 101 => {
                 return early(ProxyError::new(Kind::BadResponse("unexpected protocol switch")))
             }
             Ok(Some(head)) if head.status < 200 => {
-                conn.buf.advance(head.len);
+                buf.advance(head.len);
                 continue;
             }
             Ok(Some(head)) => break head,
             Ok(None) => {}
         }
-        conn.buf.reserve(4096);
-        let nothing_yet = conn.buf.is_empty();
-        match timeout_at(deadline, conn.stream.read_buf(&mut conn.buf)).await {
+        buf.reserve(4096);
+        let nothing_yet = buf.is_empty();
+        match timeout_at(deadline, server.read_buf(buf)).await {
             Err(_) => return early(ProxyError::new(Kind::ServerTimeout)),
             // A server that closes before answering anything has not acted on
             // the request if it was a reused idle connection.
@@ -505,33 +582,29 @@ async fn exchange(
     // Phase 7: response rewrite.
     let body_framing =
         if parse::response_has_body(info.head_method, head.status) { head.framing } else { Framing::Empty };
-    let server_keeps = match head.version {
-        Version::Http11 => !head.connection.close,
-        Version::Http10 => head.connection.keep_alive && !head.connection.close,
-    };
+    let server_keeps = body_framing != Framing::UntilClose
+        && match head.version {
+            Version::Http11 => !head.connection.close,
+            Version::Http10 => head.connection.keep_alive && !head.connection.close,
+        };
     // A drain that began while this request was in flight still tells the
     // client, so it does not send another request on a closing connection.
-    let client_keep_alive = info.keep_alive && body_framing != Framing::UntilClose && !worker.draining.get();
+    let client_keep_alive = info.keep_alive && body_framing != Framing::UntilClose && !draining();
     rewrite::response_head(
-        &mut client.out,
-        &conn.buf[..head.len],
+        response.out,
+        &buf[..head.len],
         &head,
-        &client.resp_fields,
+        response.fields,
         &routed.edits,
         !client_keep_alive,
         client_keep_alive && info.version == Version::Http10,
     );
-    conn.buf.advance(head.len);
+    buf.advance(head.len);
 
     // Phase 8: stream the response body.
-    let streamed =
-        relay(&client.out, &mut conn.stream, &mut conn.buf, &mut client.stream, body_framing, t.server_response, None)
-            .await;
-    match streamed {
-        Ok(_) => {
-            let reusable = server_keeps && body_framing != Framing::UntilClose && conn.buf.is_empty();
-            Ok((Outcome { status: head.status, client_keep_alive }, reusable))
-        }
+    response.started = true;
+    match relay(response.out, server, buf, client, body_framing, t.server_response, None).await {
+        Ok(_) => Ok(Responded { outcome: Outcome { status: head.status, client_keep_alive }, server_keeps }),
         Err(e) => {
             let error = match e {
                 RelayError::Read(_) => ProxyError::new(Kind::ServerClosed),

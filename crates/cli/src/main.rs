@@ -56,7 +56,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter =
         tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
     let result = match cli.command {
         Command::Up => commands::up(),
         Command::Run { config, workers } => commands::run(&config, workers),

@@ -95,6 +95,14 @@ fn refused_connections_are_502() {
 }
 
 #[test]
+fn a_single_refusing_server_is_502_not_503() {
+    // The retry has nowhere else to go; the client still learns the connect failed.
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&simple_config(listen, &[dead_addr()], ""), listen);
+    assert_error(&proxy.connect().get("/"), 502, "Bad Gateway");
+}
+
+#[test]
 fn no_pool_is_503() {
     let listen = proxy_addr();
     let config = format!(

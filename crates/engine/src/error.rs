@@ -26,6 +26,8 @@ pub enum Kind {
     BadRequest(&'static str),
     /// The request head did not arrive in time.
     ClientHeaderTimeout,
+    /// The request carries an `Expect` the proxy cannot meet.
+    ExpectationFailed,
     /// The request head or one of its parts is larger than allowed.
     HeaderTooLarge,
     /// The request body is larger than allowed.
@@ -83,6 +85,7 @@ impl ProxyError {
     pub fn side(&self) -> Side {
         match self.kind {
             Kind::BadRequest(_)
+            | Kind::ExpectationFailed
             | Kind::ClientHeaderTimeout
             | Kind::HeaderTooLarge
             | Kind::BodyTooLarge
@@ -103,6 +106,7 @@ impl ProxyError {
             Kind::BadRequest(_) => 400,
             Kind::ClientHeaderTimeout | Kind::ClientBodyTimeout => 408,
             Kind::BodyTooLarge => 413,
+            Kind::ExpectationFailed => 417,
             Kind::HeaderTooLarge => 431,
             Kind::ClientClosed => return None,
             Kind::NoPool | Kind::NoServer => 503,
@@ -117,6 +121,7 @@ impl ProxyError {
             Kind::BadRequest(why) => why,
             Kind::ClientHeaderTimeout => "client header timeout",
             Kind::HeaderTooLarge => "request head too large",
+            Kind::ExpectationFailed => "unsupported expectation",
             Kind::BodyTooLarge => "request body too large",
             Kind::ClientClosed => "client closed",
             Kind::ClientBodyTimeout => "client body timeout",
@@ -160,6 +165,7 @@ pub fn reason_phrase(status: u16) -> &'static str {
         408 => "Request Timeout",
         413 => "Content Too Large",
         414 => "URI Too Long",
+        417 => "Expectation Failed",
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
@@ -181,6 +187,7 @@ mod tests {
             (Kind::BadRequest("x"), Some(400), Side::Client),
             (Kind::ClientHeaderTimeout, Some(408), Side::Client),
             (Kind::HeaderTooLarge, Some(431), Side::Client),
+            (Kind::ExpectationFailed, Some(417), Side::Client),
             (Kind::BodyTooLarge, Some(413), Side::Client),
             (Kind::ClientClosed, None, Side::Client),
             (Kind::NoServer, Some(503), Side::Internal),

@@ -75,10 +75,21 @@ impl ChunkedScanner {
     /// Scans `input`, returning how many of its bytes belong to the body.
     /// Fewer than `input.len()` only once the body is done.
     pub fn scan(&mut self, input: &[u8]) -> Result<usize, &'static str> {
+        self.scan_with(input, |_| {})
+    }
+
+    /// Like [`scan`](Self::scan), and reports each run of payload bytes
+    /// (chunk data, framing excluded) as a range of `input`.
+    pub fn scan_with(
+        &mut self,
+        input: &[u8],
+        mut on_data: impl FnMut(std::ops::Range<usize>),
+    ) -> Result<usize, &'static str> {
         let mut i = 0;
         while i < input.len() && self.state != State::Done {
             if self.state == State::Data {
                 let take = (input.len() - i).min(usize::try_from(self.size).unwrap_or(usize::MAX));
+                on_data(i..i + take);
                 i += take;
                 self.size -= take as u64;
                 self.data_bytes += take as u64;
@@ -190,23 +201,35 @@ pub struct Body {
     limit: Option<u64>,
     total: u64,
     eof_ends: bool,
+    decode: bool,
 }
 
 impl Body {
     /// A body of `framing`, refused once it exceeds `limit` bytes of payload.
     pub fn new(framing: Framing, limit: Option<u64>) -> Result<Body, RelayError> {
+        if let (Framing::Length(n), Some(max)) = (framing, limit) {
+            if n > max {
+                return Err(RelayError::TooLarge);
+            }
+        }
+        Ok(Body { limit, ..Body::unlimited(framing) })
+    }
+
+    /// A body with no size limit (responses).
+    pub fn unlimited(framing: Framing) -> Body {
         let remaining = match framing {
             Framing::Empty => Remaining::Length(0),
-            Framing::Length(n) => {
-                if limit.is_some_and(|max| n > max) {
-                    return Err(RelayError::TooLarge);
-                }
-                Remaining::Length(n)
-            }
+            Framing::Length(n) => Remaining::Length(n),
             Framing::Chunked => Remaining::Chunked(ChunkedScanner::new()),
             Framing::UntilClose => Remaining::UntilClose,
         };
-        Ok(Body { remaining, limit, total: 0, eof_ends: false })
+        Body { remaining, limit: None, total: 0, eof_ends: false, decode: false }
+    }
+
+    /// Sends a chunked body decoded: payload only, no chunk framing or trailers.
+    pub fn decoded(mut self) -> Self {
+        self.decode = true;
+        self
     }
 
     /// Whether every byte of the body has been relayed.
@@ -223,8 +246,27 @@ impl Body {
         self.total
     }
 
-    /// How many bytes at the front of `buf` belong to the body, advancing the state.
-    fn take(&mut self, buf: &[u8]) -> Result<usize, RelayError> {
+    /// How many bytes at the front of `buf` belong to the body, advancing the
+    /// state, and how many to send: the bytes to send are moved to the front
+    /// of `buf` (all of them, unless a chunked body is being decoded).
+    fn take(&mut self, buf: &mut [u8]) -> Result<(usize, usize), RelayError> {
+        if let (true, Remaining::Chunked(scanner)) = (self.decode, &mut self.remaining) {
+            let mut runs = Vec::new();
+            let consumed = scanner.scan_with(buf, |run| runs.push(run)).map_err(RelayError::Framing)?;
+            if self.limit.is_some_and(|max| scanner.data_bytes() > max) {
+                return Err(RelayError::TooLarge);
+            }
+            // Runs are ascending and never overlap their destination's tail,
+            // so compacting them in place front to back is safe.
+            let mut end = 0;
+            for run in runs {
+                let len = run.len();
+                buf.copy_within(run, end);
+                end += len;
+            }
+            self.total += end as u64;
+            return Ok((consumed, end));
+        }
         let take = match &mut self.remaining {
             Remaining::Length(n) => {
                 let take = buf.len().min(usize::try_from(*n).unwrap_or(usize::MAX));
@@ -241,7 +283,7 @@ impl Body {
             Remaining::UntilClose => buf.len(),
         };
         self.total += take as u64;
-        Ok(take)
+        Ok((take, take))
     }
 }
 
@@ -254,7 +296,7 @@ pub async fn send_head<W: Sink>(
     body: &mut Body,
     idle: Duration,
 ) -> Result<(), RelayError> {
-    let first = body.take(buf)?;
+    let (consumed, first) = body.take(buf)?;
     if first == 0 {
         write_all(dst, head, idle).await?;
     } else if first <= COALESCE_LIMIT {
@@ -267,7 +309,7 @@ pub async fn send_head<W: Sink>(
         write_all(dst, head, idle).await?;
         write_all(dst, &buf[..first], idle).await?;
     }
-    buf.advance(first);
+    buf.advance(consumed);
     Ok(())
 }
 
@@ -294,15 +336,15 @@ pub async fn pump<R: AsyncRead + Unpin, W: Sink>(
             }
             Ok(Ok(_)) => {}
         }
-        let take = body.take(buf)?;
-        write_all(dst, &buf[..take], idle).await?;
-        buf.advance(take);
+        let (consumed, send) = body.take(buf)?;
+        write_all(dst, &buf[..send], idle).await?;
+        buf.advance(consumed);
     }
     Ok(())
 }
 
-/// Writes `head` followed by a whole body of `framing` read from `src`, where
-/// `buf` already holds bytes read from `src` (possibly more than this body).
+/// Writes `head` followed by the whole `body` read from `src`, where `buf`
+/// already holds bytes read from `src` (possibly more than this body).
 /// On success, `buf` keeps exactly the bytes that follow the body.
 /// Returns the number of body bytes relayed.
 pub async fn relay<R: AsyncRead + Unpin, W: Sink>(
@@ -310,11 +352,9 @@ pub async fn relay<R: AsyncRead + Unpin, W: Sink>(
     src: &mut R,
     buf: &mut BytesMut,
     dst: &mut W,
-    framing: Framing,
+    mut body: Body,
     idle: Duration,
-    limit: Option<u64>,
 ) -> Result<u64, RelayError> {
-    let mut body = Body::new(framing, limit)?;
     send_head(head, buf, dst, &mut body, idle).await?;
     pump(src, buf, dst, &mut body, idle).await?;
     Ok(body.total)
@@ -397,6 +437,16 @@ mod tests {
         for body in table {
             assert!(scan_all(body).is_err(), "{:?}", String::from_utf8_lossy(body));
         }
+    }
+
+    #[test]
+    fn decoding_keeps_only_payload() {
+        let mut body = Body::new(Framing::Chunked, None).expect("body").decoded();
+        let mut buf = b"5\r\nhello\r\n6;x=1\r\n world\r\n0\r\nT: 1\r\n\r\nNEXT".to_vec();
+        let (consumed, send) = body.take(&mut buf).expect("valid");
+        assert_eq!(&buf[..send], b"hello world");
+        assert_eq!(consumed, buf.len() - 4);
+        assert!(body.is_finished());
     }
 
     #[test]

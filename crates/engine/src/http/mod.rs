@@ -348,6 +348,7 @@ async fn handle(
         &head,
         &client.fields,
         origin_target,
+        authority,
         server_host.as_bytes(),
         &routed.edits,
         &fwd,
@@ -388,6 +389,7 @@ async fn forward(
     let pool_cfg = shared.config.pool(pool);
     let mut tried = 0u64;
     let mut connect_failures = 0;
+    let mut last_error = None;
     let mut fresh_only = false;
     loop {
         let picked = {
@@ -395,7 +397,9 @@ async fn forward(
             worker.balancers.borrow_mut().get_mut(pool.0).and_then(|b| b.pick(routed.hash, &view))
         };
         let Some(server) = picked else {
-            return Err(Failed { error: ProxyError::new(Kind::NoServer), response_started: false });
+            // With nothing left to try, the client learns why the last try failed.
+            let error = last_error.unwrap_or(ProxyError::new(Kind::NoServer));
+            return Err(Failed { error, response_started: false });
         };
         let _slot = ActiveGuard::new(shared.clone(), pool, server);
         let addr = pool_cfg.servers[server].addr;
@@ -412,6 +416,7 @@ async fn forward(
                     tracing::warn!(service = %service.name, server = %addr, reason = error.reason(), "connect failed");
                     if connect_failures < CONNECT_RETRIES {
                         connect_failures += 1;
+                        last_error = Some(error);
                         if server < 64 {
                             tried |= 1 << server;
                         }
@@ -587,9 +592,12 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
             Version::Http11 => !head.connection.close,
             Version::Http10 => head.connection.keep_alive && !head.connection.close,
         };
+    // HTTP/1.0 clients do not know chunked coding: they get the payload,
+    // delimited by the end of the connection.
+    let dechunk = info.version == Version::Http10 && body_framing == Framing::Chunked;
     // A drain that began while this request was in flight still tells the
     // client, so it does not send another request on a closing connection.
-    let client_keep_alive = info.keep_alive && body_framing != Framing::UntilClose && !draining();
+    let client_keep_alive = info.keep_alive && body_framing != Framing::UntilClose && !dechunk && !draining();
     rewrite::response_head(
         response.out,
         &buf[..head.len],
@@ -598,12 +606,14 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
         &routed.edits,
         !client_keep_alive,
         client_keep_alive && info.version == Version::Http10,
+        dechunk,
     );
     buf.advance(head.len);
 
     // Phase 8: stream the response body.
     response.started = true;
-    match relay(response.out, server, buf, client, body_framing, t.server_response, None).await {
+    let body = if dechunk { Body::unlimited(body_framing).decoded() } else { Body::unlimited(body_framing) };
+    match relay(response.out, server, buf, client, body, t.server_response).await {
         Ok(_) => Ok(Responded { outcome: Outcome { status: head.status, client_keep_alive }, server_keeps }),
         Err(e) => {
             let error = match e {

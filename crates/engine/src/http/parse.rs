@@ -197,7 +197,7 @@ pub fn parse_request(
             head.connection = parse_connection(value, head.connection);
         } else if name.eq_ignore_ascii_case(b"expect") {
             if !value.eq_ignore_ascii_case(b"100-continue") {
-                return Err(ProxyError::new(Kind::BadRequest("unsupported expectation")));
+                return Err(ProxyError::new(Kind::ExpectationFailed));
             }
             head.expect_continue = true;
         }

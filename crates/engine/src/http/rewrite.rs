@@ -11,7 +11,7 @@ use std::net::IpAddr;
 
 use switchyard_config::{Forwarded, HeaderEdits};
 
-use super::parse::{Connection, Field, RequestHead, ResponseHead};
+use super::parse::{Connection, Field, Framing, RequestHead, ResponseHead};
 use crate::error::reason_phrase;
 
 /// How a request is forwarded: who the client is and what to tell the server.
@@ -67,7 +67,9 @@ fn write_edits(out: &mut Vec<u8>, edits: &[&HeaderEdits], response: bool) {
 
 /// Writes the request head sent to the server into `out` (cleared first).
 ///
-/// `target` is the origin-form target; `host` replaces a missing `Host`.
+/// `target` is the origin-form target. `authority` is the host of an
+/// absolute-form target, which replaces any `Host` field (RFC 9112 3.2.2);
+/// `host` fills in a missing `Host`.
 #[allow(clippy::too_many_arguments)]
 pub fn request_head(
     out: &mut Vec<u8>,
@@ -75,6 +77,7 @@ pub fn request_head(
     head: &RequestHead,
     fields: &[Field],
     target: &[u8],
+    authority: Option<&[u8]>,
     host: &[u8],
     edits: &[&HeaderEdits],
     fwd: &Forwarding,
@@ -96,6 +99,7 @@ pub fn request_head(
             || (head.connection.other_tokens && named_by_connection(buf, fields, name))
             || (fwd.headers.x_forwarded_proto && name.eq_ignore_ascii_case(b"x-forwarded-proto"))
             || (!edits.is_empty() && edited_away(edits, name, false))
+            || (authority.is_some() && name.eq_ignore_ascii_case(b"host"))
         {
             continue;
         }
@@ -110,8 +114,10 @@ pub fn request_head(
         }
         write_field(out, name, &buf[f.value.clone()]);
     }
-    if head.host.is_none() {
-        write_field(out, b"host", host);
+    match authority {
+        Some(authority) => write_field(out, b"host", authority),
+        None if head.host.is_none() => write_field(out, b"host", host),
+        None => {}
     }
     write_edits(out, edits, false);
     if xff && last_xff.is_none() {
@@ -131,7 +137,10 @@ pub fn request_head(
 /// Writes the response head sent to the client into `out` (cleared first).
 ///
 /// `close` adds `Connection: close`; `keep_alive_10` adds
-/// `Connection: keep-alive` for an HTTP/1.0 client that asked for it.
+/// `Connection: keep-alive` for an HTTP/1.0 client that asked for it;
+/// `dechunk` drops `Transfer-Encoding` because the body will be sent decoded
+/// (to an HTTP/1.0 client, delimited by closing the connection).
+#[allow(clippy::too_many_arguments)]
 pub fn response_head(
     out: &mut Vec<u8>,
     buf: &[u8],
@@ -140,6 +149,7 @@ pub fn response_head(
     edits: &[&HeaderEdits],
     close: bool,
     keep_alive_10: bool,
+    dechunk: bool,
 ) {
     out.clear();
     // Keep the server's reason phrase; the version is always ours.
@@ -159,6 +169,10 @@ pub fn response_head(
         if is_hop_by_hop(name)
             || (head.connection.other_tokens && named_by_connection(buf, fields, name))
             || (!edits.is_empty() && edited_away(edits, name, true))
+            // Chunked framing wins over a length sent with it (RFC 9112 6.3);
+            // passing both on would let the next hop pick the other one.
+            || (head.framing == Framing::Chunked && name.eq_ignore_ascii_case(b"content-length"))
+            || (dechunk && name.eq_ignore_ascii_case(b"transfer-encoding"))
         {
             continue;
         }
@@ -192,8 +206,12 @@ pub fn local_response(
     if let Some(location) = location {
         write_field(out, b"location", location.as_bytes());
     }
-    write_field(out, b"content-type", content_type.as_bytes());
-    write_field(out, b"content-length", itoa::Buffer::new().format(body.len()).as_bytes());
+    // 1xx, 204 and 304 responses carry no body, and so no body headers.
+    let body = if super::parse::response_has_body(false, status) { body } else { &b""[..] };
+    if !body.is_empty() || super::parse::response_has_body(false, status) {
+        write_field(out, b"content-type", content_type.as_bytes());
+        write_field(out, b"content-length", itoa::Buffer::new().format(body.len()).as_bytes());
+    }
     if connection.close {
         out.extend_from_slice(b"connection: close\r\n");
     } else if connection.keep_alive {
@@ -217,7 +235,7 @@ mod tests {
         let fwd =
             Forwarding { client: "192.0.2.7".parse().expect("ip"), client_text: "192.0.2.7", proto: "http", headers };
         let target = raw[head.target.clone()].to_vec();
-        request_head(&mut out, raw, &head, &fields, &target, b"backend", edits, &fwd);
+        request_head(&mut out, raw, &head, &fields, &target, None, b"backend", edits, &fwd);
         String::from_utf8(out).expect("utf8")
     }
 
@@ -260,7 +278,7 @@ mod tests {
         let head = parse_response(raw, 8192, &mut fields).expect("valid").expect("complete");
         let edits = HeaderEdits { set_response: vec![("server".into(), "sy".into())], ..HeaderEdits::default() };
         let mut out = Vec::new();
-        response_head(&mut out, raw, &head, &fields, &[&edits], true, false);
+        response_head(&mut out, raw, &head, &fields, &[&edits], true, false, false);
         assert_eq!(
             String::from_utf8(out).expect("utf8"),
             "HTTP/1.1 404 Nope\r\nContent-Length: 0\r\nserver: sy\r\nconnection: close\r\n\r\n"

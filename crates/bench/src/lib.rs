@@ -9,4 +9,6 @@
 //!   the query string; used by end-to-end tests, benchmarks and `switchyard up`.
 //! - later: the load generator, the benchmark methodology runner, and reports.
 
+pub mod load;
 pub mod origin;
+pub mod results;

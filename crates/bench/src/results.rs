@@ -1,0 +1,237 @@
+//! The results schema: what one `switchyard bench` run measured, written as
+//! `results.json` and read back by the report and by `switchyard bench compare`.
+//!
+//! The schema is versioned ([`SCHEMA_VERSION`]); a reader refuses files of
+//! another major version instead of misreading them. Every figure is what was
+//! measured; derived figures (ratios, medians) are recomputed by readers.
+
+use serde::{Deserialize, Serialize};
+
+/// Version of this schema. Bumped on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A whole benchmark run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Results {
+    /// [`SCHEMA_VERSION`] of the writer.
+    pub schema: u32,
+    /// When the run started and ended (RFC 3339, UTC).
+    pub started: String,
+    /// When the run ended.
+    pub finished: String,
+    /// `--quick` was given.
+    pub quick: bool,
+    /// The machine the run happened on.
+    pub machine: Machine,
+    /// Each target's name and version string (`direct` is the client→origin baseline).
+    pub targets: Vec<TargetInfo>,
+    /// The machine's physical limits, measured in the same run.
+    pub limits: Limits,
+    /// How the run was conducted.
+    pub method: Method,
+    /// One entry per (test, size, target).
+    pub tests: Vec<TestResult>,
+}
+
+/// Facts about the machine.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Machine {
+    /// CPU model name.
+    pub cpu_model: String,
+    /// Online logical CPUs.
+    pub cpus: usize,
+    /// Total memory in bytes.
+    pub memory_bytes: u64,
+    /// Kernel release (`uname -r`).
+    pub kernel: String,
+    /// Distribution (`PRETTY_NAME` of /etc/os-release).
+    pub os: String,
+    /// Per-process open file limit.
+    pub fd_limit: u64,
+    /// TLS library used by the load generator and by switchyard.
+    pub tls_library: String,
+}
+
+/// A target under test.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TargetInfo {
+    /// `switchyard`, `haproxy`, `nginx` or `direct`.
+    pub name: String,
+    /// Version string as reported by the program.
+    pub version: String,
+    /// Files of the generated configuration, relative to the output folder.
+    pub configs: Vec<String>,
+}
+
+/// Physical limits of the machine, each on one core unless said otherwise.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Limits {
+    /// RSA-2048 signatures per second (PKCS#1 v1.5, SHA-256).
+    pub rsa2048_sign_per_s: f64,
+    /// ECDSA P-256 signatures per second.
+    pub ecdsa_p256_sign_per_s: f64,
+    /// AES-128-GCM seal throughput in bytes per second (16 KiB records).
+    pub aes128gcm_bytes_per_s: f64,
+    /// gzip (level 1) throughput in bytes per second over ≈75 % compressible HTML.
+    pub gzip_bytes_per_s: f64,
+    /// Loopback TCP copy bandwidth in bytes per second (one stream).
+    pub loopback_bytes_per_s: f64,
+}
+
+/// How the run was conducted.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Method {
+    /// Warm-up before each measured run, discarded (seconds).
+    pub warmup_s: f64,
+    /// Length of each measured run (seconds).
+    pub duration_s: f64,
+    /// Measured runs per (test, size, target).
+    pub repeats: u32,
+    /// Core the proxy is pinned to.
+    pub proxy_cpu: usize,
+    /// Core the load generator and origins are pinned to.
+    pub load_cpu: usize,
+    /// Connections the closed-loop generator keeps open.
+    pub connections: usize,
+}
+
+/// The tests of the matrix (names follow the F5 report's appendix).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TestKind {
+    /// L4: new TCP connection per request.
+    L4Cps,
+    /// L4: 100 requests per connection, large responses.
+    L4Throughput,
+    /// L7: one request per connection.
+    L7Cps,
+    /// L7: 10 requests per connection, with the `.png` content rule.
+    L7Rps,
+    /// L7: unlimited requests per connection.
+    L7KeepaliveRps,
+    /// L7: 100 requests per connection, large responses.
+    L7Throughput,
+    /// L7 with cookie-insert persistence.
+    L7CookiePersistence,
+    /// Full TLS handshakes per second, RSA-2048 certificate.
+    TlsHandshakeRsa2048,
+    /// Full TLS handshakes per second, ECDSA P-256 certificate.
+    TlsHandshakeEcdsaP256,
+    /// TLS with 100 requests per connection, large responses.
+    TlsBulk,
+    /// gzip compression of ≈75 % compressible HTML.
+    CompressionGzip,
+    /// Cache hits.
+    CacheHit,
+    /// Idle keep-alive connections held at once, with memory per connection.
+    ConcurrentConnections,
+    /// UDP forwarding per Ethernet frame size.
+    UdpFrames,
+    /// UDP forwarding of the IMIX mixes.
+    UdpImix,
+}
+
+/// One (test, size, target) cell of the matrix.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TestResult {
+    /// Which test.
+    pub test: TestKind,
+    /// Response (or frame) size in bytes, when the test is swept over sizes.
+    pub size: Option<u64>,
+    /// Target name (see [`TargetInfo::name`]).
+    pub target: String,
+    /// What happened.
+    pub outcome: Outcome,
+}
+
+/// The outcome of one cell.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Outcome {
+    /// Measured; figures follow.
+    Measured(Measurement),
+    /// The target cannot do this test (yet); never silently dropped.
+    NotSupported {
+        /// Why.
+        reason: String,
+    },
+    /// The target failed its function check or the run failed.
+    Failed {
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// Figures of a measured cell.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Measurement {
+    /// Each measured run, in order.
+    pub runs: Vec<RunFigures>,
+    /// Latency at fixed fractions of the measured maximum (open loop).
+    pub latency_at_load: Vec<LoadPoint>,
+    /// Result as a fraction of the machine limit that bounds it, when one does.
+    pub limit_fraction: Option<f64>,
+    /// Warnings about this cell (generator saturated, errors seen, ...).
+    pub flags: Vec<String>,
+}
+
+/// Figures of one measured run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunFigures {
+    /// Completed requests (or transactions / datagrams).
+    pub requests: u64,
+    /// Connections opened.
+    pub connections: u64,
+    /// Failed requests (errors, unexpected statuses, function check failures).
+    pub errors: u64,
+    /// Measured duration in seconds.
+    pub duration_s: f64,
+    /// Requests per second.
+    pub rps: f64,
+    /// New connections per second.
+    pub cps: f64,
+    /// Response payload bytes per second received by the generator.
+    pub bytes_per_s: f64,
+    /// Proxy CPU seconds (user + system) over the run; 0 for the baseline.
+    pub proxy_cpu_s: f64,
+    /// Proxy CPU microseconds per request.
+    pub proxy_cpu_us_per_request: f64,
+    /// Requests per proxy CPU-second (efficiency).
+    pub requests_per_cpu_s: f64,
+    /// Load generator CPU seconds over the run.
+    pub generator_cpu_s: f64,
+    /// The generator used nearly all of its core: the figure may measure it, not the target.
+    pub generator_saturated: bool,
+    /// Latency percentiles in microseconds.
+    pub latency: Percentiles,
+    /// Proxy resident memory per open connection (concurrency test only).
+    pub memory_per_connection_bytes: Option<f64>,
+}
+
+/// Latency percentiles, microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50_us: f64,
+    /// 90th percentile.
+    pub p90_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
+    /// Maximum.
+    pub max_us: f64,
+}
+
+/// Latency under a fixed offered load.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LoadPoint {
+    /// Offered load as a fraction of the measured maximum.
+    pub fraction: f64,
+    /// Offered requests per second.
+    pub offered_rps: f64,
+    /// Achieved requests per second.
+    pub achieved_rps: f64,
+    /// Latency from the intended send time (coordinated omission corrected).
+    pub latency: Percentiles,
+}

@@ -5,7 +5,7 @@
 //! verbatim while [`ChunkedScanner`] validates its framing and finds its end,
 //! so bytes of a pipelined next message are never forwarded with this one.
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
@@ -22,8 +22,6 @@ const MAX_SIZE_DIGITS: u8 = 16;
 const MAX_TRAILER_BYTES: usize = 16 * 1024;
 /// Read size while relaying large bodies.
 const RELAY_CHUNK: usize = 64 * 1024;
-/// Bodies up to this size already in the buffer are sent with the head in one write.
-const COALESCE_LIMIT: usize = 16 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -172,17 +170,27 @@ pub enum RelayError {
 pub trait Sink: AsyncWrite + Unpin {
     /// Writes what the socket takes now without waiting.
     fn try_write_now(&self, data: &[u8]) -> io::Result<usize>;
+    /// Writes what the socket takes now of two buffers, in one system call.
+    fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize>;
 }
 
 impl Sink for TcpStream {
     fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
         self.try_write(data)
     }
+
+    fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
+        self.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)])
+    }
 }
 
 impl Sink for WriteHalf<'_> {
     fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
         self.try_write(data)
+    }
+
+    fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
+        self.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)])
     }
 }
 
@@ -297,18 +305,9 @@ pub async fn send_head<W: Sink>(
     idle: Duration,
 ) -> Result<(), RelayError> {
     let (consumed, first) = body.take(buf)?;
-    if first == 0 {
-        write_all(dst, head, idle).await?;
-    } else if first <= COALESCE_LIMIT {
-        // Small bodies ride in the same write (and the same packet) as the head.
-        let mut out = Vec::with_capacity(head.len() + first);
-        out.extend_from_slice(head);
-        out.extend_from_slice(&buf[..first]);
-        write_all(dst, &out, idle).await?;
-    } else {
-        write_all(dst, head, idle).await?;
-        write_all(dst, &buf[..first], idle).await?;
-    }
+    // Head and the body bytes already read leave in one gathered write (and,
+    // when small, one packet) without being copied together first.
+    write_all_two(dst, head, &buf[..first], idle).await?;
     buf.advance(consumed);
     Ok(())
 }
@@ -358,6 +357,25 @@ pub async fn relay<R: AsyncRead + Unpin, W: Sink>(
     send_head(head, buf, dst, &mut body, idle).await?;
     pump(src, buf, dst, &mut body, idle).await?;
     Ok(body.total)
+}
+
+/// Writes all of `a` then all of `b`, gathered into one system call when the
+/// socket takes them at once.
+pub async fn write_all_two<W: Sink>(dst: &mut W, a: &[u8], b: &[u8], idle: Duration) -> Result<(), RelayError> {
+    if b.is_empty() {
+        return write_all(dst, a, idle).await;
+    }
+    let written = match dst.try_write_two_now(a, b) {
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+        Err(e) => return Err(RelayError::Write(e)),
+    };
+    if written < a.len() {
+        write_all(dst, &a[written..], idle).await?;
+        write_all(dst, b, idle).await
+    } else {
+        write_all(dst, &b[written - a.len()..], idle).await
+    }
 }
 
 /// Writes all of `data`, bounded by `idle` for the whole write.

@@ -7,8 +7,13 @@
 //!
 //! - [`origin`]: the origin simulator, an HTTP/1.1 server whose responses are shaped by
 //!   the query string; used by end-to-end tests, benchmarks and `switchyard up`.
-//! - later: the load generator, the benchmark methodology runner, and reports.
+//! - [`load`]: the load generator (HTTP/1.1, HTTP/2, TLS, closed and open loop, UDP).
+//! - [`report`]: `results.json`, `report.md` and a self-contained `report.html` with SVG
+//!   charts, and the comparison of two results files.
+//! - [`suite`]: the benchmark methodology runner behind `switchyard bench`.
 
 pub mod load;
 pub mod origin;
+pub mod report;
 pub mod results;
+pub mod suite;

@@ -1,6 +1,7 @@
 //! `switchyard`: the command line. Thin by design: parse arguments, set up
 //! logging and signals, then hand over to the config, engine and bench crates.
 
+mod bench;
 mod commands;
 
 use std::path::PathBuf;
@@ -50,6 +51,8 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         threads: usize,
     },
+    /// Run the benchmark suite against switchyard (and peers), or compare two results.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
         Command::Origin { listen, name, threads } => {
             switchyard_bench::origin::run(listen, &name, threads).map_err(anyhow::Error::from)
         }
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

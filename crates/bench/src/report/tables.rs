@@ -1,0 +1,367 @@
+//! The report's tables, built from the results (shared by the Markdown and HTML writers).
+
+use crate::results::{Results, TestKind};
+
+use super::document::Table;
+use super::model::{
+    self, cell, fmt_bytes, fmt_int, fmt_latency, fmt_num, fmt_opt, fmt_rate, fmt_ratio, fmt_size, fmt_udp_size,
+    test_name, test_short, Figures, View, LARGE, SMALL,
+};
+
+/// The view of (test, size, target); a missing cell reads as "not in this run".
+fn view(r: &Results, test: TestKind, size: Option<u64>, target: &str) -> View {
+    cell(r, test, size, target).map_or_else(|| View::Failed("not in this run".into()), |c| View::of(&c.outcome))
+}
+
+/// "12.3 (11.9–12.8)" style spread of proxy CPU per request.
+fn cpu_spread(f: &Figures) -> String {
+    match f.cpu_us {
+        Some(s) if f.runs > 1 => format!("{}–{}", fmt_num(s.min), fmt_num(s.max)),
+        Some(_) => "one run".into(),
+        None => "—".into(),
+    }
+}
+
+/// The generator column: "ok", or "⚠ saturated (n/m runs)".
+fn generator(f: &Figures) -> String {
+    if f.saturated_runs == 0 {
+        "ok".into()
+    } else {
+        format!("⚠ saturated ({}/{} runs)", f.saturated_runs, f.runs)
+    }
+}
+
+fn fraction(x: Option<f64>) -> String {
+    x.map_or_else(|| "—".into(), |f| format!("{:.0} %", f * 100.0))
+}
+
+/// The proxy CPU figure, "—" for the baseline (no proxy).
+fn cpu_median(f: &Figures, target: &str) -> String {
+    match f.cpu_us {
+        Some(s) => fmt_num(s.median),
+        None if target == "direct" => "— (no proxy)".into(),
+        None => "—".into(),
+    }
+}
+
+/// Sizes of a test shown in the summary: 128 B and 128 KB (or the unsized cell).
+fn summary_sizes(r: &Results, t: TestKind) -> Vec<Option<u64>> {
+    model::sizes_of(r, t).into_iter().filter(|s| matches!(s, None | Some(SMALL) | Some(LARGE))).collect()
+}
+
+/// The headline table: switchyard against each peer (or the baseline when there is no peer).
+pub(crate) fn summary(r: &Results) -> Table {
+    let peers = model::peers(r);
+    let others = if peers.is_empty() { vec!["direct".to_string()] } else { peers };
+    let mut t = Table::new(&[
+        "Test",
+        "Size",
+        "vs",
+        "switchyard µs CPU/req",
+        "peer µs CPU/req",
+        "switchyard efficiency",
+        "switchyard req/s",
+        "peer req/s",
+        "req/s ratio",
+    ]);
+    for test in model::tests_in_order(r) {
+        if test == TestKind::ConcurrentConnections {
+            continue;
+        }
+        for size in summary_sizes(r, test) {
+            let sw = view(r, test, size, "switchyard");
+            for other in &others {
+                let lead = vec![test_short(test).to_string(), fmt_size(size), other.clone()];
+                let peer = view(r, test, size, other);
+                let (Some(a), Some(b)) = (sw.figures(), peer.figures()) else {
+                    let why = match (sw.reason(), peer.reason()) {
+                        (Some(x), _) => format!("switchyard {x}"),
+                        (None, Some(y)) => format!("{other} {y}"),
+                        (None, None) => "no figures".into(),
+                    };
+                    t.note(lead, why);
+                    continue;
+                };
+                let efficiency = match (a.cpu_us, b.cpu_us) {
+                    (Some(x), Some(y)) if x.median > 0.0 => {
+                        let ratio = y.median / x.median;
+                        if ratio >= 1.0 {
+                            format!("**{ratio:.2}× more efficient**")
+                        } else {
+                            format!("{ratio:.2}× ({other} {:.2}× more efficient)", 1.0 / ratio)
+                        }
+                    }
+                    _ => "—".into(),
+                };
+                let rps_ratio = match (a.rps, b.rps) {
+                    (Some(x), Some(y)) if y.median > 0.0 => fmt_ratio(x.median / y.median),
+                    _ => "—".into(),
+                };
+                let mark = |f: &Figures| if f.saturated_runs > 0 { " ⚠" } else { "" };
+                let mut cells = lead;
+                cells.extend([
+                    cpu_median(a, "switchyard"),
+                    cpu_median(b, other),
+                    efficiency,
+                    format!("{}{}", fmt_opt(a.rps.map(|s| s.median)), mark(a)),
+                    format!("{}{}", fmt_opt(b.rps.map(|s| s.median)), mark(b)),
+                    rps_ratio,
+                ]);
+                t.row(cells);
+            }
+        }
+    }
+    t
+}
+
+/// Lines under the summary: memory per connection of each target.
+pub(crate) fn summary_notes(r: &Results) -> Vec<String> {
+    let mut out = Vec::new();
+    let conc: Vec<String> = model::targets_in_order(r)
+        .iter()
+        .filter_map(|target| {
+            let v = view(r, TestKind::ConcurrentConnections, None, target);
+            v.figures().and_then(|f| f.memory_per_connection).map(|m| format!("{target} {}", fmt_bytes(m)))
+        })
+        .collect();
+    if !conc.is_empty() {
+        out.push(format!("Proxy memory per idle connection: {}.", conc.join(", ")));
+    }
+    out
+}
+
+/// Every (test, size, target) whose generator was saturated in at least one run.
+pub(crate) fn saturated_cells(r: &Results) -> Vec<(TestKind, Option<u64>, String)> {
+    r.tests
+        .iter()
+        .filter(|c| View::of(&c.outcome).figures().is_some_and(|f| f.saturated_runs > 0))
+        .map(|c| (c.test, c.size, c.target.clone()))
+        .collect()
+}
+
+/// The table of one request test: size × target.
+pub(crate) fn test_table(r: &Results, test: TestKind) -> Table {
+    let mut t = Table::new(&[
+        "Size",
+        "Target",
+        "req/s",
+        "MB/s",
+        "proxy µs CPU/req",
+        "spread (min–max)",
+        "req per CPU-s",
+        "p50",
+        "p99",
+        "errors",
+        "generator",
+        "of limit",
+    ]);
+    for size in model::sizes_of(r, test) {
+        for target in model::targets_in_order(r) {
+            let Some(c) = cell(r, test, size, &target) else { continue };
+            let lead = vec![fmt_size(size), target.clone()];
+            let v = View::of(&c.outcome);
+            let Some(f) = v.figures() else {
+                t.note(lead, v.reason().unwrap_or_default());
+                continue;
+            };
+            let mut cells = lead;
+            cells.extend([
+                fmt_opt(f.rps.map(|s| s.median)),
+                fmt_opt(f.mb_per_s.map(|s| s.median)),
+                cpu_median(f, &target),
+                cpu_spread(f),
+                fmt_opt(f.per_cpu_s.map(|s| s.median)),
+                fmt_latency(f.p50_us),
+                fmt_latency(f.p99_us),
+                fmt_int(f.errors),
+                generator(f),
+                fraction(f.limit_fraction),
+            ]);
+            t.row(cells);
+        }
+    }
+    t
+}
+
+/// The flags of a test's measured cells, one line each.
+pub(crate) fn cell_notes(r: &Results, test: TestKind) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in r.tests.iter().filter(|c| c.test == test) {
+        let v = View::of(&c.outcome);
+        let Some(f) = v.figures() else { continue };
+        let name = if model::is_udp(test) { fmt_udp_size(test, c.size) } else { fmt_size(c.size) };
+        let place = if c.size.is_some() { format!("{name}, {}", c.target) } else { c.target.clone() };
+        if f.saturated_runs > 0 {
+            out.push(format!(
+                "{place}: ⚠ generator saturated in {}/{} runs — this figure measures the generator, not the proxy.",
+                f.saturated_runs, f.runs
+            ));
+        }
+        for flag in f.flags.iter().filter(|x| f.saturated_runs == 0 || !x.contains("saturat")) {
+            out.push(format!("{place}: {flag}"));
+        }
+    }
+    out
+}
+
+/// The (test, size) pairs that have latency-at-load points.
+pub(crate) fn latency_cells(r: &Results) -> Vec<(TestKind, Option<u64>)> {
+    let mut out: Vec<(TestKind, Option<u64>)> = Vec::new();
+    for test in model::tests_in_order(r) {
+        for size in model::sizes_of(r, test) {
+            let any = r.tests.iter().any(|c| {
+                c.test == test
+                    && c.size == size
+                    && matches!(&c.outcome, crate::results::Outcome::Measured(m) if !m.latency_at_load.is_empty())
+            });
+            if any {
+                out.push((test, size));
+            }
+        }
+    }
+    out
+}
+
+/// Latency at fixed fractions of the maximum, per target.
+pub(crate) fn latency_table(r: &Results, test: TestKind, size: Option<u64>) -> Table {
+    let mut t = Table::new(&["Target", "load", "offered req/s", "achieved req/s", "p50", "p90", "p99", "p99.9"]);
+    for target in model::targets_in_order(r) {
+        let Some(c) = cell(r, test, size, &target) else { continue };
+        match &c.outcome {
+            crate::results::Outcome::Measured(m) => {
+                for p in &m.latency_at_load {
+                    t.row(vec![
+                        target.clone(),
+                        format!("{:.0} %", p.fraction * 100.0),
+                        fmt_num(p.offered_rps),
+                        fmt_num(p.achieved_rps),
+                        fmt_latency(Some(p.latency.p50_us)),
+                        fmt_latency(Some(p.latency.p90_us)),
+                        fmt_latency(Some(p.latency.p99_us)),
+                        fmt_latency(Some(p.latency.p999_us)),
+                    ]);
+                }
+            }
+            other => t.note(vec![target.clone()], View::of(other).reason().unwrap_or_default()),
+        }
+    }
+    t
+}
+
+/// The concurrent-connections table.
+pub(crate) fn concurrency_table(r: &Results) -> Table {
+    let test = TestKind::ConcurrentConnections;
+    let mut t = Table::new(&["Target", "connections held", "proxy memory per connection", "errors", "generator"]);
+    for size in model::sizes_of(r, test) {
+        for target in model::targets_in_order(r) {
+            let Some(c) = cell(r, test, size, &target) else { continue };
+            let v = View::of(&c.outcome);
+            let Some(f) = v.figures() else {
+                t.note(vec![target.clone()], v.reason().unwrap_or_default());
+                continue;
+            };
+            t.row(vec![
+                target.clone(),
+                fmt_opt(f.connections),
+                f.memory_per_connection.map_or_else(|| "—".into(), fmt_bytes),
+                fmt_int(f.errors),
+                generator(f),
+            ]);
+        }
+    }
+    t
+}
+
+/// A UDP test's table: frame size × target.
+pub(crate) fn udp_table(r: &Results, test: TestKind) -> Table {
+    let mut t = Table::new(&[
+        "Frames",
+        "Target",
+        "frames/s",
+        "Mbit/s",
+        "proxy µs CPU/frame",
+        "spread (min–max)",
+        "errors",
+        "generator",
+    ]);
+    for size in model::sizes_of(r, test) {
+        for target in model::targets_in_order(r) {
+            let Some(c) = cell(r, test, size, &target) else { continue };
+            let lead = vec![fmt_udp_size(test, size), target.clone()];
+            let v = View::of(&c.outcome);
+            let Some(f) = v.figures() else {
+                t.note(lead, v.reason().unwrap_or_default());
+                continue;
+            };
+            let mut cells = lead;
+            cells.extend([
+                fmt_opt(f.rps.map(|s| s.median)),
+                fmt_opt(f.mb_per_s.map(|s| s.median * 8.0)),
+                cpu_median(f, &target),
+                cpu_spread(f),
+                fmt_int(f.errors),
+                generator(f),
+            ]);
+            t.row(cells);
+        }
+    }
+    t
+}
+
+/// Facts about the machine.
+pub(crate) fn machine_table(r: &Results) -> Table {
+    let m = &r.machine;
+    let mut t = Table::new(&["Fact", "Value"]);
+    for (k, v) in [
+        ("CPU", m.cpu_model.clone()),
+        ("Logical CPUs", m.cpus.to_string()),
+        ("Memory", fmt_bytes(m.memory_bytes as f64)),
+        ("Kernel", m.kernel.clone()),
+        ("OS", m.os.clone()),
+        ("Open file limit", fmt_num(m.fd_limit as f64)),
+        ("TLS library", m.tls_library.clone()),
+    ] {
+        t.row(vec![k.into(), if v.is_empty() { "unknown".into() } else { v }]);
+    }
+    t
+}
+
+/// Each target's version and generated configuration files.
+pub(crate) fn versions_table(r: &Results) -> Table {
+    let mut t = Table::new(&["Target", "Version", "Configuration files"]);
+    for target in &r.targets {
+        let configs = if target.configs.is_empty() { "—".into() } else { target.configs.join(", ") };
+        t.row(vec![target.name.clone(), target.version.clone(), configs]);
+    }
+    t
+}
+
+/// The physical limits and the tests each bounds.
+pub(crate) fn limits_table(r: &Results) -> Table {
+    let l = &r.limits;
+    let per_s = |x: f64| if x > 0.0 { format!("{}/s", fmt_num(x)) } else { "not measured".into() };
+    let rate = |x: f64| if x > 0.0 { fmt_rate(x) } else { "not measured".into() };
+    let mut t = Table::new(&["Limit", "Value", "Bounds"]);
+    t.row(vec![
+        "RSA-2048 signatures (one core)".into(),
+        per_s(l.rsa2048_sign_per_s),
+        test_name(TestKind::TlsHandshakeRsa2048).into(),
+    ]);
+    t.row(vec![
+        "ECDSA P-256 signatures (one core)".into(),
+        per_s(l.ecdsa_p256_sign_per_s),
+        test_name(TestKind::TlsHandshakeEcdsaP256).into(),
+    ]);
+    t.row(vec![
+        "AES-128-GCM seal (one core)".into(),
+        rate(l.aes128gcm_bytes_per_s),
+        test_name(TestKind::TlsBulk).into(),
+    ]);
+    t.row(vec![
+        "gzip level 1 (one core)".into(),
+        rate(l.gzip_bytes_per_s),
+        test_name(TestKind::CompressionGzip).into(),
+    ]);
+    t.row(vec!["Loopback TCP copy (one stream)".into(), rate(l.loopback_bytes_per_s), "throughput tests".into()]);
+    t
+}

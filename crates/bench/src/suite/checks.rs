@@ -1,0 +1,243 @@
+//! Function checks: before a target is measured in a setup, a few plain requests prove it
+//! does what the test is about (the `.png` rule reaches `images`, cookies are inserted
+//! and stick, responses are gzipped, repeated requests are cache hits, TLS handshakes
+//! complete). A failed check turns the target's cells of that setup into `Failed`.
+//!
+//! The client here is deliberately tiny and blocking: one request per connection,
+//! `connection: close`, the whole answer read to EOF, then parsed.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, ensure, Context};
+
+use super::plan::{Setup, TargetKind};
+
+/// A parsed HTTP response.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Headers, names lower-case.
+    pub headers: Vec<(String, String)>,
+    /// Body after de-chunking (still content-encoded).
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// First value of a header (name lower-case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// `GET path` on a new connection with `connection: close`.
+pub fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> io::Result<Response> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut req = format!("GET {path} HTTP/1.1\r\nhost: bench\r\nconnection: close\r\n");
+    for (n, v) in headers {
+        req += &format!("{n}: {v}\r\n");
+    }
+    req += "\r\n";
+    s.write_all(req.as_bytes())?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf)?;
+    parse_response(&buf)
+}
+
+/// Parses a complete response (head and body as received up to EOF).
+pub fn parse_response(buf: &[u8]) -> io::Result<Response> {
+    let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidData, m.to_string());
+    let mut hs = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Response::new(&mut hs);
+    let head = match r.parse(buf).map_err(|e| bad(&e.to_string()))? {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial => return Err(bad("incomplete response head")),
+    };
+    let headers: Vec<(String, String)> = r
+        .headers
+        .iter()
+        .map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).into_owned()))
+        .collect();
+    let rest = &buf[head..];
+    let chunked = headers.iter().any(|(n, v)| n == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked"));
+    let body = if chunked {
+        dechunk(rest).ok_or_else(|| bad("bad chunked body"))?
+    } else if let Some((_, v)) = headers.iter().find(|(n, _)| n == "content-length") {
+        let n: usize = v.trim().parse().map_err(|_| bad("bad content-length"))?;
+        ensure_len(rest, n).map_err(|m| bad(&m))?.to_vec()
+    } else {
+        rest.to_vec()
+    };
+    Ok(Response { status: r.code.unwrap_or(0), headers, body })
+}
+
+fn ensure_len(rest: &[u8], n: usize) -> Result<&[u8], String> {
+    rest.get(..n).ok_or_else(|| format!("body truncated: {} of {n} bytes", rest.len()))
+}
+
+/// Decodes a chunked body (trailers ignored).
+pub fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let eol = b.windows(2).position(|w| w == b"\r\n")?;
+        let line = std::str::from_utf8(&b[..eol]).ok()?;
+        let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
+        b = &b[eol + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(b.get(..size)?);
+        b = b.get(size + 2..)?;
+    }
+}
+
+/// Requests an origin has counted (`/__origin/stats`, not itself counted).
+pub fn origin_requests(port: u16) -> anyhow::Result<u64> {
+    let r = get(SocketAddr::from(([127, 0, 0, 1], port)), "/__origin/stats", &[])?;
+    let v: serde_json::Value = serde_json::from_slice(&r.body)?;
+    v["requests"].as_u64().ok_or_else(|| anyhow!("no `requests` in origin stats"))
+}
+
+fn ok_from(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> anyhow::Result<Response> {
+    let r = get(addr, path, headers).with_context(|| format!("GET {path}"))?;
+    ensure!(r.status == 200, "GET {path}: status {}", r.status);
+    Ok(r)
+}
+
+fn origin_of(r: &Response) -> String {
+    r.header("x-origin").unwrap_or("(none)").to_string()
+}
+
+/// The `.png` rule and round robin over `main`.
+fn check_routing(addr: SocketAddr) -> anyhow::Result<()> {
+    let png = origin_of(&ok_from(addr, "/img/logo.png?size=128", &[])?);
+    ensure!(png == "images-c", "/img/logo.png reached `{png}`, expected images-c (the .png rule)");
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        let o = origin_of(&ok_from(addr, "/index.html?size=128", &[])?);
+        ensure!(o == "main-a" || o == "main-b", "/index.html reached `{o}`, expected main-a or main-b");
+        if !seen.contains(&o) {
+            seen.push(o);
+        }
+    }
+    ensure!(seen.len() == 2, "6 requests to pool main reached only {seen:?} (round robin expected both)");
+    Ok(())
+}
+
+/// A cookie is inserted, and requests carrying it stick to one server.
+fn check_cookie(addr: SocketAddr) -> anyhow::Result<()> {
+    let first = ok_from(addr, "/index.html?size=128", &[])?;
+    let set = first.header("set-cookie").ok_or_else(|| anyhow!("no set-cookie in the response"))?;
+    let pair = set.split(';').next().unwrap_or_default().trim().to_string();
+    ensure!(pair.starts_with("SRV="), "set-cookie `{set}` is not the SRV cookie");
+    let server = origin_of(&first);
+    for _ in 0..6 {
+        let o = origin_of(&ok_from(addr, "/index.html?size=128", &[("cookie", &pair)])?);
+        ensure!(o == server, "a request with `{pair}` reached {o}, not {server}: no persistence");
+    }
+    Ok(())
+}
+
+/// A compressible response is gzipped when asked, and decompresses to the original size.
+fn check_gzip(addr: SocketAddr) -> anyhow::Result<()> {
+    let r = ok_from(addr, "/page.html?size=32768&compressible=1", &[("accept-encoding", "gzip")])?;
+    let enc = r.header("content-encoding").unwrap_or("(none)");
+    ensure!(enc.eq_ignore_ascii_case("gzip"), "content-encoding `{enc}`, expected gzip");
+    let mut plain = Vec::new();
+    flate2::read::GzDecoder::new(&r.body[..]).read_to_end(&mut plain).context("gunzip")?;
+    ensure!(plain.len() == 32768, "gunzipped {} bytes, expected 32768", plain.len());
+    Ok(())
+}
+
+/// Repeated requests for a cacheable object do not reach the origins.
+fn check_cache(addr: SocketAddr, origins: &[u16]) -> anyhow::Result<()> {
+    let path = "/cached.html?size=1024&cache=3600&check=1";
+    ok_from(addr, path, &[])?;
+    std::thread::sleep(Duration::from_millis(50));
+    let count = || -> anyhow::Result<u64> { origins.iter().map(|p| origin_requests(*p)).sum() };
+    let before = count()?;
+    for _ in 0..5 {
+        ok_from(addr, path, &[])?;
+    }
+    let after = count()?;
+    ensure!(after == before, "5 repeated requests reached the origins {} times: not cached", after - before);
+    Ok(())
+}
+
+/// A datagram comes back.
+pub fn check_udp(addr: SocketAddr) -> anyhow::Result<()> {
+    let s = UdpSocket::bind("127.0.0.1:0")?;
+    s.set_read_timeout(Some(Duration::from_millis(500)))?;
+    let mut buf = [0u8; 2048];
+    for _ in 0..3 {
+        s.send_to(b"switchyard-bench-check", addr)?;
+        if let Ok((n, _)) = s.recv_from(&mut buf) {
+            ensure!(&buf[..n] == b"switchyard-bench-check", "the echo came back altered");
+            return Ok(());
+        }
+    }
+    bail!("no UDP answer from {addr}")
+}
+
+/// A few full TLS handshakes and requests through the load generator.
+fn check_tls(addr: SocketAddr) -> anyhow::Result<()> {
+    use crate::load::{KxGroup, LoadSpec, Pace, Protocol, TlsSpec};
+    let spec = LoadSpec {
+        target: addr,
+        host: "localhost".into(),
+        tls: Some(TlsSpec { server_name: "localhost".into(), resume: false, group: KxGroup::X25519, insecure: true }),
+        protocol: Protocol::Http1,
+        paths: vec!["/index.html?size=128".into()],
+        headers: Vec::new(),
+        cookies: false,
+        connections: 2,
+        requests_per_connection: Some(1),
+        pace: Pace::Closed,
+        warmup: Duration::ZERO,
+        duration: Duration::from_millis(300),
+        threads: 1,
+    };
+    let r = crate::load::run(&spec).context("TLS load run")?;
+    ensure!(r.requests > 0 && r.tls_handshakes > 0, "no TLS request completed ({} errors)", r.errors);
+    ensure!(r.errors == 0, "{} of {} TLS requests failed", r.errors, r.requests + r.errors);
+    ensure!(r.tls_resumed == 0, "{} handshakes were resumed although resumption is off", r.tls_resumed);
+    Ok(())
+}
+
+/// Runs the checks of `setup` against a target listening on `addr`.
+pub fn check(target: TargetKind, setup: Setup, addr: SocketAddr, origins: &[u16]) -> anyhow::Result<()> {
+    match (target, setup) {
+        (_, Setup::Udp) => check_udp(addr),
+        (TargetKind::Direct, _) => ok_from(addr, "/index.html?size=128", &[]).map(|_| ()),
+        (_, Setup::L4) => {
+            let o = origin_of(&ok_from(addr, "/index.html?size=128", &[])?);
+            ensure!(o == "main-a" || o == "main-b", "relayed to `{o}`, expected main-a or main-b");
+            Ok(())
+        }
+        (_, Setup::L7) => check_routing(addr),
+        (_, Setup::Cookie) => check_cookie(addr),
+        (_, Setup::Gzip) => check_gzip(addr),
+        (_, Setup::Cache) => check_cache(addr, origins),
+        (_, Setup::TlsRsa | Setup::TlsEcdsa) => check_tls(addr),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_length_and_chunked_bodies() {
+        let r = parse_response(b"HTTP/1.1 200 OK\r\nX-Origin: main-a\r\nContent-Length: 3\r\n\r\nabc").expect("parses");
+        assert_eq!((r.status, r.header("x-origin"), &r.body[..]), (200, Some("main-a"), &b"abc"[..]));
+        let c = parse_response(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=1\r\nde\r\n0\r\n\r\n",
+        )
+        .expect("parses");
+        assert_eq!(c.body, b"abcde");
+        assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc").is_err());
+    }
+}

@@ -1,0 +1,470 @@
+//! The cell planner: which tests run, over which sizes, against which targets, how
+//! often and for how long, and what the whole run is expected to take.
+//!
+//! A *cell* is one (test, size, target). Every cell of the plan ends up in the results:
+//! measured, `NotSupported` (the target cannot do the test, with the reason) or `Failed`.
+//! The planner is pure (no processes, no clock), so it is unit tested.
+
+use std::time::Duration;
+
+use crate::results::TestKind;
+
+/// The response sizes of the F5 appendix (128 B, 5 KB, 16 KB, 32 KB, 128 KB), in bytes.
+pub const SIZES: [u64; 5] = [128, 5 * 1024, 16 * 1024, 32 * 1024, 128 * 1024];
+
+/// The sizes `--quick` keeps: the two ends of the envelope.
+pub const QUICK_SIZES: [u64; 2] = [128, 128 * 1024];
+
+/// Ethernet frame sizes of the UDP sweep (LANCOM seed).
+pub const FRAME_SIZES: [u64; 7] = [64, 128, 256, 512, 1024, 1280, 1518];
+
+/// The three IMIX mixes of the LANCOM seed, as (frame size, share) lists.
+pub const IMIX: [&[(usize, usize)]; 3] = [
+    &[(64, 45), (128, 20), (256, 5), (512, 3), (1024, 2), (1280, 1), (1364, 24)],
+    &[(64, 7), (570, 4), (1418, 1)],
+    &[(90, 58), (92, 2), (594, 24), (1418, 16)],
+];
+
+/// The frame sequence one IMIX mix cycles through (each size repeated by its share).
+pub fn imix_frames(mix: usize) -> Vec<usize> {
+    IMIX[mix].iter().flat_map(|&(size, n)| std::iter::repeat_n(size, n)).collect()
+}
+
+/// Mean frame size of an IMIX mix, rounded: the `size` of a [`TestKind::UdpImix`] cell.
+pub fn imix_mean(mix: usize) -> u64 {
+    let frames = imix_frames(mix);
+    (frames.iter().sum::<usize>() as f64 / frames.len() as f64).round() as u64
+}
+
+/// The targets a run can measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TargetKind {
+    /// Client → origin, no proxy: the baseline.
+    Direct,
+    /// switchyard itself.
+    Switchyard,
+    /// HAProxy (peer).
+    Haproxy,
+    /// NGINX (peer).
+    Nginx,
+}
+
+impl TargetKind {
+    /// Name used in results and file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetKind::Direct => "direct",
+            TargetKind::Switchyard => "switchyard",
+            TargetKind::Haproxy => "haproxy",
+            TargetKind::Nginx => "nginx",
+        }
+    }
+
+    /// Parses a peer name given to `--peers`.
+    pub fn peer(name: &str) -> Option<TargetKind> {
+        match name.trim() {
+            "haproxy" => Some(TargetKind::Haproxy),
+            "nginx" => Some(TargetKind::Nginx),
+            _ => None,
+        }
+    }
+}
+
+/// The configuration a test needs from a target; tests sharing one run against the
+/// same started processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Setup {
+    /// HTTP: pools `main` (2 servers, round robin) and `images`, the `.png` rule.
+    L7,
+    /// TCP relay to pool `main`.
+    L4,
+    /// [`Setup::L7`] plus cookie-insert persistence.
+    Cookie,
+    /// HTTPS with the RSA-2048 certificate, no session cache, no tickets.
+    TlsRsa,
+    /// HTTPS with the ECDSA P-256 certificate, no session cache, no tickets.
+    TlsEcdsa,
+    /// [`Setup::L7`] plus gzip (level 1) of `text/html`.
+    Gzip,
+    /// [`Setup::L7`] plus a response cache.
+    Cache,
+    /// UDP relay to the echo server.
+    Udp,
+}
+
+impl Setup {
+    /// Short name used in file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Setup::L7 => "l7",
+            Setup::L4 => "l4",
+            Setup::Cookie => "cookie",
+            Setup::TlsRsa => "tls-rsa2048",
+            Setup::TlsEcdsa => "tls-ecdsa-p256",
+            Setup::Gzip => "gzip",
+            Setup::Cache => "cache",
+            Setup::Udp => "udp",
+        }
+    }
+
+    /// Whether the target speaks TLS to clients in this setup.
+    pub fn tls(self) -> bool {
+        matches!(self, Setup::TlsRsa | Setup::TlsEcdsa)
+    }
+}
+
+/// One test of the matrix as planned.
+#[derive(Debug, Clone)]
+pub struct TestPlan {
+    /// Which test.
+    pub kind: TestKind,
+    /// Configuration it needs.
+    pub setup: Setup,
+    /// Sizes it is run at (`None`: not swept).
+    pub sizes: Vec<Option<u64>>,
+    /// HTTP requests per connection (`None`: unlimited).
+    pub requests_per_connection: Option<u32>,
+    /// Measured runs per cell.
+    pub repeats: u32,
+    /// Headline test: gets latency-at-load points in the full suite.
+    pub headline: bool,
+}
+
+/// Durations and sizes of the run.
+#[derive(Debug, Clone)]
+pub struct Timing {
+    /// Warm-up before each measured run (discarded).
+    pub warmup: Duration,
+    /// Each measured run.
+    pub duration: Duration,
+    /// Each open-loop latency point.
+    pub latency_duration: Duration,
+    /// Fractions of the measured maximum for latency points (empty: none).
+    pub latency_fractions: Vec<f64>,
+    /// Closed-loop connections of the generator.
+    pub connections: usize,
+    /// Idle connections opened by the concurrency test.
+    pub idle_connections: usize,
+    /// Time spent on each physical-limit measurement.
+    pub limit_time: Duration,
+}
+
+/// The whole plan.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// `--quick`.
+    pub quick: bool,
+    /// Tests in the order they run.
+    pub tests: Vec<TestPlan>,
+    /// Durations.
+    pub timing: Timing,
+}
+
+/// Fixed cost of one measured run beyond warm-up and duration (set-up, teardown, sampling).
+const RUN_OVERHEAD_S: f64 = 0.3;
+/// Cost of starting, checking and stopping one target for one setup.
+const START_S: f64 = 1.5;
+/// Time budget of the full suite; [`fit`] shortens runs to stay inside it.
+pub const FULL_BUDGET: Duration = Duration::from_secs(38 * 60);
+
+fn sized(sizes: &[u64]) -> Vec<Option<u64>> {
+    sizes.iter().map(|&s| Some(s)).collect()
+}
+
+fn test(kind: TestKind, setup: Setup, sizes: Vec<Option<u64>>, rpc: Option<u32>, repeats: u32) -> TestPlan {
+    let headline = matches!(kind, TestKind::L7KeepaliveRps | TestKind::L7Rps);
+    TestPlan { kind, setup, sizes, requests_per_connection: rpc, repeats, headline }
+}
+
+/// The plan for `--quick` or the full suite.
+pub fn plan(quick: bool) -> Plan {
+    use TestKind::*;
+    if quick {
+        let s = sized(&QUICK_SIZES);
+        return Plan {
+            quick,
+            tests: vec![
+                test(ConcurrentConnections, Setup::L7, vec![None], None, 1),
+                test(L7KeepaliveRps, Setup::L7, s.clone(), None, 1),
+                test(L7Rps, Setup::L7, s.clone(), Some(10), 1),
+                test(L7Cps, Setup::L7, s, Some(1), 1),
+            ],
+            timing: Timing {
+                warmup: Duration::from_millis(500),
+                duration: Duration::from_millis(1500),
+                latency_duration: Duration::from_secs(1),
+                latency_fractions: Vec::new(),
+                connections: 50,
+                idle_connections: 500,
+                limit_time: Duration::from_millis(250),
+            },
+        };
+    }
+    let all = sized(&SIZES);
+    let frames = sized(&FRAME_SIZES);
+    let imix = (0..IMIX.len()).map(|m| Some(imix_mean(m))).collect();
+    Plan {
+        quick,
+        tests: vec![
+            test(ConcurrentConnections, Setup::L7, vec![None], None, 1),
+            test(L7KeepaliveRps, Setup::L7, all.clone(), None, 3),
+            test(L7Rps, Setup::L7, all.clone(), Some(10), 3),
+            test(L7Cps, Setup::L7, all.clone(), Some(1), 2),
+            test(L7Throughput, Setup::L7, all.clone(), Some(100), 2),
+            test(L4Cps, Setup::L4, all.clone(), Some(1), 2),
+            test(L4Throughput, Setup::L4, all.clone(), Some(100), 2),
+            test(L7CookiePersistence, Setup::Cookie, vec![Some(128 * 1024)], Some(10), 2),
+            test(TlsHandshakeRsa2048, Setup::TlsRsa, vec![Some(128)], Some(1), 2),
+            test(TlsBulk, Setup::TlsRsa, all.clone(), Some(100), 2),
+            test(TlsHandshakeEcdsaP256, Setup::TlsEcdsa, vec![Some(128)], Some(1), 2),
+            test(CompressionGzip, Setup::Gzip, sized(&[32 * 1024, 128 * 1024]), Some(10), 2),
+            test(CacheHit, Setup::Cache, all, None, 2),
+            test(UdpFrames, Setup::Udp, frames, None, 1),
+            test(UdpImix, Setup::Udp, imix, None, 1),
+        ],
+        timing: Timing {
+            warmup: Duration::from_secs(1),
+            duration: Duration::from_secs(3),
+            latency_duration: Duration::from_secs(2),
+            latency_fractions: vec![0.1, 0.5, 0.8],
+            connections: 50,
+            idle_connections: 8000,
+            limit_time: Duration::from_secs(1),
+        },
+    }
+}
+
+/// Whether a target can run a test, as decided before measuring.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Support {
+    /// Measure it.
+    Yes,
+    /// Report `NotSupported` with this reason.
+    No(String),
+}
+
+/// One planned cell.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    /// Index into [`Plan::tests`].
+    pub test: usize,
+    /// Size, when swept.
+    pub size: Option<u64>,
+    /// Target.
+    pub target: TargetKind,
+    /// Whether it will be measured.
+    pub support: Support,
+}
+
+/// Every cell of the plan for these targets; `support` says whether a target can do a
+/// test (capability probes, installed modules, ...).
+pub fn cells(plan: &Plan, targets: &[TargetKind], support: impl Fn(TargetKind, &TestPlan) -> Support) -> Vec<Cell> {
+    let mut out = Vec::new();
+    for (i, t) in plan.tests.iter().enumerate() {
+        for &size in &t.sizes {
+            for &target in targets {
+                out.push(Cell { test: i, size, target, support: support(target, t) });
+            }
+        }
+    }
+    out
+}
+
+/// What the direct baseline can do: plain HTTP (L7 traffic and the same traffic for the
+/// L4 tests) and UDP echo; everything else is a proxy function the origin does not have.
+pub fn direct_support(t: &TestPlan) -> Support {
+    if t.kind == TestKind::ConcurrentConnections {
+        return Support::No("baseline: no proxy process whose memory could be measured".into());
+    }
+    match t.setup {
+        Setup::L7 | Setup::L4 | Setup::Udp => Support::Yes,
+        Setup::Cookie => Support::No("baseline: the origin does not insert persistence cookies".into()),
+        Setup::TlsRsa | Setup::TlsEcdsa => Support::No("baseline: the origin simulator does not speak TLS".into()),
+        Setup::Gzip => Support::No("baseline: the origin simulator does not compress".into()),
+        Setup::Cache => Support::No("baseline: the origin has no cache in front of it".into()),
+    }
+}
+
+/// Counts of a plan's cells.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Counts {
+    /// All cells.
+    pub cells: usize,
+    /// Cells to measure.
+    pub measured: usize,
+    /// Cells reported as not supported.
+    pub not_supported: usize,
+    /// Measured runs (repeats summed).
+    pub runs: usize,
+    /// Open-loop latency points.
+    pub latency_points: usize,
+    /// Distinct (setup, target) process starts.
+    pub starts: usize,
+}
+
+/// Counts the cells, runs and starts.
+pub fn count(plan: &Plan, cells: &[Cell]) -> Counts {
+    let mut c = Counts { cells: cells.len(), ..Counts::default() };
+    let mut starts = std::collections::BTreeSet::new();
+    for cell in cells {
+        if cell.support != Support::Yes {
+            c.not_supported += 1;
+            continue;
+        }
+        let t = &plan.tests[cell.test];
+        c.measured += 1;
+        c.runs += t.repeats as usize;
+        if t.headline {
+            c.latency_points += plan.timing.latency_fractions.len();
+        }
+        starts.insert((t.setup, cell.target));
+    }
+    c.starts = starts.len();
+    c
+}
+
+/// Expected wall time of the plan (limits and machine facts included).
+pub fn estimate(plan: &Plan, cells: &[Cell]) -> Duration {
+    let tm = &plan.timing;
+    let mut secs = 5.0 * tm.limit_time.as_secs_f64() + 3.0;
+    for cell in cells.iter().filter(|c| c.support == Support::Yes) {
+        let t = &plan.tests[cell.test];
+        secs += match t.kind {
+            TestKind::ConcurrentConnections => 2.0 + tm.idle_connections as f64 / 2000.0,
+            TestKind::UdpFrames | TestKind::UdpImix => {
+                f64::from(t.repeats) * (tm.duration.as_secs_f64() + RUN_OVERHEAD_S)
+            }
+            _ => f64::from(t.repeats) * (tm.warmup.as_secs_f64() + tm.duration.as_secs_f64() + RUN_OVERHEAD_S),
+        };
+        if t.headline {
+            let points = tm.latency_fractions.len() as f64;
+            secs += points * (tm.latency_duration.as_secs_f64() + 0.5 + RUN_OVERHEAD_S);
+        }
+    }
+    secs += count(plan, cells).starts as f64 * START_S;
+    Duration::from_secs_f64(secs)
+}
+
+/// Shortens the runs of a full plan until [`estimate`] fits `budget` (down to 1 s runs
+/// with 0.5 s warm-up); `--quick` plans are left alone. Returns the final estimate.
+pub fn fit(plan: &mut Plan, cells: &[Cell], budget: Duration) -> Duration {
+    let mut est = estimate(plan, cells);
+    while !plan.quick && est > budget && plan.timing.duration > Duration::from_secs(1) {
+        let tm = &mut plan.timing;
+        tm.duration = (tm.duration.mul_f64(0.8)).max(Duration::from_secs(1));
+        tm.warmup = (tm.warmup.mul_f64(0.8)).max(Duration::from_millis(500));
+        tm.latency_duration = (tm.latency_duration.mul_f64(0.8)).max(Duration::from_secs(1));
+        est = estimate(plan, cells);
+    }
+    est
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all_yes(_: TargetKind, _: &TestPlan) -> Support {
+        Support::Yes
+    }
+
+    #[test]
+    fn quick_is_a_small_subset_at_two_sizes() {
+        let p = plan(true);
+        let kinds: Vec<_> = p.tests.iter().map(|t| t.kind).collect();
+        assert_eq!(
+            kinds,
+            [TestKind::ConcurrentConnections, TestKind::L7KeepaliveRps, TestKind::L7Rps, TestKind::L7Cps]
+        );
+        for t in &p.tests {
+            assert_eq!(t.repeats, 1);
+            if t.kind != TestKind::ConcurrentConnections {
+                assert_eq!(t.sizes, vec![Some(128), Some(131072)]);
+            }
+        }
+        assert!(p.timing.latency_fractions.is_empty());
+        assert_eq!(p.timing.idle_connections, 500);
+    }
+
+    #[test]
+    fn quick_against_switchyard_fits_in_three_minutes() {
+        let p = plan(true);
+        let c = cells(&p, &[TargetKind::Direct, TargetKind::Switchyard], |t, tp| match t {
+            TargetKind::Direct => direct_support(tp),
+            _ => Support::Yes,
+        });
+        let n = count(&p, &c);
+        assert_eq!(n.cells, 14);
+        assert_eq!(n.measured, 13);
+        assert!(estimate(&p, &c) < Duration::from_secs(120), "{:?}", estimate(&p, &c));
+    }
+
+    #[test]
+    fn full_sweeps_every_size_and_covers_the_matrix() {
+        let p = plan(false);
+        let l7 = p.tests.iter().find(|t| t.kind == TestKind::L7Rps).expect("L7 RPS planned");
+        assert_eq!(l7.sizes.len(), SIZES.len());
+        assert_eq!(l7.requests_per_connection, Some(10));
+        assert!(l7.headline && l7.repeats == 3);
+        for k in [
+            TestKind::L4Cps,
+            TestKind::L4Throughput,
+            TestKind::L7Throughput,
+            TestKind::L7CookiePersistence,
+            TestKind::TlsHandshakeRsa2048,
+            TestKind::TlsHandshakeEcdsaP256,
+            TestKind::TlsBulk,
+            TestKind::CompressionGzip,
+            TestKind::CacheHit,
+            TestKind::ConcurrentConnections,
+            TestKind::UdpFrames,
+            TestKind::UdpImix,
+        ] {
+            assert!(p.tests.iter().any(|t| t.kind == k), "{k:?} missing");
+        }
+    }
+
+    #[test]
+    fn not_supported_cells_are_kept_not_dropped() {
+        let p = plan(false);
+        let targets = [TargetKind::Direct, TargetKind::Switchyard, TargetKind::Nginx];
+        let c = cells(&p, &targets, |t, tp| match (t, tp.setup) {
+            (TargetKind::Direct, _) => direct_support(tp),
+            (TargetKind::Nginx, Setup::Cookie) => Support::No("no sticky cookie".into()),
+            (TargetKind::Switchyard, Setup::L7) => Support::Yes,
+            _ => Support::No("not built".into()),
+        });
+        let per_target = p.tests.iter().map(|t| t.sizes.len()).sum::<usize>();
+        assert_eq!(c.len(), per_target * targets.len());
+        let cookie_nginx = c
+            .iter()
+            .find(|x| x.target == TargetKind::Nginx && p.tests[x.test].kind == TestKind::L7CookiePersistence)
+            .expect("cookie cell for nginx");
+        assert_eq!(cookie_nginx.support, Support::No("no sticky cookie".into()));
+        let direct_gzip = c
+            .iter()
+            .find(|x| x.target == TargetKind::Direct && p.tests[x.test].kind == TestKind::CompressionGzip)
+            .expect("gzip cell for direct");
+        assert!(matches!(direct_gzip.support, Support::No(_)));
+        let n = count(&p, &c);
+        assert_eq!(n.measured + n.not_supported, n.cells);
+    }
+
+    #[test]
+    fn full_with_both_peers_fits_the_budget() {
+        let mut p = plan(false);
+        let targets = [TargetKind::Direct, TargetKind::Switchyard, TargetKind::Haproxy, TargetKind::Nginx];
+        let c = cells(&p, &targets, all_yes);
+        let est = fit(&mut p, &c, FULL_BUDGET);
+        assert!(est <= FULL_BUDGET, "{est:?}");
+        assert!(p.timing.duration >= Duration::from_secs(1));
+    }
+
+    #[test]
+    fn imix_mixes_match_the_seed() {
+        assert_eq!(imix_frames(0).len(), 100);
+        assert_eq!(imix_frames(1).len(), 12);
+        assert_eq!(imix_frames(2).len(), 100);
+        assert_eq!(imix_mean(1), 346);
+        assert_eq!(imix_mean(0), 443);
+    }
+}

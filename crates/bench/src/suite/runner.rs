@@ -1,0 +1,451 @@
+//! Measurement: the runs of one setup's tests against the targets started for it.
+//!
+//! Repeats are interleaved over targets (target A, B, C, then A, B, C again) so that slow
+//! drift of the machine spreads over all of them. Each run is a closed-loop
+//! [`crate::load::run`] with its own warm-up; the proxy's CPU time (utime + stime of its
+//! whole process tree) is sampled when the warm-up ends and again when the run returns,
+//! so it covers the measured part only. Latency at load (headline tests, full suite) is
+//! measured open loop at fixed fractions of the median maximum.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use indicatif::ProgressBar;
+
+use super::plan::{Plan, Setup, TargetKind, TestPlan};
+use super::procs::{core_ticks, Proc};
+use crate::load::{LoadReport, LoadSpec, Pace, Protocol, TlsSpec, UdpSpec};
+use crate::results::{Limits, LoadPoint, Measurement, Outcome, RunFigures, TestKind};
+
+/// Key of a cell: (index into [`Plan::tests`], size, target).
+pub type CellKey = (usize, Option<u64>, TargetKind);
+
+/// A target started for the current setup.
+pub struct Live<'a> {
+    /// Which target.
+    pub target: TargetKind,
+    /// Its process (none for `direct`).
+    pub proc: Option<&'a Proc>,
+    /// Where the generator connects.
+    pub addr: SocketAddr,
+}
+
+/// What the runner needs besides the targets.
+pub struct Ctx<'a> {
+    /// The plan.
+    pub plan: &'a Plan,
+    /// Machine limits (for `limit_fraction`).
+    pub limits: &'a Limits,
+    /// Core of the generator and origins.
+    pub load_cpu: usize,
+    /// Progress bar (one step per run).
+    pub bar: &'a ProgressBar,
+}
+
+/// The request paths of a test at a size: 9 in 10 go to pool `main`, 1 in 10 is a `.png`
+/// for pool `images` in the L7 tests.
+pub fn paths(t: &TestPlan, size: Option<u64>) -> Vec<String> {
+    let n = size.unwrap_or(128);
+    match t.setup {
+        Setup::L7 | Setup::Cookie => {
+            let mut v = vec![format!("/index.html?size={n}"); 9];
+            v.push(format!("/img/logo.png?size={n}"));
+            v
+        }
+        Setup::Gzip => vec![format!("/page.html?size={n}&compressible=1")],
+        Setup::Cache => vec![format!("/cached.html?size={n}&cache=3600")],
+        _ => vec![format!("/index.html?size={n}")],
+    }
+}
+
+/// The load spec of a closed-loop run of test `t` at `size` against `addr`.
+pub fn spec(plan: &Plan, t: &TestPlan, size: Option<u64>, addr: SocketAddr) -> LoadSpec {
+    let tls = t.setup.tls().then(|| TlsSpec {
+        server_name: "localhost".into(),
+        resume: false,
+        group: crate::load::KxGroup::X25519,
+        insecure: true,
+    });
+    let headers =
+        if t.setup == Setup::Gzip { vec![("accept-encoding".to_string(), "gzip".to_string())] } else { Vec::new() };
+    LoadSpec {
+        target: addr,
+        host: if tls.is_some() { "localhost".into() } else { "bench".into() },
+        tls,
+        protocol: Protocol::Http1,
+        paths: paths(t, size),
+        headers,
+        cookies: t.kind == TestKind::L7CookiePersistence,
+        connections: plan.timing.connections,
+        requests_per_connection: t.requests_per_connection,
+        pace: Pace::Closed,
+        warmup: plan.timing.warmup,
+        duration: plan.timing.duration,
+        threads: 1,
+    }
+}
+
+/// Figures of one run from the generator's report and the proxy's CPU seconds.
+pub fn figures(r: &LoadReport, proxy_cpu_s: f64) -> RunFigures {
+    let secs = r.elapsed.as_secs_f64().max(1e-9);
+    let req = r.requests as f64;
+    RunFigures {
+        requests: r.requests,
+        connections: r.connections,
+        errors: r.errors,
+        duration_s: secs,
+        rps: req / secs,
+        cps: r.connections as f64 / secs,
+        bytes_per_s: r.body_bytes as f64 / secs,
+        proxy_cpu_s,
+        proxy_cpu_us_per_request: if r.requests > 0 { proxy_cpu_s * 1e6 / req } else { 0.0 },
+        requests_per_cpu_s: if proxy_cpu_s > 0.0 { req / proxy_cpu_s } else { 0.0 },
+        generator_cpu_s: r.cpu_s,
+        generator_saturated: r.cpu_s >= 0.9 * secs,
+        latency: r.latency,
+        memory_per_connection_bytes: None,
+    }
+}
+
+/// One closed- or open-loop run with the proxy CPU sampled over the measured part.
+/// Returns the report, the proxy CPU seconds and the load core's busy fraction.
+fn load_run(spec: &LoadSpec, proc: Option<&Proc>, load_cpu: usize) -> anyhow::Result<(LoadReport, f64, f64)> {
+    let (report, cpu, busy) = std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            std::thread::sleep(spec.warmup);
+            (proc.map(Proc::cpu_s), core_ticks(load_cpu))
+        });
+        let report = crate::load::run(spec);
+        let (cpu0, core0) = sampler.join().unwrap_or((None, None));
+        let cpu = match (proc, cpu0) {
+            (Some(p), Some(c0)) => (p.cpu_s() - c0).max(0.0),
+            _ => 0.0,
+        };
+        let busy = match (core0, core_ticks(load_cpu)) {
+            (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => (b1 - b0) as f64 / (t1 - t0) as f64,
+            _ => 0.0,
+        };
+        (report, cpu, busy)
+    });
+    Ok((report?, cpu, busy))
+}
+
+/// Accumulates a cell's runs and flags while the setup runs.
+#[derive(Default)]
+pub struct CellRuns {
+    /// Measured runs.
+    pub runs: Vec<RunFigures>,
+    /// Latency points.
+    pub points: Vec<LoadPoint>,
+    /// Runs whose load core was ≥ 95 % busy.
+    pub core_busy: u32,
+    /// The first failure, if the cell failed.
+    pub failure: Option<String>,
+}
+
+impl CellRuns {
+    /// The cell's outcome.
+    pub fn outcome(self, t: &TestPlan, size: Option<u64>, limits: &Limits) -> Outcome {
+        if let Some(reason) = self.failure.filter(|_| self.runs.is_empty()) {
+            return Outcome::Failed { reason };
+        }
+        let mut flags = Vec::new();
+        let n = self.runs.len();
+        let sat = self.runs.iter().filter(|r| r.generator_saturated).count();
+        if sat > 0 {
+            flags.push(format!("generator saturated in {sat} of {n} runs: the figure may measure the generator"));
+        }
+        if self.core_busy > 0 {
+            flags.push(format!(
+                "load core ≥ 95 % busy in {} of {n} runs (generator and origins share it)",
+                self.core_busy
+            ));
+        }
+        for (i, r) in self.runs.iter().enumerate().filter(|(_, r)| r.errors > 0) {
+            flags.push(format!("run {}: {} errors beside {} requests", i + 1, r.errors, r.requests));
+        }
+        let limit_fraction = median_run(&self.runs).and_then(|m| limit_fraction(t.kind, size, m, limits));
+        Outcome::Measured(Measurement { runs: self.runs, latency_at_load: self.points, limit_fraction, flags })
+    }
+}
+
+/// The run with the median requests per second.
+pub fn median_run(runs: &[RunFigures]) -> Option<&RunFigures> {
+    let mut v: Vec<&RunFigures> = runs.iter().collect();
+    v.sort_by(|a, b| a.rps.total_cmp(&b.rps));
+    v.get(v.len() / 2).copied()
+}
+
+/// The result as a fraction of the machine limit that bounds the test, when one does.
+pub fn limit_fraction(kind: TestKind, size: Option<u64>, r: &RunFigures, l: &Limits) -> Option<f64> {
+    let (value, limit) = match kind {
+        TestKind::TlsHandshakeRsa2048 => (r.cps, l.rsa2048_sign_per_s),
+        TestKind::TlsHandshakeEcdsaP256 => (r.cps, l.ecdsa_p256_sign_per_s),
+        TestKind::TlsBulk => (r.bytes_per_s, l.aes128gcm_bytes_per_s),
+        TestKind::CompressionGzip => (r.rps * size.unwrap_or(0) as f64, l.gzip_bytes_per_s),
+        TestKind::L4Throughput | TestKind::L7Throughput | TestKind::CacheHit => (r.bytes_per_s, l.loopback_bytes_per_s),
+        _ => return None,
+    };
+    (limit > 0.0).then(|| value / limit)
+}
+
+/// Measures the tests `tests` (indices into the plan) of one setup against `live`,
+/// adding runs to `cells`.
+pub fn measure_setup(ctx: &Ctx, tests: &[usize], live: &[Live], cells: &mut BTreeMap<CellKey, CellRuns>) {
+    for &ti in tests {
+        let t = &ctx.plan.tests[ti];
+        for &size in &t.sizes {
+            let here: Vec<&Live> = live.iter().filter(|l| cells.contains_key(&(ti, size, l.target))).collect();
+            match t.kind {
+                TestKind::ConcurrentConnections => {
+                    for l in &here {
+                        ctx.bar.set_message(format!("{:?} {}", t.kind, l.target.name()));
+                        let cell = cells.entry((ti, size, l.target)).or_default();
+                        match idle_connections(l, ctx.plan.timing.idle_connections) {
+                            Ok(r) => cell.runs.push(r),
+                            Err(e) => cell.failure = Some(format!("{e:#}")),
+                        }
+                        ctx.bar.inc(1);
+                    }
+                }
+                TestKind::UdpFrames | TestKind::UdpImix => {
+                    for l in &here {
+                        ctx.bar.set_message(format!("{:?} {} B {}", t.kind, size.unwrap_or(0), l.target.name()));
+                        let cell = cells.entry((ti, size, l.target)).or_default();
+                        match udp_run(ctx, t, size, l) {
+                            Ok(r) => cell.runs.push(r),
+                            Err(e) => cell.failure = Some(format!("{e:#}")),
+                        }
+                        ctx.bar.inc(1);
+                    }
+                }
+                _ => {
+                    for rep in 0..t.repeats {
+                        for l in &here {
+                            ctx.bar.set_message(format!(
+                                "{:?} {} B {} (run {}/{})",
+                                t.kind,
+                                size.unwrap_or(0),
+                                l.target.name(),
+                                rep + 1,
+                                t.repeats
+                            ));
+                            let cell = cells.entry((ti, size, l.target)).or_default();
+                            match load_run(&spec(ctx.plan, t, size, l.addr), l.proc, ctx.load_cpu) {
+                                Ok((r, cpu, busy)) => {
+                                    cell.core_busy += u32::from(busy >= 0.95);
+                                    cell.runs.push(figures(&r, cpu));
+                                }
+                                Err(e) => cell.failure = Some(format!("{e:#}")),
+                            }
+                            ctx.bar.inc(1);
+                        }
+                    }
+                    if t.headline && !ctx.plan.timing.latency_fractions.is_empty() {
+                        for l in &here {
+                            latency_points(ctx, t, size, l, cells.entry((ti, size, l.target)).or_default());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Open-loop runs at the plan's fractions of the cell's median maximum.
+fn latency_points(ctx: &Ctx, t: &TestPlan, size: Option<u64>, l: &Live, cell: &mut CellRuns) {
+    let Some(max) = median_run(&cell.runs).map(|r| r.rps).filter(|r| *r > 0.0) else { return };
+    for &fraction in &ctx.plan.timing.latency_fractions {
+        ctx.bar.set_message(format!(
+            "{:?} {} B {} at {:.0} %",
+            t.kind,
+            size.unwrap_or(0),
+            l.target.name(),
+            fraction * 100.0
+        ));
+        let mut s = spec(ctx.plan, t, size, l.addr);
+        s.pace = Pace::Open { rate: max * fraction };
+        s.warmup = Duration::from_millis(500);
+        s.duration = ctx.plan.timing.latency_duration;
+        if let Ok((r, _, _)) = load_run(&s, l.proc, ctx.load_cpu) {
+            cell.points.push(LoadPoint {
+                fraction,
+                offered_rps: max * fraction,
+                achieved_rps: r.requests as f64 / r.elapsed.as_secs_f64().max(1e-9),
+                latency: r.latency,
+            });
+        }
+        ctx.bar.inc(1);
+    }
+}
+
+/// Reads one response (`content-length` framed) from a keep-alive connection.
+fn read_response(s: &mut TcpStream) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(head) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let text = String::from_utf8_lossy(&buf[..head]).to_ascii_lowercase();
+            let len: usize = text
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if buf.len() >= head + 4 + len {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Opens up to `n` keep-alive connections (each answered once, then left idle) and
+/// measures the proxy's resident memory per connection.
+fn idle_connections(l: &Live, n: usize) -> anyhow::Result<RunFigures> {
+    let proc = l.proc.ok_or_else(|| anyhow::anyhow!("no proxy process"))?;
+    let rss0 = proc.rss_bytes();
+    let cpu0 = proc.cpu_s();
+    let start = Instant::now();
+    let mut open = Vec::with_capacity(n);
+    let mut errors = 0u64;
+    let req = b"GET /index.html?size=128 HTTP/1.1\r\nhost: bench\r\n\r\n";
+    while open.len() < n && errors < 50 {
+        let r = TcpStream::connect_timeout(&l.addr, Duration::from_secs(2)).and_then(|mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            s.write_all(req)?;
+            read_response(&mut s)?;
+            Ok(s)
+        });
+        match r {
+            Ok(s) => open.push(s),
+            Err(_) => errors += 1,
+        }
+    }
+    let secs = start.elapsed().as_secs_f64().max(1e-9);
+    std::thread::sleep(Duration::from_millis(300));
+    let rss1 = proc.rss_bytes();
+    let cpu = (proc.cpu_s() - cpu0).max(0.0);
+    let opened = open.len() as u64;
+    drop(open);
+    anyhow::ensure!(opened > 0, "no connection could be opened ({errors} errors)");
+    Ok(RunFigures {
+        requests: opened,
+        connections: opened,
+        errors,
+        duration_s: secs,
+        rps: opened as f64 / secs,
+        cps: opened as f64 / secs,
+        proxy_cpu_s: cpu,
+        proxy_cpu_us_per_request: cpu * 1e6 / opened as f64,
+        requests_per_cpu_s: if cpu > 0.0 { opened as f64 / cpu } else { 0.0 },
+        memory_per_connection_bytes: Some(rss1.saturating_sub(rss0) as f64 / opened as f64),
+        ..RunFigures::default()
+    })
+}
+
+/// One UDP run: a frame size (sweep) or an IMIX mix (`size` is the mix's mean frame).
+fn udp_run(ctx: &Ctx, t: &TestPlan, size: Option<u64>, l: &Live) -> anyhow::Result<RunFigures> {
+    let frames = if t.kind == TestKind::UdpImix {
+        let mix = (0..super::plan::IMIX.len())
+            .find(|&m| Some(super::plan::imix_mean(m)) == size)
+            .ok_or_else(|| anyhow::anyhow!("unknown IMIX mean {size:?}"))?;
+        super::plan::imix_frames(mix)
+    } else {
+        vec![size.unwrap_or(64) as usize]
+    };
+    let spec = UdpSpec { target: l.addr, frame_sizes: frames, flows: 4, duration: ctx.plan.timing.duration };
+    let cpu0 = l.proc.map(Proc::cpu_s);
+    let self0 = own_cpu_s();
+    let r = crate::load::run_udp(&spec)?;
+    let cpu = match (l.proc, cpu0) {
+        (Some(p), Some(c0)) => (p.cpu_s() - c0).max(0.0),
+        _ => 0.0,
+    };
+    let gen = (own_cpu_s() - self0).max(0.0);
+    let secs = r.elapsed.as_secs_f64().max(1e-9);
+    let got = r.received as f64;
+    Ok(RunFigures {
+        requests: r.received,
+        connections: 4,
+        errors: r.sent.saturating_sub(r.received),
+        duration_s: secs,
+        rps: got / secs,
+        bytes_per_s: r.bytes as f64 / secs,
+        proxy_cpu_s: cpu,
+        proxy_cpu_us_per_request: if r.received > 0 { cpu * 1e6 / got } else { 0.0 },
+        requests_per_cpu_s: if cpu > 0.0 { got / cpu } else { 0.0 },
+        generator_cpu_s: gen,
+        generator_saturated: gen >= 0.9 * secs,
+        latency: r.latency,
+        ..RunFigures::default()
+    })
+}
+
+/// CPU seconds of this process (all threads).
+fn own_cpu_s() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| super::procs::parse_stat(&s))
+        .map_or(0.0, |(_, t)| t as f64 / super::procs::clk_tck())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn l7_paths_carry_one_png_in_ten() {
+        let p = super::super::plan::plan(true);
+        let v = paths(&p.tests[2], Some(5120));
+        assert_eq!(v.len(), 10);
+        assert_eq!(v.iter().filter(|x| x.starts_with("/img/logo.png?size=5120")).count(), 1);
+    }
+
+    #[test]
+    fn figures_divide_cpu_by_requests() {
+        let r = LoadReport {
+            requests: 10_000,
+            connections: 100,
+            body_bytes: 1_280_000,
+            elapsed: Duration::from_secs(2),
+            cpu_s: 1.9,
+            ..LoadReport::default()
+        };
+        let f = figures(&r, 0.3);
+        assert_eq!(f.rps, 5000.0);
+        assert!((f.proxy_cpu_us_per_request - 30.0).abs() < 1e-9);
+        assert!((f.requests_per_cpu_s - 33_333.333).abs() < 0.01);
+        assert!(f.generator_saturated);
+        assert_eq!(f.bytes_per_s, 640_000.0);
+    }
+
+    #[test]
+    fn limit_fractions_pick_the_bounding_limit() {
+        let l = Limits {
+            rsa2048_sign_per_s: 2000.0,
+            loopback_bytes_per_s: 1e9,
+            gzip_bytes_per_s: 1e8,
+            ..Limits::default()
+        };
+        let r = RunFigures { cps: 1000.0, rps: 100.0, bytes_per_s: 5e8, ..RunFigures::default() };
+        assert_eq!(limit_fraction(TestKind::TlsHandshakeRsa2048, Some(128), &r, &l), Some(0.5));
+        assert_eq!(limit_fraction(TestKind::L7Throughput, None, &r, &l), Some(0.5));
+        assert_eq!(limit_fraction(TestKind::CompressionGzip, Some(131072), &r, &l), Some(0.131072));
+        assert_eq!(limit_fraction(TestKind::L7Rps, None, &r, &l), None);
+        assert_eq!(limit_fraction(TestKind::TlsBulk, None, &r, &l), None);
+    }
+
+    #[test]
+    fn median_run_by_rps() {
+        let runs: Vec<RunFigures> =
+            [3.0, 1.0, 2.0].iter().map(|&rps| RunFigures { rps, ..RunFigures::default() }).collect();
+        assert_eq!(median_run(&runs).map(|r| r.rps), Some(2.0));
+        assert!(median_run(&[]).is_none());
+    }
+}

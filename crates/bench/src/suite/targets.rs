@@ -1,0 +1,370 @@
+//! The targets and their generated configurations.
+//!
+//! For each [`Setup`] every target gets a functionally identical configuration: pool
+//! `main` (servers `a` and `b`, round robin), pool `images` (server `c`) chosen for paths
+//! ending in `.png`, keep-alive to clients and servers, `X-Forwarded-For`, one worker,
+//! plus the setup's function (cookie insert, TLS with the same certificate, gzip level 1
+//! of `text/html`, a response cache, a TCP or UDP relay). A target that cannot express the
+//! function gets a reason instead of a configuration. switchyard's capabilities are not
+//! hard-coded: its configuration is written with the keys the feature would use and
+//! `switchyard check` decides (see [`crate::suite::runner`]), so cells light up as
+//! features land.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::plan::{Setup, TargetKind};
+
+/// Loopback ports of one run.
+#[derive(Debug, Clone)]
+pub struct Ports {
+    /// Origins `main-a`, `main-b` and `images-c`.
+    pub origins: [u16; 3],
+    /// The UDP echo server.
+    pub udp_echo: u16,
+    /// Listening port of each proxy target.
+    pub targets: BTreeMap<TargetKind, u16>,
+}
+
+impl Ports {
+    /// Ports from `base`: origins base+1..3, echo base+4, targets base+11.. .
+    pub fn from_base(base: u16) -> Ports {
+        let targets = [TargetKind::Switchyard, TargetKind::Haproxy, TargetKind::Nginx]
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| (t, base + 11 + i as u16))
+            .collect();
+        Ports { origins: [base + 1, base + 2, base + 3], udp_echo: base + 4, targets }
+    }
+
+    /// Every TCP and UDP port used.
+    pub fn all(&self) -> Vec<u16> {
+        let mut v = self.origins.to_vec();
+        v.push(self.udp_echo);
+        v.extend(self.targets.values());
+        v
+    }
+
+    /// Where the generator connects for `target` in `setup` (direct: origin `main-a`, or the echo).
+    pub fn target_port(&self, target: TargetKind, setup: Setup) -> u16 {
+        match target {
+            TargetKind::Direct if setup == Setup::Udp => self.udp_echo,
+            TargetKind::Direct => self.origins[0],
+            t => self.targets[&t],
+        }
+    }
+}
+
+/// PEM files of one generated certificate.
+#[derive(Debug, Clone)]
+pub struct CertFiles {
+    /// Certificate.
+    pub cert: PathBuf,
+    /// Private key (PKCS#8).
+    pub key: PathBuf,
+    /// Certificate followed by key (HAProxy's `crt`).
+    pub combined: PathBuf,
+}
+
+/// The certificates every TLS target uses (`localhost`, self-signed).
+#[derive(Debug, Clone)]
+pub struct Certs {
+    /// RSA-2048 (PKCS#1 v1.5, SHA-256).
+    pub rsa: CertFiles,
+    /// ECDSA P-256.
+    pub ecdsa: CertFiles,
+}
+
+/// Generates both certificates into `dir` with rcgen (aws-lc-rs keys).
+pub fn generate_certs(dir: &Path) -> anyhow::Result<Certs> {
+    std::fs::create_dir_all(dir)?;
+    let rsa = rcgen::KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048)?;
+    let ecdsa = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let write = |name: &str, key: rcgen::KeyPair| -> anyhow::Result<CertFiles> {
+        let params = rcgen::CertificateParams::new(vec!["localhost".to_string()])?;
+        let cert = params.self_signed(&key)?;
+        let files = CertFiles {
+            cert: dir.join(format!("{name}.crt")),
+            key: dir.join(format!("{name}.key")),
+            combined: dir.join(format!("{name}.pem")),
+        };
+        std::fs::write(&files.cert, cert.pem())?;
+        std::fs::write(&files.key, key.serialize_pem())?;
+        std::fs::write(&files.combined, format!("{}{}", cert.pem(), key.serialize_pem()))?;
+        Ok(files)
+    };
+    Ok(Certs { rsa: write("rsa2048", rsa)?, ecdsa: write("ecdsa-p256", ecdsa)? })
+}
+
+/// How NGINX's stream module (L4, UDP) can be had on this machine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NginxStream {
+    /// Compiled in.
+    Static,
+    /// A dynamic module to `load_module`.
+    Module(PathBuf),
+    /// Not available: the reason.
+    Missing(String),
+}
+
+/// Looks for the stream module in `nginx -V` output and the usual module folders.
+pub fn nginx_stream(v_output: &str) -> NginxStream {
+    if v_output.split_whitespace().any(|a| a == "--with-stream") {
+        return NginxStream::Static;
+    }
+    let mut dirs = vec![PathBuf::from("/usr/lib/nginx/modules"), PathBuf::from("/usr/share/nginx/modules")];
+    if let Some(p) = v_output.split_whitespace().find_map(|a| a.strip_prefix("--modules-path=")) {
+        dirs.insert(0, PathBuf::from(p));
+    }
+    for d in dirs {
+        let m = d.join("ngx_stream_module.so");
+        if m.is_file() {
+            return NginxStream::Module(m);
+        }
+    }
+    NginxStream::Missing(
+        "the NGINX stream module (L4/UDP) is not installed (built as a dynamic module, \
+         ngx_stream_module.so not found; Debian: libnginx-mod-stream)"
+            .into(),
+    )
+}
+
+/// What config generation needs to know.
+#[derive(Debug, Clone)]
+pub struct Env<'a> {
+    /// Ports.
+    pub ports: &'a Ports,
+    /// Certificates (TLS setups).
+    pub certs: &'a Certs,
+    /// Folder for the target's run-time files (NGINX pid, temp and cache folders).
+    pub run_dir: &'a Path,
+    /// NGINX stream availability.
+    pub nginx_stream: &'a NginxStream,
+}
+
+/// A generated configuration, or why the target cannot do the setup.
+pub type Generated = Result<String, String>;
+
+const HEADER: &str = "generated by `switchyard bench`";
+
+/// switchyard's configuration. Features not built yet are written with the keys they
+/// are planned to use; `switchyard check` refuses them until they exist.
+pub fn switchyard(setup: Setup, env: &Env) -> String {
+    let p = env.ports;
+    let port = p.targets[&TargetKind::Switchyard];
+    let mut s = format!("# {HEADER} (setup: {})\nworkers = 1\ndrain_timeout = \"1s\"\n\n", setup.name());
+    s += "[[service]]\nname = \"bench\"\n";
+    let _ = writeln!(s, "listen = \"127.0.0.1:{port}\"");
+    match setup {
+        Setup::L4 => s += "mode = \"tcp\"\npool = \"main\"\n",
+        Setup::Udp => s += "mode = \"udp\"\npool = \"echo\"\n",
+        _ => {
+            if setup.tls() {
+                let c = if setup == Setup::TlsRsa { &env.certs.rsa } else { &env.certs.ecdsa };
+                s += "mode = \"https\"\n";
+                let _ = writeln!(
+                    s,
+                    "tls = {{ certificate = \"{}\", key = \"{}\", session_cache = false, tickets = false }}",
+                    c.cert.display(),
+                    c.key.display()
+                );
+            }
+            s += "pool = \"main\"\n";
+            match setup {
+                Setup::Gzip => s += "compression = { algorithms = [\"gzip\"], types = [\"text/html\"], level = 1 }\n",
+                Setup::Cache => s += "cache = { max_size = \"64MiB\", max_object_size = \"256KiB\" }\n",
+                _ => {}
+            }
+            s += "rules = [ { path_suffix = \".png\", pool = \"images\" } ]\n";
+        }
+    }
+    if setup == Setup::Udp {
+        let _ = write!(
+            s,
+            "\n[[pool]]\nname = \"echo\"\nservers = [ {{ address = \"127.0.0.1:{}\", name = \"echo\" }} ]\n",
+            p.udp_echo
+        );
+        return s;
+    }
+    s += "\n[[pool]]\nname = \"main\"\nbalance = \"round-robin\"\n";
+    if setup == Setup::Cookie {
+        s += "persistence = { cookie = \"SRV\", mode = \"insert\" }\n";
+    }
+    let _ = writeln!(
+        s,
+        "servers = [\n  {{ address = \"127.0.0.1:{}\", name = \"a\" }},\n  {{ address = \"127.0.0.1:{}\", name = \"b\" }},\n]",
+        p.origins[0], p.origins[1]
+    );
+    if setup != Setup::L4 {
+        let _ = writeln!(
+            s,
+            "\n[[pool]]\nname = \"images\"\nservers = [ {{ address = \"127.0.0.1:{}\", name = \"c\" }} ]",
+            p.origins[2]
+        );
+    }
+    s
+}
+
+/// HAProxy's configuration (`nbthread 1`).
+pub fn haproxy(setup: Setup, env: &Env) -> Generated {
+    let p = env.ports;
+    let port = p.targets[&TargetKind::Haproxy];
+    if setup == Setup::Udp {
+        return Err("HAProxy open source does not proxy UDP".into());
+    }
+    let mut s = format!("# {HEADER} (setup: {})\nglobal\n    nbthread 1\n    maxconn 9000\n", setup.name());
+    if setup.tls() {
+        // TLS 1.2 and 1.3 for every target (NGINX 1.22's default lacks 1.3).
+        s += "    tune.ssl.cachesize 0\n    ssl-default-bind-options ssl-min-ver TLSv1.2 no-tls-tickets\n";
+    }
+    if setup == Setup::Gzip {
+        s += "    tune.comp.maxlevel 1\n";
+    }
+    let mode = if setup == Setup::L4 { "tcp" } else { "http" };
+    let _ = write!(s, "\ndefaults\n    mode {mode}\n");
+    if setup != Setup::L4 {
+        s += "    option http-keep-alive\n    option forwardfor\n    http-reuse always\n";
+        s += "    timeout http-request 10s\n    timeout http-keep-alive 60s\n";
+    }
+    s += "    timeout connect 3s\n    timeout client 60s\n    timeout server 30s\n\n";
+    s += "frontend bench\n";
+    match setup {
+        Setup::TlsRsa | Setup::TlsEcdsa => {
+            let c = if setup == Setup::TlsRsa { &env.certs.rsa } else { &env.certs.ecdsa };
+            let _ = writeln!(s, "    bind 127.0.0.1:{port} ssl crt {} no-tls-tickets", c.combined.display());
+            s += "    http-request set-header X-Forwarded-Proto https\n";
+        }
+        _ => {
+            let _ = writeln!(s, "    bind 127.0.0.1:{port}");
+            if setup != Setup::L4 {
+                s += "    http-request set-header X-Forwarded-Proto http\n";
+            }
+        }
+    }
+    if setup != Setup::L4 {
+        s += "    use_backend images if { path_end .png }\n";
+    }
+    s += "    default_backend main\n\nbackend main\n    balance roundrobin\n";
+    match setup {
+        Setup::Cookie => s += "    cookie SRV insert indirect nocache\n",
+        Setup::Gzip => s += "    compression algo gzip\n    compression type text/html\n",
+        Setup::Cache => s += "    http-request cache-use bench\n    http-response cache-store bench\n",
+        _ => {}
+    }
+    let cookie = |n: &str| if setup == Setup::Cookie { format!(" cookie {n}") } else { String::new() };
+    let _ = writeln!(s, "    server a 127.0.0.1:{}{}", p.origins[0], cookie("a"));
+    let _ = writeln!(s, "    server b 127.0.0.1:{}{}", p.origins[1], cookie("b"));
+    if setup != Setup::L4 {
+        let _ = writeln!(s, "\nbackend images\n    server c 127.0.0.1:{}", p.origins[2]);
+    }
+    if setup == Setup::Cache {
+        s += "\ncache bench\n    total-max-size 256\n    max-object-size 262144\n    max-age 3600\n";
+    }
+    Ok(s)
+}
+
+/// NGINX's configuration (`worker_processes 1`, `daemon off`, files under the run folder).
+pub fn nginx(setup: Setup, env: &Env) -> Generated {
+    let p = env.ports;
+    let port = p.targets[&TargetKind::Nginx];
+    let dir = env.run_dir.display();
+    if setup == Setup::Cookie {
+        return Err("NGINX open source has no cookie-insert persistence (`sticky cookie` is NGINX Plus only)".into());
+    }
+    let stream = matches!(setup, Setup::L4 | Setup::Udp);
+    let mut s = format!("# {HEADER} (setup: {})\n", setup.name());
+    if stream {
+        match env.nginx_stream {
+            NginxStream::Static => {}
+            NginxStream::Module(m) => {
+                let _ = writeln!(s, "load_module {};", m.display());
+            }
+            NginxStream::Missing(why) => return Err(why.clone()),
+        }
+    }
+    let _ = write!(
+        s,
+        "worker_processes 1;\nworker_rlimit_nofile 20000;\ndaemon off;\npid {dir}/nginx.pid;\n\
+         error_log {dir}/error.log warn;\n\nevents {{\n    worker_connections 10000;\n}}\n\n"
+    );
+    if stream {
+        s += "stream {\n";
+        if setup == Setup::L4 {
+            let _ = write!(
+                s,
+                "    upstream main {{\n        server 127.0.0.1:{};\n        server 127.0.0.1:{};\n    }}\n\
+                 \x20   server {{\n        listen 127.0.0.1:{port};\n        proxy_pass main;\n    }}\n",
+                p.origins[0], p.origins[1]
+            );
+        } else {
+            let _ = write!(
+                s,
+                "    upstream echo {{\n        server 127.0.0.1:{};\n    }}\n    server {{\n        \
+                 listen 127.0.0.1:{port} udp;\n        proxy_pass echo;\n        proxy_responses 1;\n    }}\n",
+                p.udp_echo
+            );
+        }
+        s += "}\n";
+        return Ok(s);
+    }
+    let _ = write!(
+        s,
+        "http {{\n    access_log off;\n    client_body_temp_path {dir}/body;\n    proxy_temp_path {dir}/proxy;\n    \
+         fastcgi_temp_path {dir}/fastcgi;\n    uwsgi_temp_path {dir}/uwsgi;\n    scgi_temp_path {dir}/scgi;\n    \
+         keepalive_timeout 60s;\n    keepalive_requests 1000000;\n"
+    );
+    if setup == Setup::Cache {
+        let _ = writeln!(
+            s,
+            "    proxy_cache_path {dir}/cache levels=1:2 keys_zone=bench:10m max_size=256m inactive=60m use_temp_path=off;"
+        );
+    }
+    let _ = write!(
+        s,
+        "\n    upstream main {{\n        server 127.0.0.1:{};\n        server 127.0.0.1:{};\n        keepalive 64;\n        \
+         keepalive_requests 1000000;\n    }}\n    upstream images {{\n        server 127.0.0.1:{};\n        \
+         keepalive 64;\n        keepalive_requests 1000000;\n    }}\n\n    server {{\n",
+        p.origins[0], p.origins[1], p.origins[2]
+    );
+    if setup.tls() {
+        let c = if setup == Setup::TlsRsa { &env.certs.rsa } else { &env.certs.ecdsa };
+        let _ = write!(
+            s,
+            "        listen 127.0.0.1:{port} ssl;\n        ssl_certificate {};\n        ssl_certificate_key {};\n        \
+             ssl_protocols TLSv1.2 TLSv1.3;\n        ssl_session_cache off;\n        ssl_session_tickets off;\n",
+            c.cert.display(),
+            c.key.display()
+        );
+    } else {
+        let _ = writeln!(s, "        listen 127.0.0.1:{port};");
+    }
+    s += "        proxy_http_version 1.1;\n        proxy_set_header Connection \"\";\n        \
+          proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n        \
+          proxy_set_header X-Forwarded-Proto $scheme;\n";
+    match setup {
+        Setup::Gzip => s += "        gzip on;\n        gzip_types text/html;\n        gzip_comp_level 1;\n",
+        Setup::Cache => {
+            s += "        proxy_cache bench;\n        proxy_cache_valid 200 10m;\n        \
+                  add_header X-Cache-Status $upstream_cache_status;\n"
+        }
+        _ => {}
+    }
+    s += "\n        location ~ \\.png$ {\n            proxy_pass http://images;\n        }\n        \
+          location / {\n            proxy_pass http://main;\n        }\n    }\n}\n";
+    Ok(s)
+}
+
+/// File name of a target's configuration for a setup (under `configs/<target>/`).
+pub fn config_file_name(target: TargetKind, setup: Setup) -> String {
+    let ext = match target {
+        TargetKind::Switchyard => "toml",
+        TargetKind::Haproxy => "cfg",
+        _ => "conf",
+    };
+    format!("{}.{ext}", setup.name())
+}
+
+#[cfg(test)]
+#[path = "targets_tests.rs"]
+mod tests;

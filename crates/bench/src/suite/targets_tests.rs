@@ -1,0 +1,130 @@
+//! Tests of the generated configurations; `haproxy -c` and `nginx -t` validate them when
+//! those programs are installed.
+
+use super::*;
+use crate::suite::procs::which;
+
+const SETUPS: [Setup; 8] =
+    [Setup::L7, Setup::L4, Setup::Cookie, Setup::TlsRsa, Setup::TlsEcdsa, Setup::Gzip, Setup::Cache, Setup::Udp];
+
+struct Fixture {
+    dir: PathBuf,
+    ports: Ports,
+    certs: Certs,
+    stream: NginxStream,
+}
+
+impl Fixture {
+    fn new(name: &str) -> Fixture {
+        let dir = std::env::temp_dir().join(format!("sy-bench-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("run")).expect("temp dir");
+        let certs = generate_certs(&dir.join("certs")).expect("certificates");
+        let v = which("nginx").and_then(|n| std::process::Command::new(n).arg("-V").output().ok());
+        let stream = nginx_stream(&v.map(|o| String::from_utf8_lossy(&o.stderr).into_owned()).unwrap_or_default());
+        Fixture { dir, ports: Ports::from_base(41000), certs, stream }
+    }
+
+    fn env(&self) -> Env<'_> {
+        Env { ports: &self.ports, certs: &self.certs, run_dir: &self.dir, nginx_stream: &self.stream }
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn every_l7_config_has_the_png_rule_pools_and_one_worker() {
+    let f = Fixture::new("l7");
+    for setup in [Setup::L7, Setup::Cookie, Setup::TlsRsa, Setup::Gzip, Setup::Cache] {
+        let sw = switchyard(setup, &f.env());
+        assert!(sw.contains("path_suffix = \".png\", pool = \"images\""), "{sw}");
+        assert!(sw.contains("workers = 1") && sw.contains("127.0.0.1:41001") && sw.contains("127.0.0.1:41003"));
+        let ha = haproxy(setup, &f.env()).expect("haproxy does L7");
+        assert!(ha.contains("use_backend images if { path_end .png }") && ha.contains("nbthread 1"), "{ha}");
+        assert!(ha.contains("option forwardfor") && ha.contains("balance roundrobin"));
+        if setup != Setup::Cookie {
+            let ng = nginx(setup, &f.env()).expect("nginx does L7");
+            assert!(ng.contains("location ~ \\.png$") && ng.contains("worker_processes 1;"), "{ng}");
+            assert!(ng.contains("$proxy_add_x_forwarded_for") && ng.contains("keepalive 64;"));
+            assert!(ng.contains("daemon off;") && ng.contains(&format!("pid {}/nginx.pid", f.dir.display())));
+        }
+    }
+}
+
+#[test]
+fn features_appear_in_each_config() {
+    let f = Fixture::new("features");
+    let e = f.env();
+    assert!(haproxy(Setup::Cookie, &e).expect("cookie").contains("cookie SRV insert indirect nocache"));
+    assert!(nginx(Setup::Cookie, &e).expect_err("no sticky in OSS").contains("NGINX Plus"));
+    let tls = haproxy(Setup::TlsRsa, &e).expect("tls");
+    assert!(tls.contains("ssl crt") && tls.contains("tune.ssl.cachesize 0") && tls.contains("no-tls-tickets"));
+    let ntls = nginx(Setup::TlsEcdsa, &e).expect("tls");
+    assert!(ntls.contains("ssl_session_cache off;") && ntls.contains("ssl_session_tickets off;"));
+    assert!(ntls.contains("ssl_protocols TLSv1.2 TLSv1.3;"));
+    assert!(ntls.contains("ecdsa-p256.crt"));
+    assert!(haproxy(Setup::Gzip, &e).expect("gzip").contains("compression algo gzip"));
+    assert!(nginx(Setup::Gzip, &e).expect("gzip").contains("gzip_comp_level 1;"));
+    assert!(haproxy(Setup::Cache, &e).expect("cache").contains("http-response cache-store bench"));
+    assert!(nginx(Setup::Cache, &e).expect("cache").contains("proxy_cache bench;"));
+    assert!(haproxy(Setup::L4, &e).expect("l4").contains("mode tcp"));
+    assert!(haproxy(Setup::Udp, &e).is_err());
+    assert!(switchyard(Setup::L4, &e).contains("mode = \"tcp\""));
+    assert!(switchyard(Setup::Udp, &e).contains("mode = \"udp\""));
+    match &f.stream {
+        NginxStream::Missing(_) => assert!(nginx(Setup::L4, &e).is_err()),
+        _ => assert!(nginx(Setup::Udp, &e).expect("stream").contains("udp;")),
+    }
+}
+
+#[test]
+fn stream_module_detection() {
+    assert_eq!(nginx_stream("configure arguments: --with-stream --with-http_ssl_module"), NginxStream::Static);
+    assert!(matches!(nginx_stream("--with-stream=dynamic --modules-path=/nonexistent"), NginxStream::Missing(_)));
+}
+
+#[test]
+fn haproxy_accepts_the_generated_configs() {
+    let Some(bin) = which("haproxy") else {
+        eprintln!("haproxy not installed: config validation skipped");
+        return;
+    };
+    let f = Fixture::new("haproxy");
+    for setup in SETUPS {
+        let Ok(cfg) = haproxy(setup, &f.env()) else { continue };
+        let file = f.dir.join(config_file_name(TargetKind::Haproxy, setup));
+        std::fs::write(&file, cfg).expect("write");
+        let out = std::process::Command::new(&bin).arg("-c").arg("-f").arg(&file).output().expect("haproxy -c");
+        assert!(out.status.success(), "{setup:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+#[test]
+fn nginx_accepts_the_generated_configs() {
+    let Some(bin) = which("nginx") else {
+        eprintln!("nginx not installed: config validation skipped");
+        return;
+    };
+    let f = Fixture::new("nginx");
+    for setup in SETUPS {
+        let Ok(cfg) = nginx(setup, &f.env()) else { continue };
+        let file = f.dir.join(config_file_name(TargetKind::Nginx, setup));
+        std::fs::write(&file, cfg).expect("write");
+        let log = f.dir.join("error.log");
+        let out = std::process::Command::new(&bin)
+            .arg("-t")
+            .arg("-p")
+            .arg(&f.dir)
+            .arg("-e")
+            .arg(&log)
+            .arg("-c")
+            .arg(&file)
+            .output()
+            .expect("nginx -t");
+        assert!(out.status.success(), "{setup:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}

@@ -1,0 +1,79 @@
+//! `switchyard bench`: the benchmark suite, and `switchyard bench compare A B`.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use switchyard_bench::suite::{self, SuiteOptions};
+
+/// Arguments of `switchyard bench`.
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: Option<BenchCommand>,
+    /// A subset of tests at two sizes, one short run each (under 3 minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Peers to measure beside switchyard, comma-separated: haproxy, nginx.
+    #[arg(long, value_delimiter = ',')]
+    peers: Vec<String>,
+    /// Output folder (default: bench-out/<timestamp>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Core the proxy under test is pinned to.
+    #[arg(long, default_value_t = 0)]
+    proxy_cpu: usize,
+    /// Core the load generator and the origins are pinned to.
+    #[arg(long, default_value_t = 1)]
+    load_cpu: usize,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Compare two results (results.json files or the folders holding them).
+    Compare {
+        /// The first (baseline) results.
+        a: PathBuf,
+        /// The second results.
+        b: PathBuf,
+    },
+}
+
+/// Runs `switchyard bench ...`.
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(BenchCommand::Compare { a, b }) = args.command {
+        let text = switchyard_bench::report::compare(&results_file(&a), &results_file(&b))
+            .with_context(|| format!("cannot compare {} and {}", a.display(), b.display()))?;
+        println!("{text}");
+        return Ok(());
+    }
+    let out = args.out.unwrap_or_else(|| PathBuf::from("bench-out").join(suite::timestamp_slug(SystemTime::now())));
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (proxy_cpu, load_cpu) = if cpus < 2 && args.proxy_cpu == 0 && args.load_cpu == 1 {
+        eprintln!("bench: warning: one CPU only: proxy and generator share core 0; figures are not comparable");
+        (0, 0)
+    } else {
+        (args.proxy_cpu, args.load_cpu)
+    };
+    let opts = SuiteOptions {
+        quick: args.quick,
+        peers: args.peers.into_iter().filter(|p| !p.trim().is_empty()).collect(),
+        out,
+        switchyard_bin: std::env::current_exe().context("cannot find the switchyard binary")?,
+        proxy_cpu,
+        load_cpu,
+    };
+    suite::run(&opts)?;
+    Ok(())
+}
+
+/// A results.json path: the file itself, or the file inside a report folder.
+fn results_file(p: &Path) -> PathBuf {
+    if p.is_dir() {
+        p.join("results.json")
+    } else {
+        p.to_path_buf()
+    }
+}

@@ -1,0 +1,52 @@
+//! CI smoke test of `switchyard bench --quick` against switchyard alone: the report files
+//! exist and `results.json` (schema 1) holds measured figures. It checks structure, not
+//! speed: under the debug binary the figures are small, but they must be there.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+#[test]
+fn quick_bench_writes_a_report_with_figures() {
+    let out = std::env::temp_dir().join(format!("switchyard-bench-smoke-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let start = Instant::now();
+    let status = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["bench", "--quick", "--out"])
+        .arg(&out)
+        .status()
+        .expect("run switchyard bench");
+    assert!(status.success(), "switchyard bench --quick failed: {status}");
+    assert!(start.elapsed() < Duration::from_secs(180), "quick run took {:?}", start.elapsed());
+
+    for f in ["results.json", "report.md", "report.html"] {
+        let p: PathBuf = out.join(f);
+        assert!(p.is_file() && std::fs::metadata(&p).map_or(0, |m| m.len()) > 0, "{} missing or empty", p.display());
+    }
+    let text = std::fs::read_to_string(out.join("results.json")).expect("read results.json");
+    let r: Value = serde_json::from_str(&text).expect("results.json parses");
+    assert_eq!(r["schema"], 1);
+    assert_eq!(r["quick"], true);
+    let targets: Vec<&str> =
+        r["targets"].as_array().expect("targets").iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(targets, ["direct", "switchyard"]);
+    assert!(r["limits"]["rsa2048_sign_per_s"].as_f64().unwrap_or(0.0) > 0.0);
+
+    let tests = r["tests"].as_array().expect("tests");
+    let cell = tests
+        .iter()
+        .find(|t| t["test"] == "l7_keepalive_rps" && t["target"] == "switchyard" && t["size"] == 128)
+        .expect("switchyard L7 keep-alive 128 B cell");
+    assert_eq!(cell["outcome"]["status"], "measured", "{cell}");
+    let run = &cell["outcome"]["runs"][0];
+    assert!(run["requests"].as_u64().unwrap_or(0) > 0, "{run}");
+    assert!(run["proxy_cpu_us_per_request"].as_f64().unwrap_or(0.0) > 0.0, "{run}");
+    let conc = tests
+        .iter()
+        .find(|t| t["test"] == "concurrent_connections" && t["target"] == "switchyard")
+        .expect("concurrency cell");
+    assert!(conc["outcome"]["runs"][0]["memory_per_connection_bytes"].as_f64().is_some(), "{conc}");
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -93,6 +93,9 @@ pub struct Method {
     pub load_cpu: usize,
     /// Connections the closed-loop generator keeps open.
     pub connections: usize,
+    /// Key-exchange group the generator offered in TLS tests (absent in older files).
+    #[serde(default)]
+    pub tls_group: String,
 }
 
 /// The tests of the matrix (names follow the F5 report's appendix).

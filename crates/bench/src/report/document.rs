@@ -286,6 +286,10 @@ fn method(r: &Results) -> Vec<String> {
             m.proxy_cpu, m.load_cpu
         ),
         format!("Closed loop (as fast as possible) with {} connections; open loop for latency points.", m.connections),
+        format!(
+            "TLS tests: the generator offers the {} key-exchange group (`--tls-group`).",
+            if m.tls_group.is_empty() { "X25519" } else { m.tls_group.as_str() }
+        ),
         "Proxy CPU from /proc (utime + stime) sampled around each measured run; the generator's own CPU is \
          recorded too, and a run is flagged when the generator used nearly all of its core."
             .into(),

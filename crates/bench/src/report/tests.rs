@@ -195,7 +195,15 @@ pub(crate) fn sample() -> Results {
             gzip_bytes_per_s: 150e6,
             loopback_bytes_per_s: 4e9,
         },
-        method: Method { warmup_s: 1.0, duration_s: 3.0, repeats: 3, proxy_cpu: 0, load_cpu: 1, connections: 50 },
+        method: Method {
+            warmup_s: 1.0,
+            duration_s: 3.0,
+            repeats: 3,
+            proxy_cpu: 0,
+            load_cpu: 1,
+            connections: 50,
+            tls_group: "X25519".into(),
+        },
         tests,
     }
 }

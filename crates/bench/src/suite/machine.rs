@@ -13,7 +13,12 @@ pub fn facts() -> Machine {
     let cpuinfo = read("/proc/cpuinfo");
     Machine {
         cpu_model: cpu_model(&cpuinfo),
-        cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        // Counted from /proc, not from the affinity mask: the run pins itself
+        // to the load core before collecting facts.
+        cpus: match cpu_count(&cpuinfo) {
+            0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            n => n,
+        },
         memory_bytes: mem_total(&read("/proc/meminfo")),
         kernel: Command::new("uname")
             .arg("-r")
@@ -24,6 +29,11 @@ pub fn facts() -> Machine {
         fd_limit: fd_limit(&read("/proc/self/limits")),
         tls_library: TLS_LIBRARY.to_string(),
     }
+}
+
+/// Logical CPUs listed in /proc/cpuinfo.
+pub fn cpu_count(cpuinfo: &str) -> usize {
+    cpuinfo.lines().filter(|l| l.split(':').next().is_some_and(|k| k.trim() == "processor")).count()
 }
 
 /// `model name` of /proc/cpuinfo (first CPU).
@@ -86,6 +96,7 @@ mod tests {
     fn facts_of_this_machine() {
         let m = facts();
         assert!(m.cpus >= 1 && m.memory_bytes > 0 && m.fd_limit > 0);
+        assert_eq!(cpu_count("processor\t: 0\nmodel name\t: X\n\nprocessor\t: 1\nmodel name\t: X\n"), 2);
         assert_eq!(m.tls_library, TLS_LIBRARY);
     }
 }

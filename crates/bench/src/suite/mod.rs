@@ -46,6 +46,9 @@ pub struct SuiteOptions {
     pub proxy_cpu: usize,
     /// Core the generator and the origins are pinned to.
     pub load_cpu: usize,
+    /// Key-exchange group the generator offers in TLS tests (the post-quantum
+    /// hybrid costs the client about 20 % more than X25519).
+    pub tls_group: crate::load::KxGroup,
 }
 
 /// A target as discovered at start: its program (none for `direct`) or why it is missing.
@@ -69,7 +72,8 @@ fn say(bar: &ProgressBar, line: &str) {
 pub fn run(opts: &SuiteOptions) -> anyhow::Result<Results> {
     let started = rfc3339(SystemTime::now());
     let t0 = Instant::now();
-    let out = &opts.out;
+    // Absolute, because peers (NGINX's prefix) resolve relative paths from elsewhere.
+    let out = &std::path::absolute(&opts.out).with_context(|| format!("bad output folder {}", opts.out.display()))?;
     for d in ["configs", "logs", "run"] {
         std::fs::create_dir_all(out.join(d)).with_context(|| format!("cannot create {}", out.join(d).display()))?;
     }
@@ -88,6 +92,7 @@ pub fn run(opts: &SuiteOptions) -> anyhow::Result<Results> {
 
     let mut tlist = discover(opts)?;
     let mut plan = plan::plan(opts.quick);
+    plan.tls_group = opts.tls_group;
     // Generate every configuration and decide support per (target, setup).
     let mut support: BTreeMap<(TargetKind, Setup), Support> = BTreeMap::new();
     let setups: Vec<Setup> = {
@@ -260,6 +265,7 @@ pub fn run(opts: &SuiteOptions) -> anyhow::Result<Results> {
             proxy_cpu: opts.proxy_cpu,
             load_cpu: opts.load_cpu,
             connections: plan.timing.connections,
+            tls_group: format!("{:?}", plan.tls_group),
         },
         tests,
     };

@@ -158,6 +158,8 @@ pub struct Plan {
     pub tests: Vec<TestPlan>,
     /// Durations.
     pub timing: Timing,
+    /// Key-exchange group the generator offers in TLS tests.
+    pub tls_group: crate::load::KxGroup,
 }
 
 /// Fixed cost of one measured run beyond warm-up and duration (set-up, teardown, sampling).
@@ -198,6 +200,7 @@ pub fn plan(quick: bool) -> Plan {
                 idle_connections: 500,
                 limit_time: Duration::from_millis(250),
             },
+            tls_group: crate::load::KxGroup::X25519,
         };
     }
     let all = sized(&SIZES);
@@ -231,6 +234,7 @@ pub fn plan(quick: bool) -> Plan {
             idle_connections: 8000,
             limit_time: Duration::from_secs(1),
         },
+        tls_group: crate::load::KxGroup::X25519,
     }
 }
 

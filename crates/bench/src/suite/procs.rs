@@ -12,10 +12,45 @@ use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+
+/// PIDs of every child started and not yet stopped, so an interrupted run
+/// can still stop what it started ([`stop_all`]).
+static LIVE: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+fn live() -> std::sync::MutexGuard<'static, Vec<u32>> {
+    LIVE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Stops every child still running (SIGTERM, then SIGKILL after 2 s), with
+/// their descendants. For signal handlers: `Drop` does not run on exit.
+pub fn stop_all() {
+    let pids: Vec<u32> = live().drain(..).collect();
+    let mut all = Vec::new();
+    for pid in pids {
+        all.extend(descendants(pid));
+        all.push(pid);
+    }
+    for &pid in &all {
+        signal(pid, "TERM");
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline && all.iter().any(|p| running(*p)) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for &pid in all.iter().filter(|p| running(**p)) {
+        signal(pid, "KILL");
+    }
+}
+
+/// Whether a PID is a live (not zombie) process.
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
+}
 
 /// A started child process, stopped when dropped.
 pub struct Proc {
@@ -40,6 +75,7 @@ impl Proc {
             .stderr(err)
             .spawn()
             .with_context(|| format!("cannot start {name} ({})", program.display()))?;
+        live().push(child.id());
         Ok(Proc { name: name.to_string(), child, stopped: false })
     }
 
@@ -106,7 +142,9 @@ impl Proc {
             return;
         }
         self.stopped = true;
-        let kids = descendants(self.pid());
+        let pid = self.pid();
+        live().retain(|&p| p != pid);
+        let kids = descendants(pid);
         let deadline = Instant::now() + Duration::from_secs(3);
         let mut second = Instant::now() + Duration::from_secs(1);
         signal(self.pid(), "TERM");

@@ -65,7 +65,7 @@ pub fn spec(plan: &Plan, t: &TestPlan, size: Option<u64>, addr: SocketAddr) -> L
     let tls = t.setup.tls().then(|| TlsSpec {
         server_name: "localhost".into(),
         resume: false,
-        group: crate::load::KxGroup::X25519,
+        group: plan.tls_group,
         insecure: true,
     });
     let headers =

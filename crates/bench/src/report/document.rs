@@ -75,6 +75,27 @@ pub(crate) enum Block {
     Chart(Chart),
 }
 
+/// Whether a table column holds figures (right-aligned in both renderings).
+pub(crate) fn numeric(header: &str) -> bool {
+    !matches!(
+        header,
+        "Test"
+            | "Size"
+            | "vs"
+            | "Target"
+            | "Frames"
+            | "Fact"
+            | "Value"
+            | "Version"
+            | "Configuration files"
+            | "Limit"
+            | "Bounds"
+            | "generator"
+            | "spread (min–max)"
+            | "switchyard efficiency"
+    )
+}
+
 /// Anchor id of a heading: lowercase ASCII letters and digits joined by `-`.
 pub(crate) fn anchor(text: &str) -> String {
     let mut out = String::new();

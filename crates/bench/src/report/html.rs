@@ -130,26 +130,6 @@ pub(crate) fn inline(text: &str) -> String {
     out
 }
 
-/// Whether a column holds figures (right-aligned).
-fn numeric(header: &str) -> bool {
-    !matches!(
-        header,
-        "Test"
-            | "Size"
-            | "vs"
-            | "Target"
-            | "Frames"
-            | "Fact"
-            | "Value"
-            | "Version"
-            | "Configuration files"
-            | "Limit"
-            | "Bounds"
-            | "generator"
-            | "switchyard efficiency"
-    )
-}
-
 fn table(out: &mut String, t: &Table) {
     out.push_str("<table>\n<thead><tr>");
     for h in &t.headers {
@@ -161,7 +141,8 @@ fn table(out: &mut String, t: &Table) {
         match row {
             Row::Cells(cells) => {
                 for (i, c) in cells.iter().enumerate() {
-                    let class = if t.headers.get(i).is_some_and(|h| numeric(h)) { " class=\"n\"" } else { "" };
+                    let class =
+                        if t.headers.get(i).is_some_and(|h| document::numeric(h)) { " class=\"n\"" } else { "" };
                     let _ = write!(out, "<td{class}>{}</td>", inline(c));
                 }
             }

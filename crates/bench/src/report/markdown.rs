@@ -63,31 +63,10 @@ fn cell(s: &str) -> String {
     text_md(&s.replace('|', "\\|").replace(['\n', '\r'], " "))
 }
 
-/// Whether a column holds figures (right-aligned).
-fn numeric(header: &str) -> bool {
-    !matches!(
-        header,
-        "Test"
-            | "Size"
-            | "vs"
-            | "Target"
-            | "Frames"
-            | "Fact"
-            | "Value"
-            | "Version"
-            | "Configuration files"
-            | "Limit"
-            | "Bounds"
-            | "generator"
-            | "spread (min–max)"
-            | "switchyard efficiency"
-    )
-}
-
 fn table(out: &mut String, t: &Table) {
     let n = t.headers.len();
     let _ = writeln!(out, "| {} |", t.headers.iter().map(|h| cell(h)).collect::<Vec<_>>().join(" | "));
-    let align: Vec<&str> = t.headers.iter().map(|h| if numeric(h) { "---:" } else { "---" }).collect();
+    let align: Vec<&str> = t.headers.iter().map(|h| if document::numeric(h) { "---:" } else { "---" }).collect();
     let _ = writeln!(out, "|{}|", align.join("|"));
     for row in &t.rows {
         let cells: Vec<String> = match row {

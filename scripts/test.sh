@@ -7,10 +7,14 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-# Debian packages the test run relies on. The Rust tests themselves need only
-# the toolchain; these are for the scripts and manual checks around them.
+# Debian packages the test run relies on. The tests shell out to kill(1)
+# (procps: they stop the processes they start by PID) and taskset(1)
+# (util-linux: the benchmark smoke test pins the proxy and the generator);
+# the rest serve the scripts and manual checks around them.
 # Each entry is "package:command" (command empty when the package has none).
 PACKAGES=(
+  "procps:kill"
+  "util-linux:taskset"
   "ca-certificates:"
   "curl:curl"
   "iproute2:ss"

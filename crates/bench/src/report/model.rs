@@ -177,6 +177,21 @@ pub(crate) fn peers(r: &Results) -> Vec<String> {
     targets_in_order(r).into_iter().filter(|n| target_rank(n) == 1).collect()
 }
 
+/// Every (size, target, cell) of `test` in report order: sizes ascending,
+/// then targets in [`targets_in_order`]; absent cells are skipped.
+pub(crate) fn cells_in_order(r: &Results, test: TestKind) -> Vec<(Option<u64>, String, &TestResult)> {
+    let targets = targets_in_order(r);
+    let mut out = Vec::new();
+    for size in sizes_of(r, test) {
+        for target in &targets {
+            if let Some(c) = cell(r, test, size, target) {
+                out.push((size, target.clone(), c));
+            }
+        }
+    }
+    out
+}
+
 /// The cell of (test, size, target), if the results hold it.
 pub(crate) fn cell<'a>(r: &'a Results, test: TestKind, size: Option<u64>, target: &str) -> Option<&'a TestResult> {
     r.tests.iter().find(|t| t.test == test && t.size == size && t.target == target)

@@ -155,30 +155,27 @@ pub(crate) fn test_table(r: &Results, test: TestKind) -> Table {
         "generator",
         "of limit",
     ]);
-    for size in model::sizes_of(r, test) {
-        for target in model::targets_in_order(r) {
-            let Some(c) = cell(r, test, size, &target) else { continue };
-            let lead = vec![fmt_size(size), target.clone()];
-            let v = View::of(&c.outcome);
-            let Some(f) = v.figures() else {
-                t.note(lead, v.reason().unwrap_or_default());
-                continue;
-            };
-            let mut cells = lead;
-            cells.extend([
-                fmt_opt(f.rps.map(|s| s.median)),
-                fmt_opt(f.mb_per_s.map(|s| s.median)),
-                cpu_median(f, &target),
-                cpu_spread(f),
-                fmt_opt(f.per_cpu_s.map(|s| s.median)),
-                fmt_latency(f.p50_us),
-                fmt_latency(f.p99_us),
-                fmt_int(f.errors),
-                generator(f),
-                fraction(f.limit_fraction),
-            ]);
-            t.row(cells);
-        }
+    for (size, target, c) in model::cells_in_order(r, test) {
+        let lead = vec![fmt_size(size), target.clone()];
+        let v = View::of(&c.outcome);
+        let Some(f) = v.figures() else {
+            t.note(lead, v.reason().unwrap_or_default());
+            continue;
+        };
+        let mut cells = lead;
+        cells.extend([
+            fmt_opt(f.rps.map(|s| s.median)),
+            fmt_opt(f.mb_per_s.map(|s| s.median)),
+            cpu_median(f, &target),
+            cpu_spread(f),
+            fmt_opt(f.per_cpu_s.map(|s| s.median)),
+            fmt_latency(f.p50_us),
+            fmt_latency(f.p99_us),
+            fmt_int(f.errors),
+            generator(f),
+            fraction(f.limit_fraction),
+        ]);
+        t.row(cells);
     }
     t
 }
@@ -252,22 +249,19 @@ pub(crate) fn latency_table(r: &Results, test: TestKind, size: Option<u64>) -> T
 pub(crate) fn concurrency_table(r: &Results) -> Table {
     let test = TestKind::ConcurrentConnections;
     let mut t = Table::new(&["Target", "connections held", "proxy memory per connection", "errors", "generator"]);
-    for size in model::sizes_of(r, test) {
-        for target in model::targets_in_order(r) {
-            let Some(c) = cell(r, test, size, &target) else { continue };
-            let v = View::of(&c.outcome);
-            let Some(f) = v.figures() else {
-                t.note(vec![target.clone()], v.reason().unwrap_or_default());
-                continue;
-            };
-            t.row(vec![
-                target.clone(),
-                fmt_opt(f.connections),
-                f.memory_per_connection.map_or_else(|| "—".into(), fmt_bytes),
-                fmt_int(f.errors),
-                generator(f),
-            ]);
-        }
+    for (_, target, c) in model::cells_in_order(r, test) {
+        let v = View::of(&c.outcome);
+        let Some(f) = v.figures() else {
+            t.note(vec![target.clone()], v.reason().unwrap_or_default());
+            continue;
+        };
+        t.row(vec![
+            target.clone(),
+            fmt_opt(f.connections),
+            f.memory_per_connection.map_or_else(|| "—".into(), fmt_bytes),
+            fmt_int(f.errors),
+            generator(f),
+        ]);
     }
     t
 }
@@ -284,26 +278,23 @@ pub(crate) fn udp_table(r: &Results, test: TestKind) -> Table {
         "errors",
         "generator",
     ]);
-    for size in model::sizes_of(r, test) {
-        for target in model::targets_in_order(r) {
-            let Some(c) = cell(r, test, size, &target) else { continue };
-            let lead = vec![fmt_udp_size(test, size), target.clone()];
-            let v = View::of(&c.outcome);
-            let Some(f) = v.figures() else {
-                t.note(lead, v.reason().unwrap_or_default());
-                continue;
-            };
-            let mut cells = lead;
-            cells.extend([
-                fmt_opt(f.rps.map(|s| s.median)),
-                fmt_opt(f.mb_per_s.map(|s| s.median * 8.0)),
-                cpu_median(f, &target),
-                cpu_spread(f),
-                fmt_int(f.errors),
-                generator(f),
-            ]);
-            t.row(cells);
-        }
+    for (size, target, c) in model::cells_in_order(r, test) {
+        let lead = vec![fmt_udp_size(test, size), target.clone()];
+        let v = View::of(&c.outcome);
+        let Some(f) = v.figures() else {
+            t.note(lead, v.reason().unwrap_or_default());
+            continue;
+        };
+        let mut cells = lead;
+        cells.extend([
+            fmt_opt(f.rps.map(|s| s.median)),
+            fmt_opt(f.mb_per_s.map(|s| s.median * 8.0)),
+            cpu_median(f, &target),
+            cpu_spread(f),
+            fmt_int(f.errors),
+            generator(f),
+        ]);
+        t.row(cells);
     }
     t
 }

@@ -20,6 +20,65 @@ pub struct Config {
     pub services: Vec<Service>,
     /// Pools, in file order. Rules and services refer to them by [`PoolId`].
     pub pools: Vec<Pool>,
+    /// The admin API and dashboard listener; `None` when the file has no `[admin]` table.
+    pub admin: Option<Admin>,
+    /// The access log; `None` (no access log) when the file has no `[access_log]` table.
+    pub access_log: Option<AccessLog>,
+}
+
+/// The admin API / dashboard listener (`[admin]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admin {
+    /// Address of the admin listener (default `127.0.0.1:9090`).
+    pub listen: SocketAddr,
+    /// Bearer tokens. Empty means no authentication, which validation allows
+    /// only on a loopback address.
+    pub tokens: Vec<AdminToken>,
+}
+
+/// One bearer token of the admin API and what it may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminToken {
+    /// The secret the client sends as `Authorization: Bearer SECRET`.
+    pub secret: String,
+    /// What requests carrying it may do.
+    pub role: Role,
+}
+
+/// What an admin token allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Reading: health, config, stats, metrics, persistence tables, validation.
+    ReadOnly,
+    /// Everything, including server state changes, flushes and reloads.
+    Admin,
+}
+
+/// The access log (`[access_log]`): one line per request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessLog {
+    /// Where lines go.
+    pub target: LogTarget,
+    /// How a line looks.
+    pub format: LogFormat,
+}
+
+/// Where access log lines are written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogTarget {
+    /// Standard output.
+    Stdout,
+    /// A file, appended to and reopened on SIGUSR1 (log rotation).
+    File(std::path::PathBuf),
+}
+
+/// Format of an access log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// The Apache/NGINX "combined" format, with switchyard's fields appended.
+    Combined,
 }
 
 impl Config {
@@ -296,6 +355,56 @@ pub struct Pool {
     pub servers: Vec<Server>,
     /// Most idle keep-alive connections kept per server per worker.
     pub max_idle_per_server: usize,
+    /// How a client keeps going to the same server; `None` is no persistence.
+    pub persistence: Option<Persistence>,
+}
+
+/// Persistence (stickiness) of a pool: which server a returning client gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Persistence {
+    /// The balancer sets a cookie naming the server (opaque, tamper-evident).
+    CookieInsert(CookieInsert),
+    /// A stick table keyed by the client address.
+    Source(StickTableSpec),
+    /// A stick table keyed by a request header's value (e.g. a user or tenant header).
+    Header {
+        /// Header name, lower case.
+        name: String,
+        /// Table bounds.
+        table: StickTableSpec,
+    },
+}
+
+/// Settings of an inserted persistence cookie.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CookieInsert {
+    /// Cookie name.
+    pub name: String,
+    /// `Path` attribute (default `/`).
+    pub path: String,
+    /// `Domain` attribute, if any.
+    pub domain: Option<String>,
+    /// `Max-Age` attribute; `None` makes a session cookie.
+    pub max_age: Option<Duration>,
+    /// `Secure` attribute.
+    pub secure: bool,
+    /// `HttpOnly` attribute (default true).
+    pub http_only: bool,
+}
+
+/// Bounds of a stick table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StickTableSpec {
+    /// An entry unused for this long expires (default 30 min).
+    pub idle_timeout: Duration,
+    /// Most entries; the least recently used one is evicted beyond (default 100,000).
+    pub capacity: usize,
+}
+
+impl Default for StickTableSpec {
+    fn default() -> Self {
+        StickTableSpec { idle_timeout: Duration::from_secs(30 * 60), capacity: 100_000 }
+    }
 }
 
 /// A balancing method.

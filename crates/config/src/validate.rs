@@ -150,7 +150,7 @@ pub(crate) fn validate(r: &mut Report<'_>, raw: &RawConfig) -> Config {
             }
         }
     }
-    Config { workers, drain_timeout, services, pools }
+    Config { workers, drain_timeout, services, pools, admin: None, access_log: None }
 }
 
 fn validate_service(
@@ -377,7 +377,14 @@ fn validate_pool(cx: &mut Ctx<'_, '_>, raw: &S<RawPool>) -> Pool {
         }
         Some(list) => validate_servers(cx, &name, list.get_ref()),
     };
-    Pool { name, algorithm: algorithm.unwrap_or(Algorithm::RoundRobin), hash_key, servers, max_idle_per_server }
+    Pool {
+        name,
+        algorithm: algorithm.unwrap_or(Algorithm::RoundRobin),
+        hash_key,
+        servers,
+        max_idle_per_server,
+        persistence: None,
+    }
 }
 
 fn parse_balance(cx: &mut Ctx<'_, '_>, value: &S<String>) -> Option<Algorithm> {

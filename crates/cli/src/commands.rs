@@ -1,11 +1,12 @@
 //! The subcommands that run something: `up`, `run`, `check`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Context};
 use switchyard_bench::origin::Origin;
 use switchyard_config::Severity;
+use switchyard_engine::{Applied, ApplyError, Change, Control};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// The embedded demo configuration of `switchyard up`.
@@ -42,7 +43,7 @@ pub fn check(path: &Path) -> ExitCode {
 /// `switchyard run -c FILE [--workers N]`.
 pub fn run(path: &Path, workers: Option<usize>) -> anyhow::Result<()> {
     let config = switchyard_config::load(path).map_err(|d| anyhow!("invalid configuration\n{d}"))?;
-    serve(config, workers, Vec::new())
+    serve(config, workers, Vec::new(), Some(path.to_path_buf()))
 }
 
 /// `switchyard up`: the demo configuration plus its two origins, in one process.
@@ -52,7 +53,7 @@ pub fn up() -> anyhow::Result<()> {
         .iter()
         .map(|(addr, name)| Ok((addr.parse()?, *name)))
         .collect::<anyhow::Result<Vec<(std::net::SocketAddr, &str)>>>()?;
-    serve(config, None, origins)
+    serve(config, None, origins, None)
 }
 
 /// Starts the engine (and any in-process origins), prints where it listens,
@@ -61,6 +62,7 @@ fn serve(
     config: switchyard_config::Config,
     workers: Option<usize>,
     origins: Vec<(std::net::SocketAddr, &str)>,
+    file: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -90,7 +92,11 @@ fn serve(
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
-                _ = hup.recv() => tracing::warn!("SIGHUP: live reload is not available in this version; restart to apply a new configuration"),
+                _ = hup.recv() => {
+                    let control = handle.control();
+                    let file = file.clone();
+                    let _ = tokio::task::spawn_blocking(move || reload_file(&control, file.as_deref())).await;
+                }
             }
         }
         tracing::info!("draining: finishing in-flight requests (signal again to exit at once)");
@@ -105,6 +111,55 @@ fn serve(
         tracing::info!("stopped");
         Ok(())
     })
+}
+
+/// Re-reads the configuration file and applies it. An invalid file is
+/// refused with the same diagnostics as `check`, and the running
+/// configuration stays.
+pub fn reload_file(control: &Control, file: Option<&Path>) -> Result<Applied, ReloadError> {
+    let Some(path) = file else {
+        tracing::warn!("reload: running the embedded demo configuration, there is no file to re-read");
+        return Err(ReloadError::NoFile);
+    };
+    let (config, diagnostics) = switchyard_config::load_with_warnings(path);
+    let Some(config) = config else {
+        for d in &diagnostics.0 {
+            tracing::error!("{d}");
+        }
+        tracing::error!("reload refused: {} is invalid; the running configuration stays", path.display());
+        return Err(ReloadError::Invalid(diagnostics.0.iter().map(|d| d.to_string()).collect()));
+    };
+    for d in &diagnostics.0 {
+        tracing::warn!("{d}");
+    }
+    match control.apply(Change::Reload(Box::new(config))) {
+        Ok(applied) => {
+            if let Applied::Reloaded { warnings, .. } = &applied {
+                for w in warnings {
+                    tracing::warn!("reload: {w}");
+                }
+            }
+            Ok(applied)
+        }
+        Err(e) => {
+            tracing::error!("reload refused: {e}; the running configuration stays");
+            Err(ReloadError::Apply(e))
+        }
+    }
+}
+
+/// Why a reload did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// Running without a configuration file (the demo).
+    #[error("no configuration file to re-read (running the embedded demo)")]
+    NoFile,
+    /// The file is invalid; the diagnostics, one per line.
+    #[error("invalid configuration")]
+    Invalid(Vec<String>),
+    /// The engine refused the change.
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
 }
 
 fn print_demo_tour(origins: &[(std::net::SocketAddr, &str)]) {

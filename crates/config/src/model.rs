@@ -343,7 +343,7 @@ pub enum Action {
 }
 
 /// A pool (backend) of servers and how to choose among them.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Pool {
     /// Unique name.
     pub name: String,

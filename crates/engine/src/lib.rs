@@ -6,23 +6,24 @@
 //! reads in request order. [`Handle`] is how the process stops the engine:
 //! a graceful stop lets in-flight requests finish before workers exit.
 
+pub mod control;
 pub mod error;
 pub mod http;
+pub mod live;
 pub mod upstream;
 pub mod worker;
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use socket2::{Domain, Protocol, Socket, Type};
 use switchyard_config::Config;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
+pub use control::{Applied, ApplyError, Change, Control, ServerOp};
 pub use error::{Kind, ProxyError, Side};
-
-/// Listen backlog of every listener.
-const BACKLOG: i32 = 4096;
+pub use live::{AdminState, Generation};
 
 /// Why the engine could not start.
 #[derive(Debug, thiserror::Error)]
@@ -44,21 +45,31 @@ pub enum StartError {
 
 /// A running engine.
 pub struct Handle {
-    stop: watch::Sender<bool>,
+    control: Arc<Control>,
     threads: Vec<JoinHandle<()>>,
-    listening: Vec<(String, SocketAddr)>,
 }
 
 impl Handle {
-    /// Every (service name, bound address) pair, in configuration order.
-    pub fn listening(&self) -> &[(String, SocketAddr)] {
-        &self.listening
+    /// Every (service name, bound address) pair of the running generation, in configuration order.
+    pub fn listening(&self) -> Vec<(String, SocketAddr)> {
+        let gen = self.control.generation();
+        gen.config.services.iter().flat_map(|s| s.listeners.iter().map(|a| (s.name.clone(), *a))).collect()
+    }
+
+    /// The control plane: apply changes, read the running generation.
+    pub fn control(&self) -> Arc<Control> {
+        self.control.clone()
+    }
+
+    /// Applies one change (see [`Control::apply`]).
+    pub fn apply(&self, change: Change) -> Result<Applied, ApplyError> {
+        self.control.apply(change)
     }
 
     /// Begins a graceful stop: listeners close, idle client connections close,
     /// in-flight requests finish (up to the configured drain timeout).
     pub fn shutdown(&self) {
-        let _ = self.stop.send(true);
+        self.control.shutdown();
     }
 
     /// Waits until every worker has stopped.
@@ -76,48 +87,33 @@ pub fn start(config: Config, workers: Option<usize>) -> Result<Handle, StartErro
         .or(config.workers)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
-    let mut per_worker: Vec<Vec<worker::BoundListener>> = (0..workers).map(|_| Vec::new()).collect();
-    let mut listening = Vec::new();
-    for (index, service) in config.services.iter().enumerate() {
+    let mut per_worker: Vec<Vec<(SocketAddr, std::net::TcpListener)>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut bound = HashSet::new();
+    for service in &config.services {
         for &addr in &service.listeners {
-            let listen_err = |source| StartError::Listen { service: service.name.clone(), addr, source };
-            // Refuse a port someone else already listens on, even with
-            // SO_REUSEPORT set, instead of silently sharing its traffic.
-            drop(bind(addr, false).map_err(listen_err)?);
-            for list in per_worker.iter_mut() {
-                let socket = bind(addr, workers > 1).map_err(listen_err)?;
-                list.push(worker::BoundListener { service: index, socket });
+            let sockets = control::bind_all(addr, workers)
+                .map_err(|source| StartError::Listen { service: service.name.clone(), addr, source })?;
+            for (list, socket) in per_worker.iter_mut().zip(sockets) {
+                list.push((addr, socket));
             }
-            listening.push((service.name.clone(), addr));
+            bound.insert(addr);
         }
     }
-    let shared = Arc::new(worker::Shared::new(config));
+    let generation = Arc::new(Generation::new(1, config, None));
     let (stop, stop_rx) = watch::channel(false);
+    let mut senders = Vec::with_capacity(workers);
     let mut threads = Vec::with_capacity(workers);
     for (id, listeners) in per_worker.into_iter().enumerate() {
-        let shared = shared.clone();
-        let stop_rx = stop_rx.clone();
+        let (tx, inbox) = mpsc::unbounded_channel();
+        senders.push(tx);
+        let start = worker::WorkerStart { id, generation: generation.clone(), listeners, inbox, stop: stop_rx.clone() };
         let thread = std::thread::Builder::new()
             .name(format!("switchyard-w{id}"))
-            .spawn(move || worker::run(id, shared, listeners, stop_rx))
+            .spawn(move || worker::run(start))
             .map_err(StartError::Thread)?;
         threads.push(thread);
     }
     tracing::info!(workers, "engine started");
-    Ok(Handle { stop, threads, listening })
-}
-
-fn bind(addr: SocketAddr, reuse_port: bool) -> std::io::Result<std::net::TcpListener> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    socket.set_reuse_address(true)?;
-    if reuse_port {
-        socket.set_reuse_port(true)?;
-    }
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(BACKLOG)?;
-    Ok(socket.into())
+    let control = Arc::new(Control::new(generation, senders, bound, stop));
+    Ok(Handle { control, threads })
 }

@@ -8,47 +8,26 @@
 //! properties of the server, not of one worker.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use switchyard_balance::ServerState;
-use switchyard_config::{HashKey, Pool, PoolId};
+use switchyard_config::{HashKey, Pool};
 use tokio::net::TcpStream;
 
 use crate::error::{Kind, ProxyError};
+use crate::live::{PoolLive, ServerLive};
 
 /// Initial capacity of an upstream connection's read buffer.
 const UPSTREAM_BUF: usize = 16 * 1024;
-
-/// Shared, live state of one server.
-#[derive(Debug, Default)]
-pub struct ServerLive {
-    /// Requests in flight towards the server, across all workers.
-    pub active: AtomicU32,
-}
-
-/// Shared, live state of one pool.
-#[derive(Debug)]
-pub struct PoolLive {
-    /// One entry per server, in config order.
-    pub servers: Vec<ServerLive>,
-}
-
-impl PoolLive {
-    /// Live state for a configured pool.
-    pub fn new(pool: &Pool) -> Self {
-        PoolLive { servers: pool.servers.iter().map(|_| ServerLive::default()).collect() }
-    }
-}
 
 /// The balancer's view of a pool at pick time: limits, plus servers already
 /// tried for this request.
 pub struct PickView<'a> {
     /// Pool configuration.
     pub pool: &'a Pool,
-    /// Live counters.
+    /// Live state (in-flight counts, operator states).
     pub live: &'a PoolLive,
     /// Bit i set: server i was tried and failed for this request.
     pub tried: u64,
@@ -62,7 +41,7 @@ impl ServerState for PickView<'_> {
         let (Some(server), Some(live)) = (self.pool.servers.get(i), self.live.servers.get(i)) else {
             return false;
         };
-        server.max_connections.is_none_or(|max| live.active.load(Ordering::Relaxed) < max)
+        live.takes_new() && server.max_connections.is_none_or(|max| live.active.load(Ordering::Relaxed) < max)
     }
 
     fn active(&self, i: usize) -> u32 {
@@ -71,23 +50,19 @@ impl ServerState for PickView<'_> {
 }
 
 /// Holds one in-flight slot on a server; released on drop.
-pub struct ActiveGuard {
-    live: Arc<crate::worker::Shared>,
-    pool: PoolId,
-    server: usize,
-}
+pub struct ActiveGuard<'a>(&'a ServerLive);
 
-impl ActiveGuard {
-    /// Takes a slot on `server` of `pool`.
-    pub fn new(live: Arc<crate::worker::Shared>, pool: PoolId, server: usize) -> Self {
-        live.pools[pool.0].servers[server].active.fetch_add(1, Ordering::Relaxed);
-        ActiveGuard { live, pool, server }
+impl<'a> ActiveGuard<'a> {
+    /// Takes a slot on `server`.
+    pub fn new(server: &'a ServerLive) -> Self {
+        server.active.fetch_add(1, Ordering::Relaxed);
+        ActiveGuard(server)
     }
 }
 
-impl Drop for ActiveGuard {
+impl Drop for ActiveGuard<'_> {
     fn drop(&mut self) {
-        self.live.pools[self.pool.0].servers[self.server].active.fetch_sub(1, Ordering::Relaxed);
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -109,22 +84,41 @@ pub struct IdleConn {
     since: Instant,
 }
 
-/// Per-worker idle connection stacks, indexed by pool then server.
+/// One worker's idle connections to one pool: a stack per server.
 #[derive(Debug, Default)]
-pub struct IdlePool {
-    stacks: Vec<Vec<Vec<IdleConn>>>,
+pub struct IdleStacks {
+    stacks: Vec<Vec<IdleConn>>,
 }
 
-impl IdlePool {
-    /// Empty stacks shaped like the configured pools.
-    pub fn new(pools: &[Pool]) -> Self {
-        IdlePool { stacks: pools.iter().map(|p| p.servers.iter().map(|_| Vec::new()).collect()).collect() }
+impl IdleStacks {
+    /// Empty stacks, one per server of `pool`.
+    pub fn new(pool: &Pool) -> Self {
+        IdleStacks { stacks: pool.servers.iter().map(|_| Vec::new()).collect() }
+    }
+
+    /// Stacks for a reloaded pool: the idle connections of `old`'s servers
+    /// that `pool` still has at the same address move over; the rest close.
+    pub fn carried(pool: &Pool, old_pool: &Pool, old: &mut IdleStacks) -> Self {
+        let stacks = pool
+            .servers
+            .iter()
+            .map(|server| {
+                old_pool
+                    .servers
+                    .iter()
+                    .position(|o| o.name == server.name && o.addr == server.addr)
+                    .and_then(|i| old.stacks.get_mut(i))
+                    .map(std::mem::take)
+                    .unwrap_or_default()
+            })
+            .collect();
+        IdleStacks { stacks }
     }
 
     /// The newest idle connection to a server that is still open and younger
     /// than `max_idle`; stale ones met on the way are closed.
-    pub fn take(&mut self, pool: PoolId, server: usize, max_idle: Duration, now: Instant) -> Option<UpstreamConn> {
-        let stack = self.stacks.get_mut(pool.0)?.get_mut(server)?;
+    pub fn take(&mut self, server: usize, max_idle: Duration, now: Instant) -> Option<UpstreamConn> {
+        let stack = self.stacks.get_mut(server)?;
         while let Some(idle) = stack.pop() {
             if now.duration_since(idle.since) < max_idle && still_open(&idle.conn.stream) {
                 return Some(idle.conn);
@@ -134,22 +128,23 @@ impl IdlePool {
     }
 
     /// Returns a connection for reuse, unless the stack is full.
-    pub fn put(&mut self, pool: PoolId, server: usize, conn: UpstreamConn, max: usize, now: Instant) {
-        let Some(stack) = self.stacks.get_mut(pool.0).and_then(|p| p.get_mut(server)) else {
-            return;
-        };
-        if stack.len() < max {
-            stack.push(IdleConn { conn, since: now });
+    pub fn put(&mut self, server: usize, conn: UpstreamConn, max: usize, now: Instant) {
+        if let Some(stack) = self.stacks.get_mut(server) {
+            if stack.len() < max {
+                stack.push(IdleConn { conn, since: now });
+            }
         }
     }
 
-    /// Closes connections idle for longer than `max_idle` or closed by their server.
-    pub fn sweep(&mut self, max_idle: impl Fn(PoolId) -> Duration, now: Instant) {
-        for (p, servers) in self.stacks.iter_mut().enumerate() {
-            let limit = max_idle(PoolId(p));
-            for stack in servers.iter_mut() {
-                stack.retain(|idle| now.duration_since(idle.since) < limit && still_open(&idle.conn.stream));
+    /// Closes connections idle for longer than `max_idle`, closed by their
+    /// server, or to servers `keep` refuses (maintenance).
+    pub fn sweep(&mut self, max_idle: Duration, now: Instant, keep: impl Fn(usize) -> bool) {
+        for (i, stack) in self.stacks.iter_mut().enumerate() {
+            if !keep(i) {
+                stack.clear();
+                continue;
             }
+            stack.retain(|idle| now.duration_since(idle.since) < max_idle && still_open(&idle.conn.stream));
         }
     }
 }

@@ -3,51 +3,118 @@
 //! pools.
 //!
 //! Nothing on the request path is shared between workers except the
-//! read-only configuration and the per-server in-flight counters (atomics), so
-//! a worker never waits on another. The kernel spreads new connections across
-//! the workers' sockets; a connection stays on the worker that accepted it.
+//! read-only [`Generation`] and the per-server live atomics, so a worker never
+//! waits on another. The kernel spreads new connections across the workers'
+//! sockets; a connection stays on the worker that accepted it.
+//!
+//! Changes reach a worker as [`WorkerMsg`]s from the control plane
+//! ([`crate::control`]). A new generation is installed between two requests:
+//! the worker's [`Local`] is replaced, pools whose configuration did not
+//! change keep their balancer and idle connections (the same `Rc`), and a
+//! request already running finishes on the `Local` it started with.
 
 use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use switchyard_balance::{Balancer, Method, ServerSpec};
-use switchyard_config::{Algorithm, Config, Pool, PoolId};
+use switchyard_config::{Algorithm, Pool};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 
-use crate::upstream::{IdlePool, PoolLive};
+use crate::live::{AdminState, Generation};
+use crate::upstream::IdleStacks;
 
-/// State shared read-only (plus atomics) by every worker.
-#[derive(Debug)]
-pub struct Shared {
-    /// The validated configuration being served.
-    pub config: Config,
-    /// Live counters per pool, indexed like `config.pools`.
-    pub pools: Vec<PoolLive>,
+/// A message from the control plane to one worker.
+pub enum WorkerMsg {
+    /// Serve `generation` from now on, accepting also on `listeners` (new
+    /// addresses, already bound). `done` is signalled once installed.
+    Install {
+        /// The generation to serve.
+        generation: Arc<Generation>,
+        /// This worker's sockets for addresses the previous generation did not have.
+        listeners: Vec<(SocketAddr, std::net::TcpListener)>,
+        /// Acknowledgement.
+        done: std::sync::mpsc::Sender<()>,
+    },
+    /// The operator changed the weight of a server of generation `generation`.
+    Weight {
+        /// Generation the indices refer to.
+        generation: u64,
+        /// Pool index.
+        pool: usize,
+        /// Server index.
+        server: usize,
+    },
 }
 
-impl Shared {
-    /// Live state for `config`.
-    pub fn new(config: Config) -> Self {
-        let pools = config.pools.iter().map(PoolLive::new).collect();
-        Shared { config, pools }
+/// One worker's state for one pool: its balancer and idle connections.
+pub struct PoolLocal {
+    /// Private balancer, so picks need no lock.
+    pub balancer: RefCell<Balancer>,
+    /// Idle keep-alive connections to the pool's servers.
+    pub idle: RefCell<IdleStacks>,
+}
+
+/// What a worker serves: a generation and its per-pool local state.
+pub struct Local {
+    /// The generation (shared, immutable).
+    pub gen: Arc<Generation>,
+    /// Per pool, indexed like `gen.config.pools`.
+    pub pools: Vec<Rc<PoolLocal>>,
+}
+
+impl Local {
+    fn new(gen: Arc<Generation>, previous: Option<&Local>, seed: u64) -> Self {
+        let pools = gen
+            .config
+            .pools
+            .iter()
+            .enumerate()
+            .map(|(i, pool)| {
+                let before = previous.and_then(|p| p.gen.pool_index(&pool.name).map(|j| (p, j)));
+                match before {
+                    Some((p, j)) if p.gen.config.pools[j] == *pool => p.pools[j].clone(),
+                    Some((p, j)) => {
+                        let idle = IdleStacks::carried(pool, &p.gen.config.pools[j], &mut p.pools[j].idle.borrow_mut());
+                        Rc::new(PoolLocal { balancer: RefCell::new(balancer_for(pool, seed)), idle: RefCell::new(idle) })
+                    }
+                    None => Rc::new(PoolLocal {
+                        balancer: RefCell::new(balancer_for(pool, seed.wrapping_add(i as u64))),
+                        idle: RefCell::new(IdleStacks::new(pool)),
+                    }),
+                }
+            })
+            .collect::<Vec<_>>();
+        // Operators' weight overrides live in the shared server state; a
+        // rebuilt balancer starts from the configured weights.
+        for (p, local) in pools.iter().enumerate() {
+            let mut balancer = local.balancer.borrow_mut();
+            for (i, live) in gen.pools[p].servers.iter().enumerate() {
+                if live.weight() != gen.config.pools[p].servers[i].weight {
+                    balancer.set_weight(i, live.weight());
+                }
+            }
+        }
+        Local { gen, pools }
     }
 }
 
 /// One worker's private state.
 pub struct Worker {
-    /// Configuration and shared counters.
-    pub shared: Arc<Shared>,
-    /// A balancer per pool; private so picks need no lock.
-    pub balancers: RefCell<Vec<Balancer>>,
-    /// Idle keep-alive connections to servers.
-    pub idle: RefCell<IdlePool>,
+    /// Worker index (0-based).
+    pub id: usize,
+    /// What this worker serves now.
+    current: RefCell<Rc<Local>>,
     /// Set once a graceful stop has begun: finish in-flight requests, accept nothing new.
     pub draining: Cell<bool>,
     /// Woken when draining starts, so idle client connections close at once.
     pub drain: Notify,
+    /// Woken when a new generation is installed: accept loops of removed
+    /// listeners stop, idle connections of removed services close.
+    pub reloaded: Notify,
     /// Client connections currently open on this worker.
     pub open: Cell<usize>,
     /// Request working memory lent to connections while they have a request in progress.
@@ -55,28 +122,34 @@ pub struct Worker {
     /// A coarse clock (refreshed every second) for idle-connection ages, so
     /// the request path reads no clock for them.
     pub clock: Cell<Instant>,
+    seed: u64,
 }
 
 impl Worker {
-    fn new(shared: Arc<Shared>, seed: u64) -> Self {
-        let balancers = shared
-            .config
-            .pools
-            .iter()
-            .enumerate()
-            .map(|(i, pool)| balancer_for(pool, seed.wrapping_add(i as u64)))
-            .collect();
-        let idle = IdlePool::new(&shared.config.pools);
+    fn new(id: usize, gen: Arc<Generation>) -> Self {
+        let seed = 0x5eed ^ id as u64;
         Worker {
-            shared,
-            balancers: RefCell::new(balancers),
-            idle: RefCell::new(idle),
+            id,
+            current: RefCell::new(Rc::new(Local::new(gen, None, seed))),
             draining: Cell::new(false),
             drain: Notify::new(),
+            reloaded: Notify::new(),
             open: Cell::new(0),
             clock: Cell::new(Instant::now()),
             scratch: RefCell::new(Vec::new()),
+            seed,
         }
+    }
+
+    /// What the worker serves now. A request holds on to it until it ends.
+    pub fn local(&self) -> Rc<Local> {
+        self.current.borrow().clone()
+    }
+
+    fn install(&self, gen: Arc<Generation>) {
+        let local = Local::new(gen, Some(&self.current.borrow()), self.seed);
+        *self.current.borrow_mut() = Rc::new(local);
+        self.reloaded.notify_waiters();
     }
 }
 
@@ -96,17 +169,24 @@ pub fn balancer_for(pool: &Pool, seed: u64) -> Balancer {
     Balancer::new(method, &specs, seed)
 }
 
-/// A listening socket handed to a worker, with the service it serves.
-pub struct BoundListener {
-    /// Index of the service in the configuration.
-    pub service: usize,
-    /// The socket, already bound and listening, non-blocking.
-    pub socket: std::net::TcpListener,
+/// Everything a worker thread starts with.
+pub struct WorkerStart {
+    /// Worker index.
+    pub id: usize,
+    /// The first generation.
+    pub generation: Arc<Generation>,
+    /// This worker's listening sockets.
+    pub listeners: Vec<(SocketAddr, std::net::TcpListener)>,
+    /// Control-plane messages.
+    pub inbox: mpsc::UnboundedReceiver<WorkerMsg>,
+    /// Turns true when the engine stops.
+    pub stop: watch::Receiver<bool>,
 }
 
 /// Runs one worker until `stop` turns true and its connections have drained
 /// (or the drain timeout passed).
-pub fn run(id: usize, shared: Arc<Shared>, listeners: Vec<BoundListener>, mut stop: watch::Receiver<bool>) {
+pub fn run(start: WorkerStart) {
+    let WorkerStart { id, generation, listeners, mut inbox, mut stop } = start;
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -116,20 +196,21 @@ pub fn run(id: usize, shared: Arc<Shared>, listeners: Vec<BoundListener>, mut st
     };
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
-        let drain_timeout = shared.config.drain_timeout;
-        let worker = Rc::new(Worker::new(shared, 0x5eed ^ id as u64));
-        for bound in listeners {
-            match TcpListener::from_std(bound.socket) {
-                Ok(listener) => {
-                    tokio::task::spawn_local(accept_loop(worker.clone(), bound.service, listener));
-                }
-                Err(e) => tracing::error!(worker = id, error = %e, "cannot register listener"),
+        let worker = Rc::new(Worker::new(id, generation));
+        listen(&worker, listeners);
+        tokio::task::spawn_local(sweep_idle(worker.clone()));
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|stopped| *stopped) => break,
+                msg = inbox.recv() => match msg {
+                    Some(msg) => handle_msg(&worker, msg),
+                    None => break,
+                },
             }
         }
-        tokio::task::spawn_local(sweep_idle(worker.clone()));
-        let _ = stop.wait_for(|stopped| *stopped).await;
         worker.draining.set(true);
         worker.drain.notify_waiters();
+        let drain_timeout = worker.local().gen.config.drain_timeout;
         let deadline = Instant::now() + drain_timeout;
         while worker.open.get() > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -140,16 +221,55 @@ pub fn run(id: usize, shared: Arc<Shared>, listeners: Vec<BoundListener>, mut st
     });
 }
 
-async fn accept_loop(worker: Rc<Worker>, service: usize, listener: TcpListener) {
+fn handle_msg(worker: &Rc<Worker>, msg: WorkerMsg) {
+    match msg {
+        WorkerMsg::Install { generation, listeners, done } => {
+            worker.install(generation);
+            listen(worker, listeners);
+            let _ = done.send(());
+        }
+        WorkerMsg::Weight { generation, pool, server } => {
+            let local = worker.local();
+            if local.gen.number != generation {
+                // A newer generation was installed since; it read the weight then.
+                return;
+            }
+            if let (Some(p), Some(live)) = (local.pools.get(pool), local.gen.pools.get(pool)) {
+                if let Some(s) = live.servers.get(server) {
+                    p.balancer.borrow_mut().set_weight(server, s.weight());
+                }
+            }
+        }
+    }
+}
+
+fn listen(worker: &Rc<Worker>, listeners: Vec<(SocketAddr, std::net::TcpListener)>) {
+    for (addr, socket) in listeners {
+        match TcpListener::from_std(socket) {
+            Ok(listener) => {
+                tokio::task::spawn_local(accept_loop(worker.clone(), addr, listener));
+            }
+            Err(e) => tracing::error!(worker = worker.id, %addr, error = %e, "cannot register listener"),
+        }
+    }
+}
+
+async fn accept_loop(worker: Rc<Worker>, addr: SocketAddr, listener: TcpListener) {
     loop {
-        // Single-threaded runtime: nothing can start the drain between this
-        // check and registering for the notification below.
+        // Single-threaded runtime: nothing can start the drain or install a
+        // generation between these checks and registering for the wake-ups below.
         if worker.draining.get() {
             break;
         }
+        let local = worker.local();
+        let Some(&service) = local.gen.listeners.get(&addr) else {
+            tracing::info!(worker = worker.id, %addr, "listener removed by reload: no longer accepting");
+            break;
+        };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = worker.drain.notified() => break,
+            () = worker.reloaded.notified() => continue,
         };
         match accepted {
             Ok((stream, peer)) => {
@@ -158,7 +278,7 @@ async fn accept_loop(worker: Rc<Worker>, service: usize, listener: TcpListener) 
                 let w = worker.clone();
                 tokio::task::spawn_local(async move {
                     let _open = OpenGuard(w.clone());
-                    crate::http::serve(stream, peer, service, w).await;
+                    crate::http::serve(stream, peer, local, service, w).await;
                 });
             }
             Err(e) => {
@@ -185,18 +305,23 @@ async fn sweep_idle(worker: Rc<Worker>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        worker.clock.set(Instant::now());
+        let now = Instant::now();
+        worker.clock.set(now);
+        let local = worker.local();
+        let limit = if worker.draining.get() { Duration::ZERO } else { idle_limit(&local.gen) };
+        for (p, pool) in local.pools.iter().enumerate() {
+            let live = &local.gen.pools[p];
+            let keep = |i: usize| live.servers.get(i).is_some_and(|s| s.state() != AdminState::Maintenance);
+            pool.idle.borrow_mut().sweep(limit, now, keep);
+        }
         if worker.draining.get() {
-            worker.idle.borrow_mut().sweep(|_| Duration::ZERO, Instant::now());
             return;
         }
-        let config = &worker.shared.config;
-        worker.idle.borrow_mut().sweep(|pool: PoolId| idle_limit(config, pool), Instant::now());
     }
 }
 
-/// How long idle connections to a pool are kept: the shortest `server_idle`
+/// How long idle connections to servers are kept: the shortest `server_idle`
 /// of the services (pools do not know which services use them).
-pub fn idle_limit(config: &Config, _pool: PoolId) -> Duration {
-    config.services.iter().map(|s| s.timeouts.server_idle).min().unwrap_or(Duration::from_secs(30))
+pub fn idle_limit(gen: &Generation) -> Duration {
+    gen.config.services.iter().map(|s| s.timeouts.server_idle).min().unwrap_or(Duration::from_secs(30))
 }

@@ -21,7 +21,6 @@ pub mod route;
 
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
@@ -35,7 +34,7 @@ use self::parse::{Connection, Field, Framing, HeadLimits, RequestHead, Version};
 use self::rewrite::Forwarding;
 use crate::error::{Kind, ProxyError};
 use crate::upstream::{self, ActiveGuard, PickView, UpstreamConn};
-use crate::worker::Worker;
+use crate::worker::{Local, Worker};
 
 /// Initial size of a client connection's read buffer.
 const CLIENT_BUF: usize = 4 * 1024;
@@ -114,11 +113,16 @@ struct Failed {
 }
 
 /// Serves one client connection until it closes, fails, or the worker drains.
-pub async fn serve(stream: TcpStream, peer: SocketAddr, service: usize, worker: Rc<Worker>) {
-    let shared = worker.shared.clone();
-    let Some(service) = shared.config.services.get(service) else {
+///
+/// Each request runs on the generation current when its head arrived; a
+/// reload between two requests applies to the next one. A connection whose
+/// service a reload removed finishes its request in progress and closes.
+pub async fn serve(stream: TcpStream, peer: SocketAddr, local: Rc<Local>, service: usize, worker: Rc<Worker>) {
+    let Some(name) = local.gen.config.services.get(service).map(|s| s.name.clone()) else {
         return;
     };
+    let mut local = local;
+    let mut service = service;
     let mut client = Client {
         stream,
         peer,
@@ -134,19 +138,29 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, service: usize, worker: 
     let mut first = true;
     loop {
         // Phases 1 and 2: read and parse the head.
-        let head = match read_head(&mut client, service, &worker, first).await {
+        let head = match read_head(&mut client, &local.gen.config.services[service], &worker, &name, first).await {
             Ok(Some(head)) => head,
             Ok(None) => return,
             Err(error) => {
-                fail(&mut client, service, &error, Instant::now()).await;
+                fail(&mut client, &local.gen.config.services[service], &error, Instant::now()).await;
                 return;
             }
         };
         first = false;
         let started = Instant::now();
+        let now = worker.local();
+        if now.gen.number != local.gen.number {
+            match now.gen.service_index(&name) {
+                Some(i) => (local, service) = (now, i),
+                // Removed by a reload while this request was arriving: it is
+                // still served by the generation the connection belongs to.
+                None => {}
+            }
+        }
         // Boxed so that an idle connection's task holds only the small
         // read-head state, not the whole request pipeline's.
-        let keep_alive = Box::pin(handle(&mut client, head, service, &worker, &shared, started)).await;
+        let keep_alive =
+            Box::pin(handle(&mut client, head, &local.gen.config.services[service], &worker, &local, started)).await;
         if !keep_alive || worker.draining.get() {
             return;
         }
@@ -197,6 +211,7 @@ async fn read_head(
     client: &mut Client,
     service: &Service,
     worker: &Worker,
+    name: &str,
     first: bool,
 ) -> Result<Option<RequestHead>, ProxyError> {
     let limits = HeadLimits { max_bytes: service.limits.max_header_bytes, max_fields: service.limits.max_headers };
@@ -217,12 +232,14 @@ async fn read_head(
         }
         if client.buf.is_empty() {
             // Idle: wait for the next request without holding any buffer.
-            if worker.draining.get() {
+            // Draining, or a reload removed the service: close now.
+            if worker.draining.get() || worker.local().gen.service_index(name).is_none() {
                 return Ok(None);
             }
             let ready = tokio::select! {
                 r = timeout_at(deadline, client.stream.readable()) => r,
                 () = worker.drain.notified() => return Ok(None),
+                () = worker.reloaded.notified() => continue,
             };
             if !matches!(ready, Ok(Ok(()))) {
                 return Ok(None);
@@ -250,7 +267,7 @@ async fn handle(
     head: RequestHead,
     service: &Service,
     worker: &Worker,
-    shared: &Arc<crate::worker::Shared>,
+    local: &Local,
     started: Instant,
 ) -> bool {
     let buf = &client.buf[..head.len];
@@ -301,7 +318,7 @@ async fn handle(
             Some(_) => None,
         };
         let hash = pool_for_hash.map(|id| {
-            let pool = shared.config.pool(id);
+            let pool = local.gen.config.pool(id);
             let header = match &pool.hash_key {
                 switchyard_config::HashKey::Header(name) => view.header_values(name).next(),
                 _ => None,
@@ -340,7 +357,7 @@ async fn handle(
     // Only HTTP/1.0 requests may lack a Host; they get the server's address.
     let server_host = match head.host {
         Some(_) => String::new(),
-        None => shared.config.pool(pool).servers.first().map(|s| s.addr.to_string()).unwrap_or_default(),
+        None => local.gen.config.pool(pool).servers.first().map(|s| s.addr.to_string()).unwrap_or_default(),
     };
     rewrite::request_head(
         &mut client.out,
@@ -356,7 +373,7 @@ async fn handle(
     client.buf.advance(head.len);
 
     // Phases 5–8: pick a server, forward, stream the response.
-    match forward(client, service, worker, shared, pool, &routed, info).await {
+    match forward(client, service, worker, local, pool, &routed, info).await {
         Ok(outcome) => {
             log(client, service, outcome.status, None, started);
             outcome.client_keep_alive && !worker.draining.get()
@@ -381,32 +398,34 @@ async fn forward(
     client: &mut Client,
     service: &Service,
     worker: &Worker,
-    shared: &Arc<crate::worker::Shared>,
+    local: &Local,
     pool: PoolId,
     routed: &Routed<'_>,
     info: RequestInfo,
 ) -> Result<Outcome, Failed> {
-    let pool_cfg = shared.config.pool(pool);
+    let pool_cfg = local.gen.config.pool(pool);
+    let live = &local.gen.pools[pool.0];
+    let pool_local = &local.pools[pool.0];
     let mut tried = 0u64;
     let mut connect_failures = 0;
     let mut last_error = None;
     let mut fresh_only = false;
     loop {
         let picked = {
-            let view = PickView { pool: pool_cfg, live: &shared.pools[pool.0], tried };
-            worker.balancers.borrow_mut().get_mut(pool.0).and_then(|b| b.pick(routed.hash, &view))
+            let view = PickView { pool: pool_cfg, live, tried };
+            pool_local.balancer.borrow_mut().pick(routed.hash, &view)
         };
         let Some(server) = picked else {
             // With nothing left to try, the client learns why the last try failed.
             let error = last_error.unwrap_or(ProxyError::new(Kind::NoServer));
             return Err(Failed { error, response_started: false });
         };
-        let _slot = ActiveGuard::new(shared.clone(), pool, server);
+        let _slot = ActiveGuard::new(&live.servers[server]);
         let addr = pool_cfg.servers[server].addr;
         let idle = if fresh_only {
             None
         } else {
-            worker.idle.borrow_mut().take(pool, server, service.timeouts.server_idle, worker.clock.get())
+            pool_local.idle.borrow_mut().take(server, service.timeouts.server_idle, worker.clock.get())
         };
         let (mut conn, reused) = match idle {
             Some(conn) => (conn, true),
@@ -430,7 +449,7 @@ async fn forward(
             Ok((outcome, reusable)) => {
                 if reusable {
                     conn.served += 1;
-                    worker.idle.borrow_mut().put(pool, server, conn, pool_cfg.max_idle_per_server, worker.clock.get());
+                    pool_local.idle.borrow_mut().put(server, conn, pool_cfg.max_idle_per_server, worker.clock.get());
                 }
                 return Ok(outcome);
             }

@@ -1,0 +1,284 @@
+//! The control plane: the one way to change a running engine.
+//!
+//! Every change to running state — a reloaded configuration file, an admin
+//! API call, a dashboard button — is a [`Change`] given to
+//! [`Control::apply`]. Changes are applied one at a time (a mutex), and
+//! either apply completely or not at all: a reload binds every new listener
+//! before any worker sees the new generation, so a failed bind leaves the
+//! running configuration untouched.
+//!
+//! A reload is a diff: services, pools and servers that still exist keep
+//! their listeners (the same sockets), connections, idle server connections,
+//! balancer state and live counters; new listeners are bound; listeners that
+//! are gone stop accepting while their connections finish the request in
+//! progress (a removed service drains).
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use socket2::{Domain, Protocol, Socket, Type};
+use switchyard_config::Config;
+use tokio::sync::{mpsc, watch};
+
+use crate::live::{AdminState, Generation};
+use crate::worker::WorkerMsg;
+
+/// Listen backlog of every listener.
+const BACKLOG: i32 = 4096;
+/// How long `apply` waits for every worker to take a new generation.
+const INSTALL_WAIT: Duration = Duration::from_secs(10);
+
+/// A change to running state.
+#[derive(Debug)]
+pub enum Change {
+    /// Serve a new, validated configuration (the diff against the running one is applied).
+    Reload(Box<Config>),
+    /// Change the operator's state or weight of one server.
+    Server {
+        /// Pool name.
+        pool: String,
+        /// Server name within the pool.
+        server: String,
+        /// What to do.
+        op: ServerOp,
+    },
+}
+
+/// An operator's action on a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerOp {
+    /// Back to taking new requests.
+    Enable,
+    /// No new requests; running ones finish; idle pooled connections close.
+    Disable,
+    /// No new requests; running ones finish.
+    Drain,
+    /// Set the effective weight (0..=1000).
+    Weight(u32),
+}
+
+/// What an applied change did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// A new generation is served.
+    Reloaded {
+        /// Its number.
+        generation: u64,
+        /// One-line summary of the differences.
+        summary: String,
+        /// Things the reload could not apply live (e.g. the worker count).
+        warnings: Vec<String>,
+    },
+    /// A server's state or weight changed.
+    Server {
+        /// Pool name.
+        pool: String,
+        /// Server name.
+        server: String,
+        /// State after the change.
+        state: AdminState,
+        /// Effective weight after the change.
+        weight: u32,
+    },
+}
+
+/// Why a change was refused. Nothing was changed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// A pool or server that does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// A value out of range.
+    #[error("{0}")]
+    BadInput(String),
+    /// A new listener could not be bound.
+    #[error("service `{service}`: cannot listen on {addr}: {source}")]
+    Listen {
+        /// Service name.
+        service: String,
+        /// Address that failed.
+        addr: SocketAddr,
+        /// The system's reason.
+        source: std::io::Error,
+    },
+    /// The engine is stopping or a worker did not answer.
+    #[error("engine unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// The control plane of a running engine. `Send + Sync`: the admin API,
+/// signal handlers and the command line share it.
+pub struct Control {
+    current: ArcSwap<Generation>,
+    workers: Vec<mpsc::UnboundedSender<WorkerMsg>>,
+    worker_count: usize,
+    /// Serialises changes; holds the addresses with bound sockets.
+    applying: Mutex<HashSet<SocketAddr>>,
+    stop: watch::Sender<bool>,
+}
+
+impl Control {
+    pub(crate) fn new(
+        first: Arc<Generation>,
+        workers: Vec<mpsc::UnboundedSender<WorkerMsg>>,
+        bound: HashSet<SocketAddr>,
+        stop: watch::Sender<bool>,
+    ) -> Self {
+        let worker_count = workers.len();
+        Control { current: ArcSwap::new(first), workers, worker_count, applying: Mutex::new(bound), stop }
+    }
+
+    /// The generation being served.
+    pub fn generation(&self) -> Arc<Generation> {
+        self.current.load_full()
+    }
+
+    /// Number of worker threads.
+    pub fn workers(&self) -> usize {
+        self.worker_count
+    }
+
+    /// Applies one change, completely or not at all. Blocks for as long as
+    /// the workers take to install a new generation (milliseconds); call it
+    /// from a blocking context.
+    pub fn apply(&self, change: Change) -> Result<Applied, ApplyError> {
+        let mut bound = lock(&self.applying);
+        match change {
+            Change::Reload(config) => self.reload(&mut bound, *config),
+            Change::Server { pool, server, op } => self.server(&pool, &server, op),
+        }
+    }
+
+    /// Begins a graceful stop.
+    pub(crate) fn shutdown(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    fn reload(&self, bound: &mut HashSet<SocketAddr>, config: Config) -> Result<Applied, ApplyError> {
+        let old = self.generation();
+        let mut warnings = Vec::new();
+        if config.workers.is_some() && config.workers != old.config.workers {
+            warnings.push("`workers` changed: the worker count applies at the next restart".to_string());
+        }
+        // Bind every new address first: a failure changes nothing.
+        let mut fresh: Vec<Vec<(SocketAddr, std::net::TcpListener)>> = (0..self.worker_count).map(|_| Vec::new()).collect();
+        let mut added = Vec::new();
+        for service in &config.services {
+            for &addr in &service.listeners {
+                if bound.contains(&addr) {
+                    continue;
+                }
+                let sockets = bind_all(addr, self.worker_count)
+                    .map_err(|source| ApplyError::Listen { service: service.name.clone(), addr, source })?;
+                for (list, socket) in fresh.iter_mut().zip(sockets) {
+                    list.push((addr, socket));
+                }
+                added.push(addr);
+            }
+        }
+        let gen = Arc::new(Generation::new(old.number + 1, config, Some(&old)));
+        let removed: Vec<SocketAddr> = bound.iter().filter(|a| !gen.listeners.contains_key(a)).copied().collect();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        for (worker, listeners) in self.workers.iter().zip(fresh) {
+            let msg = WorkerMsg::Install { generation: gen.clone(), listeners, done: done_tx.clone() };
+            if worker.send(msg).is_err() {
+                return Err(ApplyError::Unavailable("the engine is stopping".into()));
+            }
+        }
+        self.current.store(gen.clone());
+        for _ in 0..self.worker_count {
+            if done_rx.recv_timeout(INSTALL_WAIT).is_err() {
+                return Err(ApplyError::Unavailable("a worker did not take the new configuration in time".into()));
+            }
+        }
+        for addr in &removed {
+            bound.remove(addr);
+        }
+        bound.extend(added.iter().copied());
+        let summary = summary(&old.config, &gen.config, &added, &removed);
+        tracing::info!(generation = gen.number, %summary, "configuration reloaded");
+        Ok(Applied::Reloaded { generation: gen.number, summary, warnings })
+    }
+
+    fn server(&self, pool: &str, server: &str, op: ServerOp) -> Result<Applied, ApplyError> {
+        let gen = self.generation();
+        let p = gen.pool_index(pool).ok_or_else(|| ApplyError::NotFound(format!("no pool named `{pool}`")))?;
+        let s = gen.pools[p]
+            .server_index(server)
+            .ok_or_else(|| ApplyError::NotFound(format!("pool `{pool}` has no server named `{server}`")))?;
+        let live = &gen.pools[p].servers[s];
+        match op {
+            ServerOp::Enable => live.set_state(AdminState::Up),
+            ServerOp::Drain => live.set_state(AdminState::Draining),
+            ServerOp::Disable => live.set_state(AdminState::Maintenance),
+            ServerOp::Weight(w) if w > 1000 => {
+                return Err(ApplyError::BadInput(format!("weight {w} is out of range (0..=1000)")));
+            }
+            ServerOp::Weight(w) => {
+                live.set_weight(w);
+                for worker in &self.workers {
+                    let _ = worker.send(WorkerMsg::Weight { generation: gen.number, pool: p, server: s });
+                }
+            }
+        }
+        tracing::info!(pool, server, state = live.state().as_str(), weight = live.weight(), "server changed by operator");
+        Ok(Applied::Server {
+            pool: pool.to_string(),
+            server: server.to_string(),
+            state: live.state(),
+            weight: live.weight(),
+        })
+    }
+}
+
+/// A poisoned lock only means another change panicked half-way; the set of
+/// bound addresses it guards is still accurate (it is updated last).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn summary(old: &Config, new: &Config, added: &[SocketAddr], removed: &[SocketAddr]) -> String {
+    let count = |names_old: Vec<&str>, names_new: Vec<&str>| {
+        let plus = names_new.iter().filter(|n| !names_old.contains(n)).count();
+        let minus = names_old.iter().filter(|n| !names_new.contains(n)).count();
+        (plus, minus)
+    };
+    let (s_plus, s_minus) = count(
+        old.services.iter().map(|s| s.name.as_str()).collect(),
+        new.services.iter().map(|s| s.name.as_str()).collect(),
+    );
+    let (p_plus, p_minus) =
+        count(old.pools.iter().map(|p| p.name.as_str()).collect(), new.pools.iter().map(|p| p.name.as_str()).collect());
+    format!(
+        "services: +{s_plus} -{s_minus}; pools: +{p_plus} -{p_minus}; listeners: +{} -{}",
+        added.len(),
+        removed.len()
+    )
+}
+
+/// Binds `addr` once per worker. With several workers each socket has
+/// SO_REUSEPORT so the kernel spreads connections; a probe bind without it
+/// first refuses a port some other process already listens on, instead of
+/// silently sharing its traffic.
+pub(crate) fn bind_all(addr: SocketAddr, workers: usize) -> std::io::Result<Vec<std::net::TcpListener>> {
+    drop(bind(addr, false)?);
+    (0..workers).map(|_| bind(addr, workers > 1)).collect()
+}
+
+fn bind(addr: SocketAddr, reuse_port: bool) -> std::io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(BACKLOG)?;
+    Ok(socket.into())
+}

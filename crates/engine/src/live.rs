@@ -1,0 +1,242 @@
+//! Live state shared by every worker: the configuration generation being
+//! served and the per-server state that outlives reloads.
+//!
+//! A [`Generation`] is immutable once built: a validated configuration plus
+//! the shared live objects its pools point at. A reload builds a new
+//! generation that *reuses* the live objects of servers that still exist
+//! (matched by pool name and server name, at the same address), so in-flight
+//! counts, the operator's drain/maintenance/weight decisions and counters
+//! survive it. Requests already running keep the generation they started
+//! with; the next request on a connection uses the new one.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use switchyard_config::{Config, Pool, Server};
+
+/// What the operator decided for a server (health checks add "down" later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminState {
+    /// Takes new requests.
+    Up,
+    /// Takes no new requests; requests already running finish.
+    Draining,
+    /// Takes nothing new, and its idle pooled connections are closed.
+    Maintenance,
+}
+
+impl AdminState {
+    /// The name used by the admin API, logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdminState::Up => "up",
+            AdminState::Draining => "draining",
+            AdminState::Maintenance => "maintenance",
+        }
+    }
+
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => AdminState::Draining,
+            2 => AdminState::Maintenance,
+            _ => AdminState::Up,
+        }
+    }
+
+    fn to_u8(self) -> u8 {
+        match self {
+            AdminState::Up => 0,
+            AdminState::Draining => 1,
+            AdminState::Maintenance => 2,
+        }
+    }
+}
+
+/// Shared, live state of one server, carried across reloads while the
+/// server keeps its pool, name and address.
+#[derive(Debug)]
+pub struct ServerLive {
+    /// Server name (unique within its pool).
+    pub name: Arc<str>,
+    /// Address connected to.
+    pub addr: SocketAddr,
+    /// Requests in flight towards the server, across all workers.
+    pub active: AtomicU32,
+    state: AtomicU8,
+    /// Effective weight: the configured one unless the operator changed it.
+    weight: AtomicU32,
+    /// The weight the configuration gave, to tell an operator's override
+    /// from a configuration change on reload.
+    configured: AtomicU32,
+}
+
+impl ServerLive {
+    /// Fresh live state for a configured server.
+    pub fn new(server: &Server) -> Self {
+        ServerLive {
+            name: Arc::from(server.name.as_str()),
+            addr: server.addr,
+            active: AtomicU32::new(0),
+            state: AtomicU8::new(AdminState::Up.to_u8()),
+            weight: AtomicU32::new(server.weight),
+            configured: AtomicU32::new(server.weight),
+        }
+    }
+
+    /// The operator's state for this server.
+    pub fn state(&self) -> AdminState {
+        AdminState::from_u8(self.state.load(Ordering::Relaxed))
+    }
+
+    /// Changes the operator's state.
+    pub fn set_state(&self, state: AdminState) {
+        self.state.store(state.to_u8(), Ordering::Relaxed);
+    }
+
+    /// Whether new requests may go to this server.
+    pub fn takes_new(&self) -> bool {
+        self.state() == AdminState::Up
+    }
+
+    /// Effective weight.
+    pub fn weight(&self) -> u32 {
+        self.weight.load(Ordering::Relaxed)
+    }
+
+    /// Sets the effective weight (an operator's override).
+    pub fn set_weight(&self, weight: u32) {
+        self.weight.store(weight, Ordering::Relaxed);
+    }
+
+    /// The configured weight of the generation that last took this server.
+    pub fn configured_weight(&self) -> u32 {
+        self.configured.load(Ordering::Relaxed)
+    }
+
+    /// A reload kept this server: a changed configured weight replaces any
+    /// override; an unchanged one keeps the operator's.
+    fn adopt(&self, server: &Server) {
+        let before = self.configured.swap(server.weight, Ordering::Relaxed);
+        if before != server.weight {
+            self.weight.store(server.weight, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Shared, live state of one pool in one generation.
+#[derive(Debug)]
+pub struct PoolLive {
+    /// One entry per configured server, in config order.
+    pub servers: Vec<Arc<ServerLive>>,
+}
+
+impl PoolLive {
+    /// Live state for `pool`, reusing the servers of `previous` that still
+    /// exist with the same name and address.
+    pub fn new(pool: &Pool, previous: Option<&PoolLive>) -> Self {
+        let servers = pool
+            .servers
+            .iter()
+            .map(|server| {
+                let kept = previous.and_then(|p| {
+                    p.servers.iter().find(|live| *live.name == *server.name && live.addr == server.addr)
+                });
+                match kept {
+                    Some(live) => {
+                        live.adopt(server);
+                        live.clone()
+                    }
+                    None => Arc::new(ServerLive::new(server)),
+                }
+            })
+            .collect();
+        PoolLive { servers }
+    }
+
+    /// The index of the server called `name`.
+    pub fn server_index(&self, name: &str) -> Option<usize> {
+        self.servers.iter().position(|s| *s.name == *name)
+    }
+}
+
+/// One configuration as served: immutable, shared by every worker.
+#[derive(Debug)]
+pub struct Generation {
+    /// 1 for the configuration the engine started with, +1 per reload.
+    pub number: u64,
+    /// The validated configuration.
+    pub config: Config,
+    /// Live state per pool, indexed like `config.pools`.
+    pub pools: Vec<PoolLive>,
+    /// Which service each listener address serves (index into `config.services`).
+    pub listeners: HashMap<SocketAddr, usize>,
+}
+
+impl Generation {
+    /// Builds generation `number` for `config`, carrying the live state of
+    /// `previous` over where pools and servers still exist.
+    pub fn new(number: u64, config: Config, previous: Option<&Generation>) -> Self {
+        let pools = config
+            .pools
+            .iter()
+            .map(|pool| {
+                let before = previous.and_then(|g| g.pool_index(&pool.name).map(|i| &g.pools[i]));
+                PoolLive::new(pool, before)
+            })
+            .collect();
+        let listeners = config
+            .services
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| s.listeners.iter().map(move |&addr| (addr, i)))
+            .collect();
+        Generation { number, config, pools, listeners }
+    }
+
+    /// The index of the pool called `name`.
+    pub fn pool_index(&self, name: &str) -> Option<usize> {
+        self.config.pools.iter().position(|p| p.name == name)
+    }
+
+    /// The index of the service called `name`.
+    pub fn service_index(&self, name: &str) -> Option<usize> {
+        self.config.services.iter().position(|s| s.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(weights: &[(&str, u32)]) -> Config {
+        let servers: Vec<String> = weights
+            .iter()
+            .enumerate()
+            .map(|(i, (name, w))| format!("{{ address = \"127.0.0.1:{}\", name = \"{name}\", weight = {w} }}", 9000 + i))
+            .collect();
+        let text = format!(
+            "[[service]]\nname = \"s\"\nlisten = \"127.0.0.1:1\"\npool = \"p\"\n[[pool]]\nname = \"p\"\nservers = [{}]\n",
+            servers.join(", ")
+        );
+        match switchyard_config::parse(&text, "t.toml") {
+            Ok(c) => c,
+            Err(d) => panic!("{d}"),
+        }
+    }
+
+    #[test]
+    fn reload_keeps_live_servers_and_operator_state() {
+        let first = Generation::new(1, config(&[("a", 1), ("b", 1)]), None);
+        first.pools[0].servers[0].set_state(AdminState::Draining);
+        first.pools[0].servers[1].set_weight(7);
+        let second = Generation::new(2, config(&[("a", 1), ("b", 1), ("c", 1)]), Some(&first));
+        assert!(Arc::ptr_eq(&first.pools[0].servers[0], &second.pools[0].servers[0]));
+        assert_eq!(second.pools[0].servers[0].state(), AdminState::Draining);
+        assert_eq!(second.pools[0].servers[1].weight(), 7, "an override survives an unchanged configured weight");
+        assert_eq!(second.pools[0].servers[2].state(), AdminState::Up);
+        let third = Generation::new(3, config(&[("a", 1), ("b", 5)]), Some(&second));
+        assert_eq!(third.pools[0].servers[1].weight(), 5, "a configured weight change replaces the override");
+    }
+}

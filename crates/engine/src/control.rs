@@ -164,15 +164,19 @@ impl Control {
             warnings.push("`workers` changed: the worker count applies at the next restart".to_string());
         }
         // Bind every new address first: a failure changes nothing.
-        let mut fresh: Vec<Vec<(SocketAddr, std::net::TcpListener)>> = (0..self.worker_count).map(|_| Vec::new()).collect();
+        let mut fresh: Vec<Vec<(SocketAddr, std::net::TcpListener)>> =
+            (0..self.worker_count).map(|_| Vec::new()).collect();
         let mut added = Vec::new();
         for service in &config.services {
             for &addr in &service.listeners {
                 if bound.contains(&addr) {
                     continue;
                 }
-                let sockets = bind_all(addr, self.worker_count)
-                    .map_err(|source| ApplyError::Listen { service: service.name.clone(), addr, source })?;
+                let sockets = bind_all(addr, self.worker_count).map_err(|source| ApplyError::Listen {
+                    service: service.name.clone(),
+                    addr,
+                    source,
+                })?;
                 for (list, socket) in fresh.iter_mut().zip(sockets) {
                     list.push((addr, socket));
                 }
@@ -224,7 +228,13 @@ impl Control {
                 }
             }
         }
-        tracing::info!(pool, server, state = live.state().as_str(), weight = live.weight(), "server changed by operator");
+        tracing::info!(
+            pool,
+            server,
+            state = live.state().as_str(),
+            weight = live.weight(),
+            "server changed by operator"
+        );
         Ok(Applied::Server {
             pool: pool.to_string(),
             server: server.to_string(),

@@ -91,8 +91,11 @@ pub fn start(config: Config, workers: Option<usize>) -> Result<Handle, StartErro
     let mut bound = HashSet::new();
     for service in &config.services {
         for &addr in &service.listeners {
-            let sockets = control::bind_all(addr, workers)
-                .map_err(|source| StartError::Listen { service: service.name.clone(), addr, source })?;
+            let sockets = control::bind_all(addr, workers).map_err(|source| StartError::Listen {
+                service: service.name.clone(),
+                addr,
+                source,
+            })?;
             for (list, socket) in per_worker.iter_mut().zip(sockets) {
                 list.push((addr, socket));
             }

@@ -140,9 +140,8 @@ impl PoolLive {
             .servers
             .iter()
             .map(|server| {
-                let kept = previous.and_then(|p| {
-                    p.servers.iter().find(|live| *live.name == *server.name && live.addr == server.addr)
-                });
+                let kept = previous
+                    .and_then(|p| p.servers.iter().find(|live| *live.name == *server.name && live.addr == server.addr));
                 match kept {
                     Some(live) => {
                         live.adopt(server);
@@ -214,7 +213,9 @@ mod tests {
         let servers: Vec<String> = weights
             .iter()
             .enumerate()
-            .map(|(i, (name, w))| format!("{{ address = \"127.0.0.1:{}\", name = \"{name}\", weight = {w} }}", 9000 + i))
+            .map(|(i, (name, w))| {
+                format!("{{ address = \"127.0.0.1:{}\", name = \"{name}\", weight = {w} }}", 9000 + i)
+            })
             .collect();
         let text = format!(
             "[[service]]\nname = \"s\"\nlisten = \"127.0.0.1:1\"\npool = \"p\"\n[[pool]]\nname = \"p\"\nservers = [{}]\n",

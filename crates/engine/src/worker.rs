@@ -79,7 +79,10 @@ impl Local {
                     Some((p, j)) if p.gen.config.pools[j] == *pool => p.pools[j].clone(),
                     Some((p, j)) => {
                         let idle = IdleStacks::carried(pool, &p.gen.config.pools[j], &mut p.pools[j].idle.borrow_mut());
-                        Rc::new(PoolLocal { balancer: RefCell::new(balancer_for(pool, seed)), idle: RefCell::new(idle) })
+                        Rc::new(PoolLocal {
+                            balancer: RefCell::new(balancer_for(pool, seed)),
+                            idle: RefCell::new(idle),
+                        })
                     }
                     None => Rc::new(PoolLocal {
                         balancer: RefCell::new(balancer_for(pool, seed.wrapping_add(i as u64))),
@@ -144,6 +147,16 @@ impl Worker {
     /// What the worker serves now. A request holds on to it until it ends.
     pub fn local(&self) -> Rc<Local> {
         self.current.borrow().clone()
+    }
+
+    /// Whether the connection should close after its current request: the
+    /// worker drains, or a reload since generation `gen` removed `service`.
+    pub fn closing(&self, gen: u64, service: &str) -> bool {
+        if self.draining.get() {
+            return true;
+        }
+        let current = self.current.borrow();
+        current.gen.number != gen && current.gen.service_index(service).is_none()
     }
 
     fn install(&self, gen: Arc<Generation>) {

@@ -78,6 +78,11 @@ pub fn sigterm(pid: u32) {
     let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
 }
 
+/// Sends SIGHUP (reload) to a process by id.
+pub fn sighup(pid: u32) {
+    let _ = Command::new("kill").arg("-HUP").arg(pid.to_string()).status();
+}
+
 /// Waits for `child` to exit within `limit`; `None` if it is still running.
 pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     let deadline = Instant::now() + limit;
@@ -128,10 +133,15 @@ impl Proxy {
 
     /// Runs an existing configuration file; returns once `addr` accepts connections.
     pub fn run_file(config: &Path, addr: SocketAddr) -> Proxy {
+        Proxy::run_file_with(config, addr, 1)
+    }
+
+    /// Runs an existing configuration file with `workers` workers.
+    pub fn run_file_with(config: &Path, addr: SocketAddr, workers: usize) -> Proxy {
         let log = temp_dir("proxy-log").join("stderr.log");
         let stderr = std::fs::File::create(&log).expect("create log file");
         let child = Command::new(binary())
-            .args(["run", "--workers", "1", "-c"])
+            .args(["run", "--workers", &workers.to_string(), "-c"])
             .arg(config)
             .env("SWITCHYARD_LOG", "info")
             .stdin(Stdio::null())
@@ -171,6 +181,22 @@ impl Proxy {
     /// One request on a fresh connection.
     pub fn get(&self, path: &str) -> Response {
         self.connect().get(path)
+    }
+
+    /// Sends SIGHUP (reload the configuration file) without waiting.
+    pub fn sighup(&self) {
+        sighup(self.child.id());
+    }
+
+    /// Sends SIGHUP and waits until the log shows `count` reloads in total
+    /// (applied or refused).
+    pub fn reload(&self, count: usize) {
+        self.sighup();
+        wait_for("the reload to be applied or refused", || {
+            let log = self.log();
+            let done = log.matches("configuration reloaded").count() + log.matches("reload refused").count();
+            (done >= count).then_some(())
+        });
     }
 
     /// Sends SIGTERM without waiting.

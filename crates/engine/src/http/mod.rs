@@ -98,6 +98,8 @@ struct RequestInfo {
     expect_continue: bool,
     keep_alive: bool,
     version: Version,
+    /// The client asked for a protocol switch (WebSocket) the proxy will relay.
+    upgrade: bool,
 }
 
 /// How a forwarded request ended, when it did not fail.
@@ -150,11 +152,10 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, local: Rc<Local>, servic
         let started = Instant::now();
         let now = worker.local();
         if now.gen.number != local.gen.number {
-            match now.gen.service_index(&name) {
-                Some(i) => (local, service) = (now, i),
-                // Removed by a reload while this request was arriving: it is
-                // still served by the generation the connection belongs to.
-                None => {}
+            // A service removed by a reload while this request was arriving
+            // still serves it from the generation the connection belongs to.
+            if let Some(i) = now.gen.service_index(&name) {
+                (local, service) = (now, i);
             }
         }
         // Boxed so that an idle connection's task holds only the small
@@ -287,6 +288,11 @@ async fn handle(
             Version::Http10 => head.connection.keep_alive && !head.connection.close,
         },
         version: head.version,
+        // Only a bodiless HTTP/1.1 request can switch protocols (RFC 9110 7.8).
+        upgrade: head.connection.upgrade
+            && head.upgrade.is_some()
+            && head.framing == Framing::Empty
+            && head.version == Version::Http11,
     };
     if let (Framing::Length(n), Some(max)) = (head.framing, service.limits.max_body_bytes) {
         if n > max {
@@ -353,7 +359,14 @@ async fn handle(
 
     // Phase 4: request rewrite. The head is consumed from the buffer once
     // rewritten; what follows it is body or the next request.
-    let fwd = Forwarding { client: client.ip, client_text: &client.ip_text, proto: "http", headers: service.forwarded };
+    let upgrade = head.upgrade.clone().filter(|_| info.upgrade).map(|r| &buf[r]);
+    let fwd = Forwarding {
+        client: client.ip,
+        client_text: &client.ip_text,
+        proto: "http",
+        headers: service.forwarded,
+        upgrade,
+    };
     // Only HTTP/1.0 requests may lack a Host; they get the server's address.
     let server_host = match head.host {
         Some(_) => String::new(),
@@ -376,7 +389,7 @@ async fn handle(
     match forward(client, service, worker, local, pool, &routed, info).await {
         Ok(outcome) => {
             log(client, service, outcome.status, None, started);
-            outcome.client_keep_alive && !worker.draining.get()
+            outcome.client_keep_alive && !worker.closing(local.gen.number, &service.name)
         }
         Err(Failed { error, response_started: false }) => {
             fail(client, service, &error, started).await;
@@ -445,7 +458,7 @@ async fn forward(
                 }
             },
         };
-        match exchange(client, &mut conn, service, worker, routed, info).await {
+        match exchange(client, &mut conn, service, worker, local.gen.number, routed, info).await {
             Ok((outcome, reusable)) => {
                 if reusable {
                     conn.served += 1;
@@ -478,6 +491,7 @@ async fn exchange(
     conn: &mut UpstreamConn,
     service: &Service,
     worker: &Worker,
+    gen: u64,
     routed: &Routed<'_>,
     info: RequestInfo,
 ) -> Result<(Outcome, bool), Failed> {
@@ -498,7 +512,7 @@ async fn exchange(
         return early(request_relay_error(e));
     }
     let mut response = Response { out: &mut client.out, fields: &mut client.resp_fields, started: false };
-    let draining = || worker.draining.get();
+    let draining = || worker.closing(gen, &service.name);
     if upload.is_finished() {
         let done = respond(
             &mut conn.stream,
@@ -511,6 +525,10 @@ async fn exchange(
             draining,
         )
         .await?;
+        if done.switched {
+            tunnel(client, conn).await;
+            return Ok((done.outcome, false));
+        }
         let reusable = done.server_keeps && conn.buf.is_empty();
         return Ok((done.outcome, reusable));
     }
@@ -548,6 +566,22 @@ async fn exchange(
     Ok((outcome, done.server_keeps && complete && conn.buf.is_empty()))
 }
 
+/// After a relayed protocol switch (WebSocket): bytes already read on either
+/// side go across first, then both directions are copied until one side
+/// closes (its FIN is passed on) or fails. No HTTP framing applies any more.
+async fn tunnel(client: &mut Client, conn: &mut UpstreamConn) {
+    use tokio::io::AsyncWriteExt;
+    if !conn.buf.is_empty() && client.stream.write_all(&conn.buf).await.is_err() {
+        return;
+    }
+    conn.buf.clear();
+    if !client.buf.is_empty() && conn.stream.write_all(&client.buf).await.is_err() {
+        return;
+    }
+    client.buf.clear();
+    let _ = tokio::io::copy_bidirectional(&mut client.stream, &mut conn.stream).await;
+}
+
 /// Where the response phases write: the client's reused head buffer and field index.
 struct Response<'a> {
     out: &'a mut Vec<u8>,
@@ -560,6 +594,8 @@ struct Response<'a> {
 struct Responded {
     outcome: Outcome,
     server_keeps: bool,
+    /// The server switched protocols: the connection is now a byte tunnel.
+    switched: bool,
 }
 
 /// Phases 7–8: read the response head (skipping interim 1xx responses),
@@ -581,6 +617,18 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
     let head = loop {
         match parse::parse_response(buf, MAX_RESPONSE_HEAD, response.fields) {
             Err(error) => return early(error),
+            Ok(Some(head)) if head.status == 101 && info.upgrade => {
+                // The switch is relayed: pass the head on; the caller then
+                // tunnels bytes both ways.
+                rewrite::switching_head(response.out, &buf[..head.len], &head, response.fields, &routed.edits);
+                buf.advance(head.len);
+                response.started = true;
+                if write_all(client, response.out, t.server_response).await.is_err() {
+                    return Err(Failed { error: ProxyError::new(Kind::ClientClosed), response_started: true });
+                }
+                let outcome = Outcome { status: 101, client_keep_alive: false };
+                return Ok(Responded { outcome, server_keeps: false, switched: true });
+            }
             Ok(Some(head)) if head.status == 101 => {
                 return early(ProxyError::new(Kind::BadResponse("unexpected protocol switch")))
             }
@@ -633,7 +681,9 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
     response.started = true;
     let body = if dechunk { Body::unlimited(body_framing).decoded() } else { Body::unlimited(body_framing) };
     match relay(response.out, server, buf, client, body, t.server_response).await {
-        Ok(_) => Ok(Responded { outcome: Outcome { status: head.status, client_keep_alive }, server_keeps }),
+        Ok(_) => {
+            Ok(Responded { outcome: Outcome { status: head.status, client_keep_alive }, server_keeps, switched: false })
+        }
         Err(e) => {
             let error = match e {
                 RelayError::Read(_) => ProxyError::new(Kind::ServerClosed),
@@ -682,7 +732,7 @@ async fn answer(
     let keep = info.keep_alive && info.framing == Framing::Empty;
     client.buf.advance(head_len);
     let connection =
-        Connection { close: !keep, keep_alive: keep && info.version == Version::Http10, other_tokens: false };
+        Connection { close: !keep, keep_alive: keep && info.version == Version::Http10, ..Connection::default() };
     let body = if info.head_method { &b""[..] } else { reply.body };
     rewrite::local_response(&mut client.out, reply.status, reply.location, reply.content_type, body, connection);
     let ok = write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();

@@ -56,6 +56,8 @@ pub struct Connection {
     pub keep_alive: bool,
     /// Other tokens named extra hop-by-hop headers to remove.
     pub other_tokens: bool,
+    /// `Connection: upgrade` was present (a protocol switch is asked for).
+    pub upgrade: bool,
 }
 
 /// A parsed request head; all ranges index the buffer it was parsed from.
@@ -77,6 +79,8 @@ pub struct RequestHead {
     pub connection: Connection,
     /// `Expect: 100-continue` was present.
     pub expect_continue: bool,
+    /// Value of the `Upgrade` header, if any (e.g. `websocket`).
+    pub upgrade: Option<Range<usize>>,
 }
 
 /// A parsed response head; all ranges index the buffer it was parsed from.
@@ -170,6 +174,7 @@ pub fn parse_request(
         host: None,
         connection: Connection::default(),
         expect_continue: false,
+        upgrade: None,
     };
     let mut length: Option<u64> = None;
     let mut chunked = false;
@@ -195,6 +200,8 @@ pub fn parse_request(
             head.host = Some(offset(buf, value));
         } else if name.eq_ignore_ascii_case(b"connection") {
             head.connection = parse_connection(value, head.connection);
+        } else if name.eq_ignore_ascii_case(b"upgrade") {
+            head.upgrade = Some(offset(buf, value));
         } else if name.eq_ignore_ascii_case(b"expect") {
             if !value.eq_ignore_ascii_case(b"100-continue") {
                 return Err(ProxyError::new(Kind::ExpectationFailed));
@@ -326,6 +333,8 @@ fn parse_connection(value: &[u8], mut c: Connection) -> Connection {
             c.close = true;
         } else if token.eq_ignore_ascii_case(b"keep-alive") {
             c.keep_alive = true;
+        } else if token.eq_ignore_ascii_case(b"upgrade") {
+            c.upgrade = true;
         } else if !token.is_empty() {
             c.other_tokens = true;
         }

@@ -6,10 +6,12 @@
 //! reads in request order. [`Handle`] is how the process stops the engine:
 //! a graceful stop lets in-flight requests finish before workers exit.
 
+pub mod access_log;
 pub mod control;
 pub mod error;
 pub mod http;
 pub mod live;
+pub mod metrics;
 pub mod upstream;
 pub mod worker;
 

@@ -1,0 +1,305 @@
+//! Prometheus exposition of the metrics, in the OpenMetrics text format that
+//! the `prometheus-client` crate writes (Prometheus scrapes it natively).
+//!
+//! Nothing is mirrored into a registry while requests run: at scrape time the
+//! caller lists what exists now ([`ExpositionView`]), [`encode`] sums every
+//! object's worker slots once, and a one-shot collector writes the families
+//! from those sums. Latency histograms are exposed with a subset of the fine
+//! bucket bounds (each power of two and 1.5 × each power of two from 16 µs to
+//! ≈ 67 s): a subset, so the exposed cumulative counts are exact.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::histogram::{upper_bound, HistogramSnapshot, BUCKETS};
+use super::{
+    is_server_reason, ServerMetrics, ServerTotals, ServiceMetrics, ServiceTotals, TlsMetrics, TlsTotals, CLASSES,
+    REASONS,
+};
+
+/// The `Content-Type` of [`encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Server states, as the values of the `state` label of `switchyard_server_state`.
+pub const SERVER_STATES: [&str; 4] = ["up", "draining", "maintenance", "down"];
+
+/// What exists at scrape time: built by the caller from the running
+/// configuration, borrowed for the duration of [`encode`].
+#[derive(Debug, Clone, Default)]
+pub struct ExpositionView<'a> {
+    /// Every service: name and metrics.
+    pub services: Vec<(&'a str, &'a ServiceMetrics)>,
+    /// Every server of every pool.
+    pub servers: Vec<ServerRow<'a>>,
+    /// TLS handshake counters, once TLS exists (absent: exposed as zeros).
+    pub tls: Option<&'a TlsMetrics>,
+    /// Process-wide values.
+    pub process: ProcessGauges,
+}
+
+/// One server as seen at scrape time.
+#[derive(Debug, Clone)]
+pub struct ServerRow<'a> {
+    /// Pool name.
+    pub pool: &'a str,
+    /// Server name.
+    pub server: &'a str,
+    /// Server address.
+    pub address: SocketAddr,
+    /// Current state, one of [`SERVER_STATES`].
+    pub state: &'a str,
+    /// Current weight.
+    pub weight: u32,
+    /// Requests in flight on the server now (all workers).
+    pub active: u32,
+    /// The server's metrics.
+    pub metrics: &'a ServerMetrics,
+}
+
+/// Process-wide values of an exposition.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcessGauges {
+    /// Worker threads.
+    pub workers: u64,
+    /// Generation of the running configuration (1 at start, +1 per applied reload).
+    pub config_generation: u64,
+    /// Reloads applied.
+    pub reloads_ok: u64,
+    /// Reloads refused (invalid configuration) or failed.
+    pub reloads_failed: u64,
+    /// Access log lines dropped because the writer fell behind.
+    pub access_log_dropped: u64,
+}
+
+/// The text exposition of `view` (ends with `# EOF`); serve it with [`CONTENT_TYPE`].
+pub fn encode(view: &ExpositionView) -> String {
+    let scrape = Scrape::read(view);
+    let mut registry = Registry::with_prefix("switchyard");
+    registry.register_collector(Box::new(scrape));
+    let mut out = String::with_capacity(16 * 1024);
+    // Writing into a String cannot fail, and the collector only fails on an
+    // empty bucket list, which exposed_buckets never produces.
+    if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
+        tracing::error!("metrics exposition failed to encode");
+    }
+    out
+}
+
+/// The view's sums, read once, owned: the collector the registry needs must
+/// be `'static`.
+#[derive(Debug)]
+struct Scrape {
+    services: Vec<(String, ServiceTotals)>,
+    servers: Vec<ServerScrape>,
+    tls: TlsTotals,
+    process: ProcessGauges,
+}
+
+#[derive(Debug)]
+struct ServerScrape {
+    pool: String,
+    server: String,
+    address: String,
+    state: String,
+    weight: u32,
+    active: u32,
+    totals: ServerTotals,
+}
+
+impl Scrape {
+    fn read(view: &ExpositionView) -> Scrape {
+        Scrape {
+            services: view.services.iter().map(|(name, m)| (name.to_string(), m.snapshot())).collect(),
+            servers: view
+                .servers
+                .iter()
+                .map(|r| ServerScrape {
+                    pool: r.pool.to_string(),
+                    server: r.server.to_string(),
+                    address: r.address.to_string(),
+                    state: r.state.to_string(),
+                    weight: r.weight,
+                    active: r.active,
+                    totals: r.metrics.snapshot(),
+                })
+                .collect(),
+            tls: view.tls.map(TlsMetrics::snapshot).unwrap_or_default(),
+            process: view.process,
+        }
+    }
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        self.process(&mut enc)?;
+        self.services(&mut enc)?;
+        self.servers(&mut enc)?;
+        let t = &self.tls;
+        let rows = [("full", t.full), ("resumed", t.resumed), ("failed", t.failed)];
+        counter(&mut enc, "tls_handshakes", "TLS handshakes by kind.", rows.map(|(k, v)| ([("kind", k)], v)))
+    }
+}
+
+impl Scrape {
+    fn process(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+        let p = &self.process;
+        enc.encode_descriptor("workers", "Worker threads.", None, MetricType::Gauge)?.encode_gauge(&p.workers)?;
+        let help = "Generation of the running configuration.";
+        enc.encode_descriptor("config_generation", help, None, MetricType::Gauge)?
+            .encode_gauge(&p.config_generation)?;
+        let reloads = [([("result", "ok")], p.reloads_ok), ([("result", "failed")], p.reloads_failed)];
+        counter(enc, "reloads", "Configuration reloads by result.", reloads)?;
+        let help = "Access log lines dropped because the writer fell behind.";
+        enc.encode_descriptor("access_log_dropped_lines", help, None, MetricType::Counter)?
+            .encode_counter::<NoLabelSet, u64, u64>(&p.access_log_dropped, None)
+    }
+
+    fn services(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+        let s = &self.services;
+        let one = |f: fn(&ServiceTotals) -> u64| s.iter().map(move |(n, t)| ([("service", n.as_str())], f(t)));
+        counter(enc, "requests", "Requests finished, per service.", one(|t| t.requests))?;
+        let by_class = s.iter().flat_map(|(n, t)| {
+            CLASSES.iter().zip(t.responses.0).map(move |(c, v)| ([("service", n.as_str()), ("class", *c)], v))
+        });
+        counter(enc, "responses", "Requests per response status class (none: no response sent).", by_class)?;
+        gauge(enc, "connections_current", "Client connections open now.", one(|t| t.connections_current))?;
+        counter(enc, "connections", "Client connections accepted.", one(|t| t.connections_opened))?;
+        counter(enc, "bytes_received", "Bytes received from clients.", one(|t| t.bytes_in))?;
+        counter(enc, "bytes_sent", "Bytes sent to clients.", one(|t| t.bytes_out))?;
+        let latency = s.iter().map(|(n, t)| ([("service", n.as_str())], &t.latency));
+        histogram(enc, "request_duration", "Request duration, head received to last byte sent.", latency)?;
+        let errors = s.iter().flat_map(|(n, t)| {
+            REASONS.iter().zip(t.errors.0).map(move |(r, v)| ([("service", n.as_str()), ("reason", *r)], v))
+        });
+        counter(enc, "errors", "Requests that ended early, per reason.", errors)
+    }
+
+    fn servers(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+        let s = &self.servers;
+        let info = enc.encode_descriptor("server", "Servers of the pools, with their address.", None, MetricType::Info);
+        let mut info = info?;
+        for r in s {
+            info.encode_info(&[("pool", r.pool.as_str()), ("server", &r.server), ("address", &r.address)])?;
+        }
+        let one = |f: fn(&ServerScrape) -> u64| s.iter().map(move |r| (r.labels(), f(r)));
+        counter(enc, "server_requests", "Requests sent to the server.", one(|r| r.totals.requests))?;
+        let by_class = s
+            .iter()
+            .flat_map(|r| CLASSES.iter().zip(r.totals.responses.0).map(move |(c, v)| (r.labels_with("class", c), v)));
+        counter(enc, "server_responses", "Server's requests per status class sent to the client.", by_class)?;
+        counter(
+            enc,
+            "server_bytes_received",
+            "Bytes received from clients in the server's requests.",
+            one(|r| r.totals.bytes_in),
+        )?;
+        counter(
+            enc,
+            "server_bytes_sent",
+            "Bytes sent to clients in the server's requests.",
+            one(|r| r.totals.bytes_out),
+        )?;
+        let connect = s.iter().map(|r| (r.labels(), &r.totals.connect_latency));
+        histogram(enc, "server_connect_duration", "Time to connect to the server (new connections).", connect)?;
+        let response = s.iter().map(|r| (r.labels(), &r.totals.response_latency));
+        histogram(enc, "server_response_duration", "Request sent to response head received.", response)?;
+        gauge(enc, "server_active", "Requests in flight on the server.", one(|r| u64::from(r.active)))?;
+        gauge(enc, "server_weight", "Current weight of the server.", one(|r| u64::from(r.weight)))?;
+        let states = s
+            .iter()
+            .flat_map(|r| SERVER_STATES.iter().map(move |st| (r.labels_with("state", st), u64::from(r.state == *st))));
+        gauge(enc, "server_state", "1 for the server's current state, 0 for the others.", states)?;
+        // Server-side reasons always (stable series); others only when they occurred.
+        let failures = s.iter().flat_map(|r| {
+            let f = r.totals.failures.0;
+            REASONS
+                .iter()
+                .enumerate()
+                .filter(move |(i, _)| is_server_reason(*i) || f[*i] > 0)
+                .map(move |(i, reason)| (r.labels_with("reason", reason), f[i]))
+        });
+        counter(enc, "server_failures", "Server failures per reason (retried connect failures included).", failures)
+    }
+}
+
+impl ServerScrape {
+    fn labels(&self) -> [(&str, &str); 2] {
+        [("pool", &self.pool), ("server", &self.server)]
+    }
+
+    fn labels_with<'a>(&'a self, key: &'static str, value: &'a str) -> [(&'a str, &'a str); 3] {
+        [("pool", &self.pool), ("server", &self.server), (key, value)]
+    }
+}
+
+fn counter<L: EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: impl IntoIterator<Item = (L, u64)>,
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in rows {
+        m.encode_family(&labels)?.encode_counter::<NoLabelSet, u64, u64>(&v, None)?;
+    }
+    Ok(())
+}
+
+fn gauge<L: EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: impl IntoIterator<Item = (L, u64)>,
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in rows {
+        m.encode_family(&labels)?.encode_gauge(&v)?;
+    }
+    Ok(())
+}
+
+fn histogram<'h, L: EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: impl IntoIterator<Item = (L, &'h HistogramSnapshot)>,
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
+    let mut buckets = Vec::new();
+    for (labels, h) in rows {
+        exposed_buckets(h, &mut buckets);
+        m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(h.sum_us as f64 / 1e6, h.count, &buckets, None)?;
+    }
+    Ok(())
+}
+
+/// Whether the upper bound of fine bucket `i` is an exposed bound: 2^k or
+/// 1.5 · 2^k µs, from 16 µs up (sub-buckets 11 and 15 of each power of two).
+fn exposed(i: usize) -> bool {
+    (15..BUCKETS - 1).contains(&i) && matches!(i % 8, 3 | 7)
+}
+
+/// The fine buckets merged into the exposed ones, as (upper bound in seconds,
+/// count in that bucket alone), the last one `+Inf`; the encoder cumulates.
+fn exposed_buckets(h: &HistogramSnapshot, out: &mut Vec<(f64, u64)>) {
+    out.clear();
+    let mut acc = 0;
+    for (i, n) in h.buckets.iter().enumerate() {
+        acc += n;
+        if exposed(i) {
+            let upper = upper_bound(i).unwrap_or(u64::MAX);
+            out.push((upper as f64 / 1e6, acc));
+            acc = 0;
+        }
+    }
+    out.push((f64::INFINITY, acc));
+}
+
+#[cfg(test)]
+#[path = "prometheus_tests.rs"]
+mod tests;

@@ -88,10 +88,15 @@ fn serve(
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut hup = signal(SignalKind::hangup())?;
+        let mut usr1 = signal(SignalKind::user_defined1())?;
         loop {
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
+                _ = usr1.recv() => {
+                    tracing::info!("SIGUSR1: reopening the access log");
+                    handle.control().reopen_logs();
+                }
                 _ = hup.recv() => {
                     let control = handle.control();
                     let file = file.clone();

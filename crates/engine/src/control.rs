@@ -23,6 +23,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use switchyard_config::Config;
 use tokio::sync::{mpsc, watch};
 
+use crate::access_log::AccessLog;
 use crate::live::{AdminState, Generation};
 use crate::worker::WorkerMsg;
 
@@ -104,6 +105,9 @@ pub enum ApplyError {
         /// The system's reason.
         source: std::io::Error,
     },
+    /// The new access log could not be opened.
+    #[error("cannot open the access log: {0}")]
+    AccessLog(std::io::Error),
     /// The engine is stopping or a worker did not answer.
     #[error("engine unavailable: {0}")]
     Unavailable(String),
@@ -152,6 +156,13 @@ impl Control {
         }
     }
 
+    /// Reopens the access log file (log rotation, SIGUSR1).
+    pub fn reopen_logs(&self) {
+        if let Some(log) = &self.generation().access_log {
+            log.reopen();
+        }
+    }
+
     /// Begins a graceful stop.
     pub(crate) fn shutdown(&self) {
         let _ = self.stop.send(true);
@@ -183,7 +194,12 @@ impl Control {
                 added.push(addr);
             }
         }
-        let gen = Arc::new(Generation::new(old.number + 1, config, Some(&old)));
+        let access_log = match (&config.access_log, &old.access_log) {
+            (None, _) => None,
+            (Some(new), Some(open)) if old.config.access_log.as_ref() == Some(new) => Some(open.clone()),
+            (Some(new), _) => Some(AccessLog::open(new).map_err(ApplyError::AccessLog)?),
+        };
+        let gen = Arc::new(Generation::new(old.number + 1, config, Some(&old), self.worker_count, access_log));
         let removed: Vec<SocketAddr> = bound.iter().filter(|a| !gen.listeners.contains_key(a)).copied().collect();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         for (worker, listeners) in self.workers.iter().zip(fresh) {

@@ -40,6 +40,9 @@ pub enum StartError {
         /// The system's reason.
         source: std::io::Error,
     },
+    /// The access log could not be opened.
+    #[error("cannot open the access log: {0}")]
+    AccessLog(std::io::Error),
     /// A worker thread could not be spawned.
     #[error("cannot start worker thread: {0}")]
     Thread(std::io::Error),
@@ -74,10 +77,13 @@ impl Handle {
         self.control.shutdown();
     }
 
-    /// Waits until every worker has stopped.
+    /// Waits until every worker has stopped, then writes out the access log.
     pub fn join(self) {
         for t in self.threads {
             let _ = t.join();
+        }
+        if let Some(log) = &self.control.generation().access_log {
+            log.shutdown();
         }
     }
 }
@@ -104,7 +110,11 @@ pub fn start(config: Config, workers: Option<usize>) -> Result<Handle, StartErro
             bound.insert(addr);
         }
     }
-    let generation = Arc::new(Generation::new(1, config, None));
+    let access_log = match &config.access_log {
+        Some(log) => Some(access_log::AccessLog::open(log).map_err(StartError::AccessLog)?),
+        None => None,
+    };
+    let generation = Arc::new(Generation::new(1, config, None, workers, access_log));
     let (stop, stop_rx) = watch::channel(false);
     let mut senders = Vec::with_capacity(workers);
     let mut threads = Vec::with_capacity(workers);

@@ -16,6 +16,9 @@ use std::sync::Arc;
 
 use switchyard_config::{Config, Pool, Server};
 
+use crate::access_log::AccessLog;
+use crate::metrics::{ServerMetrics, ServiceMetrics};
+
 /// What the operator decided for a server (health checks add "down" later).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdminState {
@@ -70,11 +73,13 @@ pub struct ServerLive {
     /// The weight the configuration gave, to tell an operator's override
     /// from a configuration change on reload.
     configured: AtomicU32,
+    /// Request counters and latencies, per worker.
+    pub metrics: ServerMetrics,
 }
 
 impl ServerLive {
-    /// Fresh live state for a configured server.
-    pub fn new(server: &Server) -> Self {
+    /// Fresh live state for a configured server served by `workers` workers.
+    pub fn new(server: &Server, workers: usize) -> Self {
         ServerLive {
             name: Arc::from(server.name.as_str()),
             addr: server.addr,
@@ -82,6 +87,7 @@ impl ServerLive {
             state: AtomicU8::new(AdminState::Up.to_u8()),
             weight: AtomicU32::new(server.weight),
             configured: AtomicU32::new(server.weight),
+            metrics: ServerMetrics::new(workers),
         }
     }
 
@@ -135,7 +141,7 @@ pub struct PoolLive {
 impl PoolLive {
     /// Live state for `pool`, reusing the servers of `previous` that still
     /// exist with the same name and address.
-    pub fn new(pool: &Pool, previous: Option<&PoolLive>) -> Self {
+    pub fn new(pool: &Pool, previous: Option<&PoolLive>, workers: usize) -> Self {
         let servers = pool
             .servers
             .iter()
@@ -147,7 +153,7 @@ impl PoolLive {
                         live.adopt(server);
                         live.clone()
                     }
-                    None => Arc::new(ServerLive::new(server)),
+                    None => Arc::new(ServerLive::new(server, workers)),
                 }
             })
             .collect();
@@ -171,18 +177,39 @@ pub struct Generation {
     pub pools: Vec<PoolLive>,
     /// Which service each listener address serves (index into `config.services`).
     pub listeners: HashMap<SocketAddr, usize>,
+    /// Metrics per service, indexed like `config.services`; carried across
+    /// reloads by service name.
+    pub services: Vec<Arc<ServiceMetrics>>,
+    /// The open access log, if the configuration has one.
+    pub access_log: Option<AccessLog>,
+    /// Worker count the live objects are sized for.
+    pub workers: usize,
 }
 
 impl Generation {
     /// Builds generation `number` for `config`, carrying the live state of
-    /// `previous` over where pools and servers still exist.
-    pub fn new(number: u64, config: Config, previous: Option<&Generation>) -> Self {
+    /// `previous` over where services, pools and servers still exist.
+    pub fn new(
+        number: u64,
+        config: Config,
+        previous: Option<&Generation>,
+        workers: usize,
+        access_log: Option<AccessLog>,
+    ) -> Self {
         let pools = config
             .pools
             .iter()
             .map(|pool| {
                 let before = previous.and_then(|g| g.pool_index(&pool.name).map(|i| &g.pools[i]));
-                PoolLive::new(pool, before)
+                PoolLive::new(pool, before, workers)
+            })
+            .collect();
+        let services = config
+            .services
+            .iter()
+            .map(|s| match previous.and_then(|g| g.service_index(&s.name).map(|i| &g.services[i])) {
+                Some(kept) => kept.clone(),
+                None => Arc::new(ServiceMetrics::new(workers)),
             })
             .collect();
         let listeners = config
@@ -191,7 +218,7 @@ impl Generation {
             .enumerate()
             .flat_map(|(i, s)| s.listeners.iter().map(move |&addr| (addr, i)))
             .collect();
-        Generation { number, config, pools, listeners }
+        Generation { number, config, pools, listeners, services, access_log, workers }
     }
 
     /// The index of the pool called `name`.
@@ -229,15 +256,15 @@ mod tests {
 
     #[test]
     fn reload_keeps_live_servers_and_operator_state() {
-        let first = Generation::new(1, config(&[("a", 1), ("b", 1)]), None);
+        let first = Generation::new(1, config(&[("a", 1), ("b", 1)]), None, 1, None);
         first.pools[0].servers[0].set_state(AdminState::Draining);
         first.pools[0].servers[1].set_weight(7);
-        let second = Generation::new(2, config(&[("a", 1), ("b", 1), ("c", 1)]), Some(&first));
+        let second = Generation::new(2, config(&[("a", 1), ("b", 1), ("c", 1)]), Some(&first), 1, None);
         assert!(Arc::ptr_eq(&first.pools[0].servers[0], &second.pools[0].servers[0]));
         assert_eq!(second.pools[0].servers[0].state(), AdminState::Draining);
         assert_eq!(second.pools[0].servers[1].weight(), 7, "an override survives an unchanged configured weight");
         assert_eq!(second.pools[0].servers[2].state(), AdminState::Up);
-        let third = Generation::new(3, config(&[("a", 1), ("b", 5)]), Some(&second));
+        let third = Generation::new(3, config(&[("a", 1), ("b", 5)]), Some(&second), 1, None);
         assert_eq!(third.pools[0].servers[1].weight(), 5, "a configured weight change replaces the override");
     }
 }

@@ -24,6 +24,7 @@ use switchyard_config::{Algorithm, Pool};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Notify};
 
+use crate::access_log::LineWriter;
 use crate::live::{AdminState, Generation};
 use crate::upstream::IdleStacks;
 
@@ -64,6 +65,8 @@ pub struct Local {
     pub gen: Arc<Generation>,
     /// Per pool, indexed like `gen.config.pools`.
     pub pools: Vec<Rc<PoolLocal>>,
+    /// This worker's handle on the access log, if there is one.
+    pub log: Option<Rc<LineWriter>>,
 }
 
 impl Local {
@@ -101,7 +104,12 @@ impl Local {
                 }
             }
         }
-        Local { gen, pools }
+        let log = match (&gen.access_log, previous) {
+            (None, _) => None,
+            (Some(open), Some(p)) if p.gen.access_log.as_ref().is_some_and(|old| old.same(open)) => p.log.clone(),
+            (Some(open), _) => Some(Rc::new(open.line_writer())),
+        };
+        Local { gen, pools, log }
     }
 }
 

@@ -142,6 +142,11 @@ impl AccessLog {
         Ok(AccessLog { inner: Arc::new(Inner { shared, writer, thread: Mutex::new(Some(thread)) }) })
     }
 
+    /// Whether two handles are the same open log.
+    pub fn same(&self, other: &AccessLog) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// A handle for one worker (call once per worker thread).
     pub fn line_writer(&self) -> LineWriter {
         let slot = Arc::new(Slot::default());

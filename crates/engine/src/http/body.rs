@@ -213,6 +213,11 @@ pub struct Body {
 }
 
 impl Body {
+    /// Payload bytes relayed so far.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
     /// A body of `framing`, refused once it exceeds `limit` bytes of payload.
     pub fn new(framing: Framing, limit: Option<u64>) -> Result<Body, RelayError> {
         if let (Framing::Length(n), Some(max)) = (framing, limit) {

@@ -21,7 +21,7 @@ pub mod route;
 
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use bytes::{Buf, BytesMut};
 use switchyard_config::{Action, HeaderEdits, PoolId, Service};
@@ -33,6 +33,7 @@ use self::body::{relay, write_all, Body, RelayError};
 use self::parse::{Connection, Field, Framing, HeadLimits, RequestHead, Version};
 use self::rewrite::Forwarding;
 use crate::error::{Kind, ProxyError};
+use crate::metrics::{side_name, Record, Timings, Upstream};
 use crate::upstream::{self, ActiveGuard, PickView, UpstreamConn};
 use crate::worker::{Local, Worker};
 
@@ -80,7 +81,39 @@ struct Client {
     /// The client's IP address (IPv4-mapped addresses unmapped), and as text.
     ip: IpAddr,
     ip_text: String,
+    /// The generation serving the current request, and the connection's
+    /// service in it (an index into its `config.services`).
+    local: Rc<Local>,
+    service: usize,
+    /// Index of the worker serving the connection (metrics slots).
+    worker: usize,
+    /// What the log phase reports about the current request.
+    trace: Trace,
+    /// Copies of header values the access log needs after the head is gone
+    /// from `buf` (host, user agent, referer); filled only when logging.
+    meta: Vec<u8>,
+    meta_at: [Option<(u32, u32)>; 3],
 }
+
+/// What the log phase reports about a request, filled in phase by phase.
+#[derive(Clone, Copy, Default)]
+struct Trace {
+    /// When the first byte of the head was read.
+    head_started: Option<Instant>,
+    head_us: u64,
+    connect_us: Option<u64>,
+    response_us: Option<u64>,
+    bytes_in: u64,
+    bytes_out: u64,
+    /// (pool, server) indices in the request's generation.
+    upstream: Option<(usize, usize)>,
+    http10: bool,
+}
+
+/// Indices into [`Client::meta_at`].
+const META_HOST: usize = 0;
+const META_USER_AGENT: usize = 1;
+const META_REFERER: usize = 2;
 
 /// What the route phase decided, detached from the request buffer.
 struct Routed<'a> {
@@ -123,8 +156,6 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, local: Rc<Local>, servic
     let Some(name) = local.gen.config.services.get(service).map(|s| s.name.clone()) else {
         return;
     };
-    let mut local = local;
-    let mut service = service;
     let mut client = Client {
         stream,
         peer,
@@ -136,37 +167,63 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, local: Rc<Local>, servic
         line: String::new(),
         ip: client_ip(peer),
         ip_text: client_ip(peer).to_string(),
+        local,
+        service,
+        worker: worker.id,
+        trace: Trace::default(),
+        meta: Vec::new(),
+        meta_at: [None; 3],
     };
+    let metrics = client.local.gen.services[service].clone();
+    metrics.connection_opened(worker.id);
+    let _closed = CloseGuard(&metrics, worker.id);
     let mut first = true;
     loop {
         // Phases 1 and 2: read and parse the head.
-        let head = match read_head(&mut client, &local.gen.config.services[service], &worker, &name, first).await {
+        client.trace = Trace::default();
+        let (local, index) = (client.local.clone(), client.service);
+        let head = match read_head(&mut client, &local.gen.config.services[index], &worker, &name, first).await {
             Ok(Some(head)) => head,
             Ok(None) => return,
             Err(error) => {
-                fail(&mut client, &local.gen.config.services[service], &error, Instant::now()).await;
+                fail(&mut client, &local.gen.config.services[index], &error, Instant::now()).await;
                 return;
             }
         };
         first = false;
         let started = Instant::now();
+        client.trace.head_us = client.trace.head_started.map_or(0, |t| micros(started - t));
         let now = worker.local();
-        if now.gen.number != local.gen.number {
+        if now.gen.number != client.local.gen.number {
             // A service removed by a reload while this request was arriving
             // still serves it from the generation the connection belongs to.
             if let Some(i) = now.gen.service_index(&name) {
-                (local, service) = (now, i);
+                (client.local, client.service) = (now, i);
             }
         }
+        let (local, index) = (client.local.clone(), client.service);
         // Boxed so that an idle connection's task holds only the small
         // read-head state, not the whole request pipeline's.
         let keep_alive =
-            Box::pin(handle(&mut client, head, &local.gen.config.services[service], &worker, &local, started)).await;
+            Box::pin(handle(&mut client, head, &local.gen.config.services[index], &worker, &local, started)).await;
         if !keep_alive || worker.draining.get() {
             return;
         }
         stash(&mut client, &worker);
     }
+}
+
+/// Counts the connection closed in its service's metrics when it ends.
+struct CloseGuard<'a>(&'a crate::metrics::ServiceMetrics, usize);
+
+impl Drop for CloseGuard<'_> {
+    fn drop(&mut self) {
+        self.0.connection_closed(self.1);
+    }
+}
+
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Lends the connection a scratch set from the worker's pool.
@@ -228,7 +285,9 @@ async fn read_head(
             if !started {
                 // The head's own clock starts with its first byte.
                 started = true;
-                deadline = tokio::time::Instant::now() + t.client_header;
+                let now = tokio::time::Instant::now();
+                client.trace.head_started = Some(now.into_std());
+                deadline = now + t.client_header;
             }
         }
         if client.buf.is_empty() {
@@ -271,6 +330,9 @@ async fn handle(
     local: &Local,
     started: Instant,
 ) -> bool {
+    if local.log.is_some() {
+        keep_meta(client, &head);
+    }
     let buf = &client.buf[..head.len];
     let method = std::str::from_utf8(&buf[head.method.clone()]).unwrap_or("");
     let target = &buf[head.target.clone()];
@@ -278,6 +340,8 @@ async fn handle(
     client.line.push_str(method);
     client.line.push(' ');
     client.line.push_str(std::str::from_utf8(target).unwrap_or("?"));
+    client.trace.http10 = head.version == Version::Http10;
+    client.trace.bytes_in = head.len as u64;
     let info = RequestInfo {
         framing: head.framing,
         head_method: method == "HEAD",
@@ -434,17 +498,20 @@ async fn forward(
             return Err(Failed { error, response_started: false });
         };
         let _slot = ActiveGuard::new(&live.servers[server]);
+        client.trace.upstream = Some((pool.0, server));
         let addr = pool_cfg.servers[server].addr;
         let idle = if fresh_only {
             None
         } else {
             pool_local.idle.borrow_mut().take(server, service.timeouts.server_idle, worker.clock.get())
         };
+        let connect_started = Instant::now();
         let (mut conn, reused) = match idle {
             Some(conn) => (conn, true),
             None => match upstream::connect(addr, service.timeouts.connect).await {
                 Ok(conn) => (conn, false),
                 Err(error) => {
+                    live.servers[server].metrics.connect_failed(worker.id, error.reason());
                     tracing::warn!(service = %service.name, server = %addr, reason = error.reason(), "connect failed");
                     if connect_failures < CONNECT_RETRIES {
                         connect_failures += 1;
@@ -458,6 +525,7 @@ async fn forward(
                 }
             },
         };
+        client.trace.connect_us = (!reused).then(|| micros(connect_started.elapsed()));
         match exchange(client, &mut conn, service, worker, local.gen.number, routed, info).await {
             Ok((outcome, reusable)) => {
                 if reusable {
@@ -511,7 +579,8 @@ async fn exchange(
     if let Err(e) = body::send_head(&client.out, &mut client.buf, &mut conn.stream, &mut upload, t.client_idle).await {
         return early(request_relay_error(e));
     }
-    let mut response = Response { out: &mut client.out, fields: &mut client.resp_fields, started: false };
+    let mut response =
+        Response { out: &mut client.out, fields: &mut client.resp_fields, started: false, sent: Instant::now() };
     let draining = || worker.closing(gen, &service.name);
     if upload.is_finished() {
         let done = respond(
@@ -525,6 +594,8 @@ async fn exchange(
             draining,
         )
         .await?;
+        client.trace.response_us = Some(done.head_us);
+        client.trace.bytes_out = done.bytes_out;
         if done.switched {
             tunnel(client, conn).await;
             return Ok((done.outcome, false));
@@ -562,6 +633,9 @@ async fn exchange(
         // out of step: neither connection can carry another message.
         (done, up_result == Some(true))
     };
+    client.trace.response_us = Some(done.head_us);
+    client.trace.bytes_out = done.bytes_out;
+    client.trace.bytes_in += upload.total();
     let outcome = Outcome { client_keep_alive: done.outcome.client_keep_alive && complete, ..done.outcome };
     Ok((outcome, done.server_keeps && complete && conn.buf.is_empty()))
 }
@@ -588,6 +662,8 @@ struct Response<'a> {
     fields: &'a mut Vec<Field>,
     /// Set once any byte of the response went to the client.
     started: bool,
+    /// When the request was sent to the server.
+    sent: Instant,
 }
 
 /// What [`respond`] learned about the finished response.
@@ -596,6 +672,10 @@ struct Responded {
     server_keeps: bool,
     /// The server switched protocols: the connection is now a byte tunnel.
     switched: bool,
+    /// From the request sent to the response head received, in µs.
+    head_us: u64,
+    /// Bytes sent to the client (head and body).
+    bytes_out: u64,
 }
 
 /// Phases 7–8: read the response head (skipping interim 1xx responses),
@@ -627,7 +707,8 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
                     return Err(Failed { error: ProxyError::new(Kind::ClientClosed), response_started: true });
                 }
                 let outcome = Outcome { status: 101, client_keep_alive: false };
-                return Ok(Responded { outcome, server_keeps: false, switched: true });
+                let (head_us, bytes_out) = (micros(response.sent.elapsed()), response.out.len() as u64);
+                return Ok(Responded { outcome, server_keeps: false, switched: true, head_us, bytes_out });
             }
             Ok(Some(head)) if head.status == 101 => {
                 return early(ProxyError::new(Kind::BadResponse("unexpected protocol switch")))
@@ -650,6 +731,8 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
             Ok(Ok(_)) => {}
         }
     };
+
+    let head_us = micros(response.sent.elapsed());
 
     // Phase 7: response rewrite.
     let body_framing =
@@ -681,9 +764,13 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
     response.started = true;
     let body = if dechunk { Body::unlimited(body_framing).decoded() } else { Body::unlimited(body_framing) };
     match relay(response.out, server, buf, client, body, t.server_response).await {
-        Ok(_) => {
-            Ok(Responded { outcome: Outcome { status: head.status, client_keep_alive }, server_keeps, switched: false })
-        }
+        Ok(body_bytes) => Ok(Responded {
+            outcome: Outcome { status: head.status, client_keep_alive },
+            server_keeps,
+            switched: false,
+            head_us,
+            bytes_out: response.out.len() as u64 + body_bytes,
+        }),
         Err(e) => {
             let error = match e {
                 RelayError::Read(_) => ProxyError::new(Kind::ServerClosed),
@@ -736,6 +823,7 @@ async fn answer(
     let body = if info.head_method { &b""[..] } else { reply.body };
     rewrite::local_response(&mut client.out, reply.status, reply.location, reply.content_type, body, connection);
     let ok = write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();
+    client.trace.bytes_out = client.out.len() as u64;
     log(client, service, reply.status, None, started);
     keep && ok
 }
@@ -747,29 +835,98 @@ async fn fail(client: &mut Client, service: &Service, error: &ProxyError, starte
         let body = format!("{status} {}\n", crate::error::reason_phrase(status));
         let close = Connection { close: true, ..Connection::default() };
         rewrite::local_response(&mut client.out, status, None, "text/plain", body.as_bytes(), close);
-        let _ = write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await;
+        if write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok() {
+            client.trace.bytes_out = client.out.len() as u64;
+        }
     }
     log(client, service, error.status().unwrap_or(0), Some(error), started);
 }
 
-/// Phase 9: log the request. Failures at `warn` with their reason and side.
+/// Phase 9: log the request: metrics of its service and server, the access
+/// log line, and failures at `warn` with their reason and side.
 fn log(client: &Client, service: &Service, status: u16, error: Option<&ProxyError>, started: Instant) {
-    let micros = started.elapsed().as_micros() as u64;
-    match error {
-        Some(e) => tracing::warn!(
+    let total_us = micros(started.elapsed());
+    if let Some(e) = error {
+        tracing::warn!(
             service = %service.name,
             client = %client.peer,
             request = %client.line,
             status,
             side = ?e.side(),
             reason = e.reason(),
-            micros,
+            micros = total_us,
             "request failed"
-        ),
-        None => {
-            tracing::debug!(service = %service.name, client = %client.peer, request = %client.line, status, micros, "request")
-        }
+        );
     }
+    let gen = &client.local.gen;
+    let t = &client.trace;
+    let server =
+        t.upstream.and_then(|(p, s)| Some((&gen.config.pools.get(p)?.name, gen.pools.get(p)?.servers.get(s)?)));
+    let (method, target) = client.line.split_once(' ').unwrap_or((client.line.as_str(), ""));
+    let logging = client.local.log.as_ref();
+    let record = Record {
+        service: &service.name,
+        client: client.peer,
+        method: method.as_bytes(),
+        target: target.as_bytes(),
+        version: if t.http10 { "HTTP/1.0" } else { "HTTP/1.1" },
+        host: meta(client, META_HOST),
+        status,
+        bytes_in: t.bytes_in,
+        bytes_out: t.bytes_out,
+        upstream: server.map(|(pool, live)| Upstream { pool, server: &live.name, addr: live.addr }),
+        timings: Timings { head_us: t.head_us, connect_us: t.connect_us, response_us: t.response_us, total_us },
+        reason: error.map(ProxyError::reason),
+        side: error.map(|e| side_name(e.side())),
+        user_agent: meta(client, META_USER_AGENT),
+        referer: meta(client, META_REFERER),
+        // Only the access log reads the wall clock.
+        start: match logging {
+            Some(_) => SystemTime::now() - std::time::Duration::from_micros(total_us + t.head_us),
+            None => SystemTime::UNIX_EPOCH,
+        },
+    };
+    if let Some(m) = gen.services.get(client.service) {
+        m.request(client.worker, &record);
+    }
+    if let Some((_, live)) = server {
+        live.metrics.request(client.worker, &record);
+    }
+    if let Some(line) = logging {
+        line.log(&record);
+    }
+}
+
+/// Copies the header values the access log reports into `client.meta`,
+/// while the head is still in the buffer.
+fn keep_meta(client: &mut Client, head: &RequestHead) {
+    client.meta.clear();
+    client.meta_at = [None; 3];
+    let buf = &client.buf[..head.len];
+    let mut keep = |slot: usize, value: &[u8], meta: &mut Vec<u8>| {
+        let start = meta.len();
+        meta.extend_from_slice(value);
+        client.meta_at[slot] = Some((start as u32, meta.len() as u32));
+    };
+    if let Some(r) = head.host.clone() {
+        keep(META_HOST, &buf[r], &mut client.meta);
+    }
+    for f in &client.fields {
+        let name = &buf[f.name.clone()];
+        let slot = if name.eq_ignore_ascii_case(b"user-agent") {
+            META_USER_AGENT
+        } else if name.eq_ignore_ascii_case(b"referer") {
+            META_REFERER
+        } else {
+            continue;
+        };
+        keep(slot, &buf[f.value.clone()], &mut client.meta);
+    }
+}
+
+fn meta(client: &Client, slot: usize) -> Option<&[u8]> {
+    let (start, end) = client.meta_at[slot]?;
+    client.meta.get(start as usize..end as usize)
 }
 
 /// Splits an absolute-form target into (origin-form target, authority).

@@ -14,9 +14,14 @@
 //! - [`load_with_warnings`] / [`parse_with_warnings`]: the configuration when
 //!   there is no error, together with all diagnostics, warnings included.
 //!   `switchyard check` uses these so it can print warnings of a valid file.
+//! - [`diff()`]: what changed between two validated configurations, by name
+//!   (the input of a reload; its `Display` is a one-line summary for logs).
 
 mod diagnostic;
+mod diff;
 pub mod model;
+mod ops;
+mod persistence;
 mod raw;
 mod read;
 mod rule;
@@ -24,6 +29,7 @@ mod units;
 mod validate;
 
 pub use diagnostic::{Diagnostic, Diagnostics, Severity};
+pub use diff::{diff, Changes, Diff, PoolChange};
 pub use model::*;
 
 use std::path::Path;

@@ -10,7 +10,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 /// A whole, validated configuration.
-#[derive(Debug, Clone)]
+///
+/// `==` is structural: pool references ([`PoolId`]) compare as indices, so
+/// reordering pools makes two configurations unequal. [`crate::diff`]
+/// compares them by pool name instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Worker threads; `None` means one per available core.
     pub workers: Option<usize>,
@@ -34,6 +38,12 @@ pub struct Admin {
     /// Bearer tokens. Empty means no authentication, which validation allows
     /// only on a loopback address.
     pub tokens: Vec<AdminToken>,
+}
+
+impl Admin {
+    /// Where the admin listener goes when `[admin]` has no `listen`.
+    pub const DEFAULT_LISTEN: SocketAddr =
+        SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9090));
 }
 
 /// One bearer token of the admin API and what it may do.
@@ -61,6 +71,13 @@ pub struct AccessLog {
     pub target: LogTarget,
     /// How a line looks.
     pub format: LogFormat,
+}
+
+impl Default for AccessLog {
+    /// Standard output, JSON lines: what an empty `[access_log]` table means.
+    fn default() -> Self {
+        AccessLog { target: LogTarget::Stdout, format: LogFormat::Json }
+    }
 }
 
 /// Where access log lines are written.
@@ -105,7 +122,7 @@ pub enum Mode {
 }
 
 /// A virtual service (frontend): listeners, rules, a default pool.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Service {
     /// Unique name, used in logs and metrics.
     pub name: String,
@@ -191,7 +208,7 @@ impl Default for Forwarded {
 ///
 /// Header edits apply and evaluation continues; a terminal action (pool,
 /// redirect, respond, deny) applies and evaluation stops.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
     /// Optional name for logs.
     pub name: Option<String>,
@@ -204,7 +221,7 @@ pub struct Rule {
 }
 
 /// One condition of a rule.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Condition {
     /// The request's host (from `Host`, port stripped), compared case-insensitively.
     Host(StrMatch),
@@ -242,6 +259,22 @@ pub enum StrMatch {
     /// Matches the regular expression (unanchored unless the pattern anchors).
     Regex(regex::Regex),
 }
+
+/// Regexes compare by their pattern text: two configurations that write the
+/// same pattern mean the same thing, which is what [`crate::diff`] needs.
+impl PartialEq for StrMatch {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (StrMatch::Exact(a), StrMatch::Exact(b))
+            | (StrMatch::Prefix(a), StrMatch::Prefix(b))
+            | (StrMatch::Suffix(a), StrMatch::Suffix(b)) => a == b,
+            (StrMatch::Regex(a), StrMatch::Regex(b)) => a.as_str() == b.as_str(),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for StrMatch {}
 
 impl StrMatch {
     /// Whether `value` satisfies this matcher.
@@ -286,7 +319,7 @@ impl Cidr {
 }
 
 /// Header edits of a rule, applied in the order remove → set → add.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HeaderEdits {
     /// Request headers to set (replacing any existing), name lower case.
     pub set_request: Vec<(String, String)>,
@@ -315,7 +348,7 @@ impl HeaderEdits {
 }
 
 /// What a matching rule does that ends evaluation.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     /// Send the request to this pool.
     Pool(PoolId),
@@ -343,7 +376,7 @@ pub enum Action {
 }
 
 /// A pool (backend) of servers and how to choose among them.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pool {
     /// Unique name.
     pub name: String,

@@ -25,6 +25,10 @@ pub struct RawConfig {
     pub services: Vec<S<RawService>>,
     /// `[[pool]]` tables, in file order.
     pub pools: Vec<S<RawPool>>,
+    /// `[admin]`
+    pub admin: Option<S<RawAdmin>>,
+    /// `[access_log]`
+    pub access_log: Option<S<RawAccessLog>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells. Validation does not also report
     /// these as missing.
@@ -189,6 +193,8 @@ pub struct RawPool {
     pub max_idle_per_server: Option<S<i64>>,
     /// `servers`
     pub servers: Option<S<Vec<S<RawServer>>>>,
+    /// `persistence`
+    pub persistence: Option<S<RawPersistence>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells. Validation does not also report
     /// these as missing.
@@ -211,5 +217,68 @@ pub struct RawServer {
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells. Validation does not also report
     /// these as missing.
+    pub broken: Vec<String>,
+}
+
+/// The `[admin]` table; its span is the table (header or inline).
+#[derive(Debug, Clone, Default)]
+pub struct RawAdmin {
+    /// `listen`: one address.
+    pub listen: Option<S<String>>,
+    /// `tokens`: an array of tables.
+    pub tokens: Option<S<Vec<S<RawAdminToken>>>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells.
+    pub broken: Vec<String>,
+}
+
+/// One entry of `[admin] tokens`.
+#[derive(Debug, Clone, Default)]
+pub struct RawAdminToken {
+    /// `token`: the secret.
+    pub token: Option<S<String>>,
+    /// `role`
+    pub role: Option<S<String>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells.
+    pub broken: Vec<String>,
+}
+
+/// The `[access_log]` table.
+#[derive(Debug, Clone, Default)]
+pub struct RawAccessLog {
+    /// `path`: a file, or `"stdout"` / `"-"`.
+    pub path: Option<S<String>>,
+    /// `format`
+    pub format: Option<S<String>>,
+}
+
+/// A pool's `persistence` table: one kind key and that kind's options.
+#[derive(Debug, Clone, Default)]
+pub struct RawPersistence {
+    /// `cookie`: kind, cookie insert with this cookie name.
+    pub cookie: Option<S<String>>,
+    /// `source`: kind, stick table keyed by the client address.
+    pub source: Option<S<bool>>,
+    /// `header`: kind, stick table keyed by this header's value.
+    pub header: Option<S<String>>,
+    /// `mode` of a cookie.
+    pub mode: Option<S<String>>,
+    /// `path` of a cookie.
+    pub path: Option<S<String>>,
+    /// `domain` of a cookie.
+    pub domain: Option<S<String>>,
+    /// `max_age` of a cookie, a duration string.
+    pub max_age: Option<S<String>>,
+    /// `secure` of a cookie.
+    pub secure: Option<S<bool>>,
+    /// `http_only` of a cookie.
+    pub http_only: Option<S<bool>>,
+    /// `idle_timeout` of a stick table, a duration string.
+    pub idle_timeout: Option<S<String>>,
+    /// `capacity` of a stick table.
+    pub capacity: Option<S<i64>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells.
     pub broken: Vec<String>,
 }

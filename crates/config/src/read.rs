@@ -27,7 +27,7 @@ use crate::units::{closest, suggest};
 type Value<'i> = Spanned<DeValue<'i>>;
 type Key<'i> = Spanned<Cow<'i, str>>;
 
-const TOP_KEYS: &[&str] = &["workers", "drain_timeout", "service", "pool"];
+const TOP_KEYS: &[&str] = &["workers", "drain_timeout", "service", "pool", "admin", "access_log"];
 const SERVICE_KEYS: &[&str] = &[
     "name",
     "mode",
@@ -42,8 +42,25 @@ const SERVICE_KEYS: &[&str] = &[
 ];
 const TIMEOUT_KEYS: &[&str] = &["client_header", "client_idle", "connect", "server_response", "server_idle"];
 const LIMIT_KEYS: &[&str] = &["max_header_bytes", "max_headers", "max_body_bytes"];
-const POOL_KEYS: &[&str] = &["name", "balance", "hash_key", "max_idle_per_server", "servers"];
+const POOL_KEYS: &[&str] = &["name", "balance", "hash_key", "max_idle_per_server", "servers", "persistence"];
 const SERVER_KEYS: &[&str] = &["address", "name", "weight", "backup", "max_connections"];
+const ADMIN_KEYS: &[&str] = &["listen", "tokens"];
+const TOKEN_KEYS: &[&str] = &["token", "role"];
+const ACCESS_LOG_KEYS: &[&str] = &["path", "format"];
+/// Keys of `persistence`: the three kinds, then the options of each.
+const PERSISTENCE_KEYS: &[&str] = &[
+    "cookie",
+    "source",
+    "header",
+    "mode",
+    "path",
+    "domain",
+    "max_age",
+    "secure",
+    "http_only",
+    "idle_timeout",
+    "capacity",
+];
 const FIELD_MATCH_KEYS: &[&str] = &["name", "value", "prefix", "suffix", "regex"];
 /// Keys of a rule, in the order the documentation lists them.
 pub(crate) const RULE_KEYS: &[&str] = &[
@@ -93,6 +110,10 @@ pub(crate) fn read_config(r: &mut Report<'_>, root: &DeTable<'_>) -> RawConfig {
                 for (span, table) in array_of_tables(r, name, value, "[[pool]]") {
                     raw.pools.push(S::new(span, read_pool(r, table)));
                 }
+            }
+            "admin" => raw.admin = table_of(r, name, value).map(|t| S::new(value.span(), read_admin(r, t))),
+            "access_log" => {
+                raw.access_log = table_of(r, name, value).map(|t| S::new(value.span(), read_access_log(r, t)))
             }
             _ => raw.broken.extend(unknown_key(r, key, TOP_KEYS, "at the top level")),
         }
@@ -260,6 +281,9 @@ fn read_pool(r: &mut Report<'_>, table: &DeTable<'_>) -> RawPool {
                     raw.servers = Some(S::new(value.span(), servers));
                 }
             }
+            "persistence" => {
+                raw.persistence = table_of(r, name, value).map(|t| S::new(value.span(), read_persistence(r, t)))
+            }
             _ => raw.broken.extend(unknown_key(r, key, POOL_KEYS, "in [[pool]]")),
         }
         if r.error_count() > errors_before {
@@ -281,6 +305,89 @@ fn read_server(r: &mut Report<'_>, table: &DeTable<'_>) -> RawServer {
             "backup" => raw.backup = boolean(r, name, value),
             "max_connections" => raw.max_connections = integer(r, name, value),
             _ => raw.broken.extend(unknown_key(r, key, SERVER_KEYS, "in a server")),
+        }
+        if r.error_count() > errors_before {
+            raw.broken.push(name.to_string());
+        }
+    }
+    raw
+}
+
+fn read_admin(r: &mut Report<'_>, table: &DeTable<'_>) -> RawAdmin {
+    let mut raw = RawAdmin::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        let errors_before = r.error_count();
+        match name {
+            "listen" => raw.listen = string(r, name, value),
+            "tokens" => {
+                let tokens = array_of_tables(r, name, value, "[[admin.tokens]]")
+                    .into_iter()
+                    .map(|(span, t)| S::new(span, read_token(r, t)))
+                    .collect();
+                if matches!(value.get_ref(), DeValue::Array(_)) {
+                    raw.tokens = Some(S::new(value.span(), tokens));
+                }
+            }
+            _ => raw.broken.extend(unknown_key(r, key, ADMIN_KEYS, "in [admin]")),
+        }
+        if r.error_count() > errors_before {
+            raw.broken.push(name.to_string());
+        }
+    }
+    raw
+}
+
+fn read_token(r: &mut Report<'_>, table: &DeTable<'_>) -> RawAdminToken {
+    let mut raw = RawAdminToken::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        let errors_before = r.error_count();
+        match name {
+            "token" => raw.token = string(r, name, value),
+            "role" => raw.role = string(r, name, value),
+            _ => raw.broken.extend(unknown_key(r, key, TOKEN_KEYS, "in an admin token")),
+        }
+        if r.error_count() > errors_before {
+            raw.broken.push(name.to_string());
+        }
+    }
+    raw
+}
+
+fn read_access_log(r: &mut Report<'_>, table: &DeTable<'_>) -> RawAccessLog {
+    let mut raw = RawAccessLog::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        match name {
+            "path" => raw.path = string(r, name, value),
+            "format" => raw.format = string(r, name, value),
+            _ => {
+                unknown_key(r, key, ACCESS_LOG_KEYS, "in [access_log]");
+            }
+        }
+    }
+    raw
+}
+
+fn read_persistence(r: &mut Report<'_>, table: &DeTable<'_>) -> RawPersistence {
+    let mut raw = RawPersistence::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        let errors_before = r.error_count();
+        match name {
+            "cookie" => raw.cookie = string(r, name, value),
+            "source" => raw.source = boolean(r, name, value),
+            "header" => raw.header = string(r, name, value),
+            "mode" => raw.mode = string(r, name, value),
+            "path" => raw.path = string(r, name, value),
+            "domain" => raw.domain = string(r, name, value),
+            "max_age" => raw.max_age = duration(r, name, value),
+            "secure" => raw.secure = boolean(r, name, value),
+            "http_only" => raw.http_only = boolean(r, name, value),
+            "idle_timeout" => raw.idle_timeout = duration(r, name, value),
+            "capacity" => raw.capacity = integer(r, name, value),
+            _ => raw.broken.extend(unknown_key(r, key, PERSISTENCE_KEYS, "in `persistence`")),
         }
         if r.error_count() > errors_before {
             raw.broken.push(name.to_string());

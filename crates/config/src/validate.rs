@@ -2,7 +2,8 @@
 //!
 //! Pools are validated first so that services and rules can resolve pool
 //! names to [`PoolId`]s; listeners are compared across the whole file at the
-//! end. A value that is wrong is reported and replaced by its default, so the
+//! end, and then with the admin listener. `[admin]` and `[access_log]` are
+//! checked in [`crate::ops`], a pool's `persistence` in [`crate::persistence`]. A value that is wrong is reported and replaced by its default, so the
 //! rest of the file is still checked and one mistake does not hide another
 //! (nor cause a cascade: a pool with a bad field still exists by name). The
 //! [`Config`] built here is only handed out when no error was reported.
@@ -14,6 +15,8 @@ use std::time::Duration;
 
 use crate::diagnostic::Report;
 use crate::model::*;
+use crate::ops::{validate_access_log, validate_admin};
+use crate::persistence::validate_persistence;
 use crate::raw::*;
 use crate::rule::validate_rule;
 use crate::units::{closest, is_token, parse_duration, parse_size, parse_socket_addr, suggest, Problem};
@@ -68,7 +71,8 @@ impl Ctx<'_, '_> {
         None
     }
 
-    fn duration(&mut self, value: &Option<S<String>>, default: Duration) -> Duration {
+    /// A duration, or `default` when absent or wrong (the latter reported).
+    pub(crate) fn duration(&mut self, value: &Option<S<String>>, default: Duration) -> Duration {
         let Some(v) = value else { return default };
         match parse_duration(v.get_ref()) {
             Ok(d) => d,
@@ -117,7 +121,7 @@ pub(crate) fn validate(r: &mut Report<'_>, raw: &RawConfig) -> Config {
         );
     }
     let mut service_names: HashMap<String, usize> = HashMap::new();
-    let mut listeners: Vec<(SocketAddr, Range<usize>, String)> = Vec::new();
+    let mut listeners: Vec<Listener> = Vec::new();
     let mut services = Vec::new();
     for raw_service in &raw.services {
         let service = validate_service(&mut cx, raw_service, &mut listeners);
@@ -136,6 +140,8 @@ pub(crate) fn validate(r: &mut Report<'_>, raw: &RawConfig) -> Config {
         services.push(service);
     }
     check_listeners(cx.r, &listeners);
+    let admin = raw.admin.as_ref().map(|a| validate_admin(&mut cx, a, &listeners));
+    let access_log = raw.access_log.as_ref().map(|l| validate_access_log(&mut cx, l));
 
     for (i, raw_pool) in raw.pools.iter().enumerate() {
         if cx.used.get(i) == Some(&false) {
@@ -150,14 +156,10 @@ pub(crate) fn validate(r: &mut Report<'_>, raw: &RawConfig) -> Config {
             }
         }
     }
-    Config { workers, drain_timeout, services, pools, admin: None, access_log: None }
+    Config { workers, drain_timeout, services, pools, admin, access_log }
 }
 
-fn validate_service(
-    cx: &mut Ctx<'_, '_>,
-    raw: &S<RawService>,
-    listeners: &mut Vec<(SocketAddr, Range<usize>, String)>,
-) -> Service {
+fn validate_service(cx: &mut Ctx<'_, '_>, raw: &S<RawService>, listeners: &mut Vec<Listener>) -> Service {
     let span = raw.span();
     let raw = raw.get_ref();
     let name = match &raw.name {
@@ -274,17 +276,21 @@ fn validate_limits(cx: &mut Ctx<'_, '_>, raw: &RawLimits) -> Limits {
     }
 }
 
-/// Each address:port is listened on once; a wildcard address covers every
-/// specific address of its family on the same port. (IPv4 and IPv6 wildcards
-/// are not compared with each other: the engine binds IPv6 sockets v6-only.)
-fn check_listeners(r: &mut Report<'_>, listeners: &[(SocketAddr, Range<usize>, String)]) {
+/// A service listener: its address, where it is written, and its service's name.
+pub(crate) type Listener = (SocketAddr, Range<usize>, String);
+
+/// Whether two listeners could not both be bound: the same address and port,
+/// or a wildcard address and a specific address of its family on the same
+/// port. (IPv4 and IPv6 wildcards are not compared with each other: the
+/// engine binds IPv6 sockets v6-only.)
+pub(crate) fn overlaps(a: &SocketAddr, b: &SocketAddr) -> bool {
+    a == b || (a.port() == b.port() && a.is_ipv4() == b.is_ipv4() && a.ip().is_unspecified() != b.ip().is_unspecified())
+}
+
+/// Each address:port is listened on once (see [`overlaps`]).
+fn check_listeners(r: &mut Report<'_>, listeners: &[Listener]) {
     for (j, (addr, span, _)) in listeners.iter().enumerate() {
-        let earlier = listeners[..j].iter().find(|(other, _, _)| {
-            other == addr
-                || (other.port() == addr.port()
-                    && other.is_ipv4() == addr.is_ipv4()
-                    && (other.ip().is_unspecified() != addr.ip().is_unspecified()))
-        });
+        let earlier = listeners[..j].iter().find(|(other, _, _)| overlaps(other, addr));
         let Some((other, other_span, service)) = earlier else {
             continue;
         };
@@ -383,7 +389,7 @@ fn validate_pool(cx: &mut Ctx<'_, '_>, raw: &S<RawPool>) -> Pool {
         hash_key,
         servers,
         max_idle_per_server,
-        persistence: None,
+        persistence: raw.persistence.as_ref().and_then(|p| validate_persistence(cx, p)),
     }
 }
 

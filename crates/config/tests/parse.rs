@@ -266,3 +266,141 @@ fn syntax_error_is_one_diagnostic() {
     assert_eq!(err.len(), 1);
     assert!(err.to_string().starts_with("s.toml:1:"), "{err}");
 }
+
+/// Service `web` and pool `main`, followed by `tail` (top-level tables).
+fn with_tables(tail: &str) -> String {
+    format!("[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\npool = \"main\"\n{POOL}\n{tail}\n")
+}
+
+/// The persistence of pool `main` written as `persistence = {table}`.
+fn persistence(table: &str) -> Option<Persistence> {
+    let src = with_tables("").replace("name = \"main\"\n", &format!("name = \"main\"\npersistence = {table}\n"));
+    parse_ok(&src).pools.remove(0).persistence
+}
+
+#[test]
+fn admin_and_access_log_are_off_without_their_tables() {
+    let c = service("");
+    assert_eq!((c.admin, c.access_log), (None, None));
+    assert_eq!(c.pools[0].persistence, None);
+}
+
+#[test]
+fn admin_defaults() {
+    let admin = parse_ok(&with_tables("[admin]")).admin.unwrap();
+    assert_eq!(admin, Admin { listen: "127.0.0.1:9090".parse().unwrap(), tokens: vec![] });
+    assert_eq!(admin.listen, Admin::DEFAULT_LISTEN);
+    let admin = parse_ok(&with_tables(
+        "[admin]\nlisten = \"[::]:9443\"\ntokens = [ { token = \"t1\" }, { token = \"t2\", role = \"read-only\" } ]",
+    ))
+    .admin
+    .unwrap();
+    assert_eq!(admin.listen, "[::]:9443".parse::<SocketAddr>().unwrap());
+    assert_eq!(
+        admin.tokens,
+        [
+            AdminToken { secret: "t1".into(), role: Role::Admin },
+            AdminToken { secret: "t2".into(), role: Role::ReadOnly }
+        ]
+    );
+}
+
+#[test]
+fn admin_on_loopback_needs_no_token() {
+    for listen in ["127.0.0.1:9091", "127.8.9.10:9091", "[::1]:9091", "[::ffff:127.0.0.1]:9091"] {
+        let c = parse_ok(&with_tables(&format!("[admin]\nlisten = \"{listen}\"")));
+        assert!(c.admin.unwrap().tokens.is_empty(), "{listen}");
+    }
+    for listen in ["0.0.0.0:9091", "[::]:9091", "10.0.0.1:9091", "[2001:db8::1]:9091"] {
+        let errs = errors(&with_tables(&format!("[admin]\nlisten = \"{listen}\"\ntokens = []")));
+        assert_eq!(errs.len(), 1, "{listen}: {errs:?}");
+        assert!(errs[0].contains("not on a loopback address and has no tokens"), "{errs:?}");
+    }
+}
+
+#[test]
+fn admin_listener_must_not_overlap_a_service() {
+    // The same port on another family, or another port, is fine.
+    parse_ok(&with_tables("[admin]\nlisten = \"[::1]:8080\""));
+    parse_ok(&with_tables("[admin]\nlisten = \"127.0.0.1:8081\""));
+    let errs = errors(&with_tables("[admin]\nlisten = \"0.0.0.0:8080\"\ntokens = [ { token = \"t\" } ]"));
+    assert_eq!(errs, ["admin listener `0.0.0.0:8080` overlaps `127.0.0.1:8080` of service `web` (line 3)"]);
+}
+
+#[test]
+fn access_log_defaults_and_targets() {
+    let log = |body: &str| parse_ok(&with_tables(&format!("[access_log]\n{body}"))).access_log.unwrap();
+    assert_eq!(log(""), AccessLog { target: LogTarget::Stdout, format: LogFormat::Json });
+    assert_eq!(log("path = \"-\"").target, LogTarget::Stdout);
+    assert_eq!(log("path = \"stdout\"\nformat = \"combined\"").format, LogFormat::Combined);
+    assert_eq!(log("path = \"access.log\"").target, LogTarget::File("access.log".into()));
+    assert_eq!(log("path = \"/tmp/a.log\"").target, LogTarget::File("/tmp/a.log".into()));
+    for bad in ["\"\"", "\"stderr\"", "\"/tmp/\""] {
+        assert_eq!(errors(&with_tables(&format!("[access_log]\npath = {bad}"))).len(), 1, "{bad}");
+    }
+}
+
+#[test]
+fn access_log_in_a_missing_directory_is_a_warning() {
+    let src = with_tables("[access_log]\npath = \"/nonexistent-switchyard/x.log\"");
+    let (config, diags) = parse_with_warnings(&src, "t.toml");
+    assert!(config.is_some());
+    assert_eq!(diags.warnings().count(), 1, "{diags}");
+}
+
+#[test]
+fn cookie_persistence_defaults() {
+    let want = CookieInsert {
+        name: "SRV".into(),
+        path: "/".into(),
+        domain: None,
+        max_age: None,
+        secure: false,
+        http_only: true,
+    };
+    assert_eq!(persistence("{ cookie = \"SRV\" }"), Some(Persistence::CookieInsert(want.clone())));
+    let all = "{ cookie = \"SRV\", mode = \"insert\", path = \"/a\", domain = \"example.com\", max_age = \"2h\", \
+               secure = true, http_only = false }";
+    let full = CookieInsert {
+        path: "/a".into(),
+        domain: Some("example.com".into()),
+        max_age: Some(Duration::from_secs(7200)),
+        secure: true,
+        http_only: false,
+        ..want
+    };
+    assert_eq!(persistence(all), Some(Persistence::CookieInsert(full)));
+}
+
+#[test]
+fn stick_table_persistence_defaults() {
+    let d = StickTableSpec { idle_timeout: Duration::from_secs(1800), capacity: 100_000 };
+    assert_eq!(StickTableSpec::default(), d);
+    assert_eq!(persistence("{ source = true }"), Some(Persistence::Source(d)));
+    assert_eq!(
+        persistence("{ header = \"X-User\", idle_timeout = \"90s\", capacity = 1 }"),
+        Some(Persistence::Header {
+            name: "x-user".into(),
+            table: StickTableSpec { idle_timeout: Duration::from_secs(90), capacity: 1 }
+        })
+    );
+    assert_eq!(
+        persistence("{ source = true, capacity = 10000000 }"),
+        Some(Persistence::Source(StickTableSpec { capacity: 10_000_000, ..d }))
+    );
+}
+
+#[test]
+fn persistence_errors() {
+    let errs = |table: &str| {
+        errors(&with_tables("").replace("name = \"main\"\n", &format!("name = \"main\"\npersistence = {table}\n")))
+    };
+    assert_eq!(errs("{ cookie = \"SRV\", mode = \"learn\" }"), ["mode `learn` is not supported yet"]);
+    assert_eq!(errs("{ cookie = \"SRV\", capacity = 5 }"), ["`capacity` does not apply to `cookie` persistence"]);
+    assert_eq!(errs("{ header = \"x\", max_age = \"1h\" }"), ["`max_age` does not apply to `header` persistence"]);
+    assert_eq!(errs("{ source = false }"), ["`source = false` turns nothing on"]);
+    assert_eq!(errs("{ cookie = \"a=b\" }"), ["`a=b` is not a valid cookie name"]);
+    assert_eq!(errs("{ source = true, capacity = 10000001 }").len(), 1);
+    assert_eq!(errs("{}"), ["`persistence` must name one of `cookie`, `source` or `header`"]);
+    assert_eq!(errs("{ header = \"\" }"), ["a header name must not be empty"]);
+}

@@ -170,9 +170,13 @@ impl Control {
 
     fn reload(&self, bound: &mut HashSet<SocketAddr>, config: Config) -> Result<Applied, ApplyError> {
         let old = self.generation();
+        let diff = switchyard_config::diff(&old.config, &config);
         let mut warnings = Vec::new();
-        if config.workers.is_some() && config.workers != old.config.workers {
+        if diff.needs_restart() {
             warnings.push("`workers` changed: the worker count applies at the next restart".to_string());
+        }
+        if diff.admin_changed {
+            warnings.push("`[admin]` changed: the admin listener applies at the next restart".to_string());
         }
         // Bind every new address first: a failure changes nothing.
         let mut fresh: Vec<Vec<(SocketAddr, std::net::TcpListener)>> =
@@ -218,7 +222,7 @@ impl Control {
             bound.remove(addr);
         }
         bound.extend(added.iter().copied());
-        let summary = summary(&old.config, &gen.config, &added, &removed);
+        let summary = diff.to_string();
         tracing::info!(generation = gen.number, %summary, "configuration reloaded");
         Ok(Applied::Reloaded { generation: gen.number, summary, warnings })
     }
@@ -264,25 +268,6 @@ impl Control {
 /// bound addresses it guards is still accurate (it is updated last).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn summary(old: &Config, new: &Config, added: &[SocketAddr], removed: &[SocketAddr]) -> String {
-    let count = |names_old: Vec<&str>, names_new: Vec<&str>| {
-        let plus = names_new.iter().filter(|n| !names_old.contains(n)).count();
-        let minus = names_old.iter().filter(|n| !names_new.contains(n)).count();
-        (plus, minus)
-    };
-    let (s_plus, s_minus) = count(
-        old.services.iter().map(|s| s.name.as_str()).collect(),
-        new.services.iter().map(|s| s.name.as_str()).collect(),
-    );
-    let (p_plus, p_minus) =
-        count(old.pools.iter().map(|p| p.name.as_str()).collect(), new.pools.iter().map(|p| p.name.as_str()).collect());
-    format!(
-        "services: +{s_plus} -{s_minus}; pools: +{p_plus} -{p_minus}; listeners: +{} -{}",
-        added.len(),
-        removed.len()
-    )
 }
 
 /// Binds `addr` once per worker. With several workers each socket has

@@ -8,6 +8,7 @@
 
 pub mod error;
 pub mod http;
+pub mod persist;
 pub mod upstream;
 pub mod worker;
 

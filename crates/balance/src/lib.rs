@@ -17,7 +17,12 @@
 //! One file per method: `round_robin` (smooth weighted round robin),
 //! `least_conn`, `random_two` (power of two choices), `hash` (weighted rendezvous hashing,
 //! used by both `SourceHash` and `Hash`), `maglev`, `first`.
+//!
+//! Persistence building blocks live beside the methods: [`stick`] (stick tables mapping a
+//! request key to a server name, bounded and idle-expiring) and [`cookie`] (opaque,
+//! tamper-evident tokens for inserted persistence cookies).
 
+pub mod cookie;
 mod first;
 mod hash;
 mod least_conn;
@@ -25,8 +30,11 @@ mod maglev;
 mod random_two;
 mod rng;
 mod round_robin;
+pub mod stick;
 
+pub use cookie::CookieKey;
 pub use hash::hash_bytes;
+pub use stick::{SharedStickTable, StickEntry, StickTable};
 
 use least_conn::LeastConnections;
 use maglev::Maglev;

@@ -12,6 +12,7 @@ pub mod error;
 pub mod http;
 pub mod live;
 pub mod metrics;
+pub mod persist;
 pub mod upstream;
 pub mod worker;
 

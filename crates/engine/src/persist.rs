@@ -1,0 +1,343 @@
+//! Persistence (stickiness): sending a returning client to the server it had before.
+//!
+//! One [`PoolPersistence`] per pool that configures persistence, built with the
+//! configuration and shared by every worker (`Send + Sync`). The pipeline uses it in its
+//! *persistence* phase, after route and before pick:
+//!
+//! 1. [`lookup`](PoolPersistence::lookup) says which server the request sticks to, as an
+//!    index into this configuration's `pool.servers`. The caller still checks that server
+//!    is available (up, under its connection limit, not already tried); if not, it picks
+//!    with the balancer as usual.
+//! 2. Once a server has taken the request, [`learn`](PoolPersistence::learn) records it
+//!    (stick tables) and [`set_cookie`](PoolPersistence::set_cookie) gives the
+//!    `Set-Cookie` value to add to the response (cookie insertion). Both do nothing when
+//!    the request already stuck to that server.
+//!
+//! Three kinds, from the configuration's [`Persistence`]:
+//!
+//! - **cookie insert**: the response sets a cookie whose value is an opaque token of the
+//!   server ([`switchyard_balance::cookie`]); tokens are precomputed per server, so
+//!   reading one back is a comparison against that list, and a forged or stale value
+//!   matches nothing. No state is kept per client;
+//! - **source**: a stick table keyed by the client address (IPv4-mapped IPv6 addresses
+//!   count as the IPv4 address);
+//! - **header**: a stick table keyed by the first value of a request header. Values
+//!   longer than [`MAX_HEADER_KEY`] bytes are neither looked up nor learned, which bounds
+//!   the memory a client can make the table hold.
+//!
+//! Tables store server *names*, so a reload that keeps the same kind and bounds reuses
+//! the previous table (see [`PoolPersistence::new`]) and clients keep their servers.
+//!
+//! Invariants: nothing here panics on request bytes; the request path takes one shard
+//! lock per `lookup` or `learn` and allocates only when learning a new header key.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use switchyard_balance::cookie::{self, CookieKey};
+use switchyard_balance::SharedStickTable;
+use switchyard_config::{CookieInsert, Persistence, Pool, StickTableSpec};
+
+/// Longest header value used as a stick-table key, in bytes.
+pub const MAX_HEADER_KEY: usize = 128;
+
+/// What persistence reads of a request. The pipeline implements it on its request view;
+/// [`Facts`] is a ready-made implementation over a list of headers.
+pub trait RequestFacts {
+    /// The client's address, as the pipeline decided it (peer or trusted proxy header).
+    fn client(&self) -> IpAddr;
+    /// Values of the header fields named `name` (lower case), in request order.
+    fn header_values<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'s [u8]> + 's;
+}
+
+/// A request as a client address and a list of `(lower-case name, value)` headers.
+#[derive(Debug, Clone, Copy)]
+pub struct Facts<'a> {
+    /// The client's address.
+    pub client: IpAddr,
+    /// Header fields in request order; names lower case.
+    pub headers: &'a [(&'a str, &'a [u8])],
+}
+
+impl RequestFacts for Facts<'_> {
+    fn client(&self) -> IpAddr {
+        self.client
+    }
+
+    fn header_values<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'s [u8]> + 's {
+        self.headers.iter().filter(move |(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| *v)
+    }
+}
+
+/// One stick-table entry, for the admin API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryView {
+    /// The key: a client address, or a header value with non-printable bytes escaped.
+    pub key: String,
+    /// Name of the server the key sticks to.
+    pub server: Arc<str>,
+    /// Time since the entry was last used.
+    pub idle: Duration,
+}
+
+/// The persistence state of one pool.
+pub struct PoolPersistence {
+    pool: String,
+    /// Server names by index in the pool this was built from.
+    servers: Vec<Arc<str>>,
+    state: State,
+}
+
+enum State {
+    Cookie {
+        /// Cookie name as sent (control characters and `;` removed).
+        name: String,
+        /// Token by server index.
+        tokens: Vec<String>,
+        /// Full `Set-Cookie` value by server index.
+        set_cookie: Vec<String>,
+    },
+    Source {
+        spec: StickTableSpec,
+        table: Arc<SharedStickTable<IpAddr>>,
+    },
+    Header {
+        name: String,
+        spec: StickTableSpec,
+        table: Arc<SharedStickTable<Box<[u8]>>>,
+    },
+}
+
+impl std::fmt::Debug for PoolPersistence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolPersistence").field("pool", &self.pool).field("kind", &self.kind()).finish_non_exhaustive()
+    }
+}
+
+impl PoolPersistence {
+    /// The persistence of `pool`, or `None` when it configures none.
+    ///
+    /// `previous` is the same pool's persistence in the configuration being replaced.
+    /// Its table is reused when the pool name, the kind, the bounds (and for header
+    /// persistence the header name) are unchanged, so entries survive the reload;
+    /// entries naming servers the pool no longer has are dropped. Otherwise the table
+    /// starts empty. Cookie tokens depend only on `key`, the pool and server names.
+    pub fn new(pool: &Pool, key: &CookieKey, previous: Option<&PoolPersistence>) -> Option<PoolPersistence> {
+        let servers: Vec<Arc<str>> = pool.servers.iter().map(|s| Arc::from(s.name.as_str())).collect();
+        let previous = previous.filter(|p| p.pool == pool.name);
+        let state = match pool.persistence.as_ref()? {
+            Persistence::CookieInsert(spec) => cookie_state(spec, key, &pool.name, &servers),
+            Persistence::Source(spec) => {
+                let reused = previous.and_then(|p| match &p.state {
+                    State::Source { spec: old, table } if old == spec => Some(table.clone()),
+                    _ => None,
+                });
+                State::Source { spec: *spec, table: reused.unwrap_or_else(|| Arc::new(new_table(spec))) }
+            }
+            Persistence::Header { name, table: spec } => {
+                let reused = previous.and_then(|p| match &p.state {
+                    State::Header { name: old_name, spec: old, table } if old == spec && old_name == name => {
+                        Some(table.clone())
+                    }
+                    _ => None,
+                });
+                let table = reused.unwrap_or_else(|| Arc::new(new_table(spec)));
+                State::Header { name: name.clone(), spec: *spec, table }
+            }
+        };
+        let this = PoolPersistence { pool: pool.name.clone(), servers, state };
+        for gone in previous.iter().flat_map(|p| &p.servers) {
+            if !this.servers.contains(gone) {
+                this.forget_server(gone);
+            }
+        }
+        Some(this)
+    }
+
+    /// The server this request sticks to: an index into the pool's servers, or `None`
+    /// (no cookie or entry, an expired entry, a forged token, a server since removed).
+    /// Refreshes the entry's last use. The caller checks the server is available.
+    pub fn lookup(&self, req: &impl RequestFacts, now: Instant) -> Option<usize> {
+        let name = match &self.state {
+            State::Cookie { name, tokens, .. } => {
+                let mut presented = req.header_values("cookie").flat_map(|h| cookie_values(h, name.as_bytes()));
+                return presented.find_map(|value| tokens.iter().position(|t| t.as_bytes() == value));
+            }
+            State::Source { table, .. } => table.get(&req.client().to_canonical(), now)?,
+            State::Header { name, table, .. } => table.get(header_key(req, name)?, now)?,
+        };
+        self.servers.iter().position(|s| *s == name)
+    }
+
+    /// Records that server `chosen` (an index into the pool's servers) took the request.
+    /// `looked_up` is what [`lookup`](Self::lookup) returned for it: when the request
+    /// already stuck to `chosen` there is nothing to record. A no-op for cookies.
+    pub fn learn(&self, req: &impl RequestFacts, chosen: usize, looked_up: Option<usize>, now: Instant) {
+        if looked_up == Some(chosen) {
+            return;
+        }
+        let Some(server) = self.servers.get(chosen) else { return };
+        match &self.state {
+            State::Cookie { .. } => {}
+            State::Source { table, .. } => table.insert(req.client().to_canonical(), server.clone(), now),
+            State::Header { name, table, .. } => {
+                if let Some(key) = header_key(req, name) {
+                    table.insert(Box::from(key), server.clone(), now);
+                }
+            }
+        }
+    }
+
+    /// The `Set-Cookie` value to add to the response when server `chosen` took the
+    /// request: `None` unless this is cookie persistence and the client did not already
+    /// present `chosen`'s token (`looked_up` as in [`learn`](Self::learn)).
+    /// `Max-Age`, when configured, therefore counts from the cookie's first insertion.
+    pub fn set_cookie(&self, chosen: usize, looked_up: Option<usize>) -> Option<&str> {
+        match &self.state {
+            State::Cookie { set_cookie, .. } if looked_up != Some(chosen) => set_cookie.get(chosen).map(String::as_str),
+            _ => None,
+        }
+    }
+
+    /// Up to `limit` live stick-table entries, most recently used first (none for cookies).
+    pub fn entries(&self, limit: usize, now: Instant) -> Vec<EntryView> {
+        match &self.state {
+            State::Cookie { .. } => Vec::new(),
+            State::Source { table, .. } => table
+                .entries(limit, now)
+                .into_iter()
+                .map(|e| EntryView { key: e.key.to_string(), server: e.server, idle: e.idle })
+                .collect(),
+            State::Header { table, .. } => table
+                .entries(limit, now)
+                .into_iter()
+                .map(|e| EntryView { key: e.key.escape_ascii().to_string(), server: e.server, idle: e.idle })
+                .collect(),
+        }
+    }
+
+    /// Removes stick-table entries idle past their timeout; returns how many. For a
+    /// periodic task: lookups never return idle entries anyway, this frees their memory.
+    pub fn expire(&self, now: Instant) -> usize {
+        self.with_table(|t| t.expire(now), |t| t.expire(now))
+    }
+
+    /// Empties the stick table; returns how many entries it held.
+    pub fn flush(&self) -> usize {
+        self.with_table(SharedStickTable::flush, SharedStickTable::flush)
+    }
+
+    /// Entries in the stick table (0 for cookies).
+    pub fn len(&self) -> usize {
+        self.with_table(SharedStickTable::len, SharedStickTable::len)
+    }
+
+    /// Whether the stick table is empty (always for cookies).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Entries evicted from a full stick table so far.
+    pub fn evictions(&self) -> u64 {
+        match &self.state {
+            State::Cookie { .. } => 0,
+            State::Source { table, .. } => table.evictions(),
+            State::Header { table, .. } => table.evictions(),
+        }
+    }
+
+    /// Drops the stick-table entries naming server `name` (removed from the pool, or
+    /// drained by an operator); returns how many.
+    pub fn forget_server(&self, name: &str) -> usize {
+        self.with_table(|t| t.remove_server(name), |t| t.remove_server(name))
+    }
+
+    /// `"cookie"`, `"source"` or `"header"`, for logs and the admin API.
+    pub fn kind(&self) -> &'static str {
+        match self.state {
+            State::Cookie { .. } => "cookie",
+            State::Source { .. } => "source",
+            State::Header { .. } => "header",
+        }
+    }
+
+    fn with_table(
+        &self,
+        source: impl FnOnce(&SharedStickTable<IpAddr>) -> usize,
+        header: impl FnOnce(&SharedStickTable<Box<[u8]>>) -> usize,
+    ) -> usize {
+        match &self.state {
+            State::Cookie { .. } => 0,
+            State::Source { table, .. } => source(table),
+            State::Header { table, .. } => header(table),
+        }
+    }
+}
+
+fn new_table<K: std::hash::Hash + Eq>(spec: &StickTableSpec) -> SharedStickTable<K> {
+    SharedStickTable::new(spec.capacity, spec.idle_timeout)
+}
+
+fn cookie_state(spec: &CookieInsert, key: &CookieKey, pool: &str, servers: &[Arc<str>]) -> State {
+    let name = header_safe(&spec.name);
+    let tokens: Vec<String> = servers.iter().map(|s| cookie::token(key, pool, s)).collect();
+    let set_cookie = tokens.iter().map(|token| set_cookie_value(spec, &name, token)).collect();
+    State::Cookie { name, tokens, set_cookie }
+}
+
+/// `name=token; Path=..; Max-Age=..; Domain=..; Secure; HttpOnly`, attributes as configured.
+fn set_cookie_value(spec: &CookieInsert, name: &str, token: &str) -> String {
+    let path = header_safe(&spec.path);
+    let mut value = format!("{name}={token}; Path={}", if path.is_empty() { "/" } else { &path });
+    if let Some(max_age) = spec.max_age {
+        value.push_str(&format!("; Max-Age={}", max_age.as_secs()));
+    }
+    if let Some(domain) = &spec.domain {
+        value.push_str(&format!("; Domain={}", header_safe(domain)));
+    }
+    if spec.secure {
+        value.push_str("; Secure");
+    }
+    if spec.http_only {
+        value.push_str("; HttpOnly");
+    }
+    value
+}
+
+/// `s` without control characters and `;`: whatever the configuration holds, the
+/// `Set-Cookie` value stays one header line with the attributes we wrote.
+fn header_safe(s: &str) -> String {
+    s.chars().filter(|c| !c.is_control() && *c != ';').collect()
+}
+
+/// The stick-table key of a request under header persistence: the first value of the
+/// header, if present, non-empty and at most [`MAX_HEADER_KEY`] bytes.
+fn header_key<'r>(req: &'r impl RequestFacts, name: &'r str) -> Option<&'r [u8]> {
+    let value = req.header_values(name).next()?.trim_ascii();
+    (!value.is_empty() && value.len() <= MAX_HEADER_KEY).then_some(value)
+}
+
+/// Values of the cookies called `name` in one `Cookie` header value, in order.
+///
+/// Lenient and total over any bytes: pairs are split on `;`, names and values are
+/// trimmed of ASCII whitespace, a value wrapped in double quotes is unwrapped, pairs
+/// without `=` are skipped. Names compare exactly (cookie names are case-sensitive).
+pub fn cookie_values<'v>(header: &'v [u8], name: &'v [u8]) -> impl Iterator<Item = &'v [u8]> + 'v {
+    header.split(|&b| b == b';').filter_map(move |pair| {
+        let eq = pair.iter().position(|&b| b == b'=')?;
+        let (key, value) = pair.split_at(eq);
+        if key.trim_ascii() != name {
+            return None;
+        }
+        let value = value.get(1..).unwrap_or_default().trim_ascii();
+        Some(match value {
+            [b'"', inner @ .., b'"'] => inner,
+            _ => value,
+        })
+    })
+}
+
+#[cfg(test)]
+#[path = "persist_tests.rs"]
+mod tests;

@@ -23,7 +23,10 @@ use socket2::{Domain, Protocol, Socket, Type};
 use switchyard_config::Config;
 use tokio::sync::{mpsc, watch};
 
+use switchyard_balance::cookie::CookieKey;
+
 use crate::access_log::AccessLog;
+use crate::persist::EntryView;
 use crate::live::{AdminState, Generation};
 use crate::worker::WorkerMsg;
 
@@ -37,6 +40,11 @@ const INSTALL_WAIT: Duration = Duration::from_secs(10);
 pub enum Change {
     /// Serve a new, validated configuration (the diff against the running one is applied).
     Reload(Box<Config>),
+    /// Empty the persistence table of a pool.
+    FlushPersistence {
+        /// Pool name.
+        pool: String,
+    },
     /// Change the operator's state or weight of one server.
     Server {
         /// Pool name.
@@ -72,6 +80,13 @@ pub enum Applied {
         summary: String,
         /// Things the reload could not apply live (e.g. the worker count).
         warnings: Vec<String>,
+    },
+    /// A pool's persistence table was emptied.
+    Flushed {
+        /// Pool name.
+        pool: String,
+        /// Entries removed.
+        removed: u64,
     },
     /// A server's state or weight changed.
     Server {
@@ -122,6 +137,9 @@ pub struct Control {
     /// Serialises changes; holds the addresses with bound sockets.
     applying: Mutex<HashSet<SocketAddr>>,
     stop: watch::Sender<bool>,
+    /// Signs persistence cookies; the same for the process's life, so
+    /// cookies stay valid across reloads.
+    cookie_key: CookieKey,
 }
 
 impl Control {
@@ -130,9 +148,10 @@ impl Control {
         workers: Vec<mpsc::UnboundedSender<WorkerMsg>>,
         bound: HashSet<SocketAddr>,
         stop: watch::Sender<bool>,
+        cookie_key: CookieKey,
     ) -> Self {
         let worker_count = workers.len();
-        Control { current: ArcSwap::new(first), workers, worker_count, applying: Mutex::new(bound), stop }
+        Control { current: ArcSwap::new(first), workers, worker_count, applying: Mutex::new(bound), stop, cookie_key }
     }
 
     /// The generation being served.
@@ -153,7 +172,23 @@ impl Control {
         match change {
             Change::Reload(config) => self.reload(&mut bound, *config),
             Change::Server { pool, server, op } => self.server(&pool, &server, op),
+            Change::FlushPersistence { pool } => {
+                let gen = self.generation();
+                let table = persistence_of(&gen, &pool)?;
+                let removed = table.flush() as u64;
+                tracing::info!(pool, removed, "persistence table flushed by operator");
+                Ok(Applied::Flushed { pool, removed })
+            }
         }
+    }
+
+    /// Up to `limit` entries of a pool's persistence table (most recently
+    /// used first), its kind and its total size.
+    pub fn persistence(&self, pool: &str, limit: usize) -> Result<(&'static str, Vec<EntryView>, u64), ApplyError> {
+        let gen = self.generation();
+        let table = persistence_of(&gen, pool)?;
+        let now = std::time::Instant::now();
+        Ok((table.kind(), table.entries(limit, now), table.len() as u64))
     }
 
     /// Reopens the access log file (log rotation, SIGUSR1).
@@ -203,7 +238,8 @@ impl Control {
             (Some(new), Some(open)) if old.config.access_log.as_ref() == Some(new) => Some(open.clone()),
             (Some(new), _) => Some(AccessLog::open(new).map_err(ApplyError::AccessLog)?),
         };
-        let gen = Arc::new(Generation::new(old.number + 1, config, Some(&old), self.worker_count, access_log));
+        let gen =
+            Arc::new(Generation::new(old.number + 1, config, Some(&old), self.worker_count, access_log, &self.cookie_key));
         let removed: Vec<SocketAddr> = bound.iter().filter(|a| !gen.listeners.contains_key(a)).copied().collect();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         for (worker, listeners) in self.workers.iter().zip(fresh) {
@@ -262,6 +298,11 @@ impl Control {
             weight: live.weight(),
         })
     }
+}
+
+fn persistence_of<'g>(gen: &'g Generation, pool: &str) -> Result<&'g crate::persist::PoolPersistence, ApplyError> {
+    let p = gen.pool_index(pool).ok_or_else(|| ApplyError::NotFound(format!("no pool named `{pool}`")))?;
+    gen.persistence[p].as_ref().ok_or_else(|| ApplyError::NotFound(format!("pool `{pool}` has no persistence")))
 }
 
 /// A poisoned lock only means another change panicked half-way; the set of

@@ -41,6 +41,9 @@ pub enum StartError {
         /// The system's reason.
         source: std::io::Error,
     },
+    /// No random key for persistence cookies could be drawn.
+    #[error("cannot draw a random key: {0}")]
+    Key(String),
     /// The access log could not be opened.
     #[error("cannot open the access log: {0}")]
     AccessLog(std::io::Error),
@@ -115,7 +118,8 @@ pub fn start(config: Config, workers: Option<usize>) -> Result<Handle, StartErro
         Some(log) => Some(access_log::AccessLog::open(log).map_err(StartError::AccessLog)?),
         None => None,
     };
-    let generation = Arc::new(Generation::new(1, config, None, workers, access_log));
+    let key = switchyard_balance::cookie::CookieKey::generate().map_err(|e| StartError::Key(e.to_string()))?;
+    let generation = Arc::new(Generation::new(1, config, None, workers, access_log, &key));
     let (stop, stop_rx) = watch::channel(false);
     let mut senders = Vec::with_capacity(workers);
     let mut threads = Vec::with_capacity(workers);
@@ -130,6 +134,6 @@ pub fn start(config: Config, workers: Option<usize>) -> Result<Handle, StartErro
         threads.push(thread);
     }
     tracing::info!(workers, "engine started");
-    let control = Arc::new(Control::new(generation, senders, bound, stop));
+    let control = Arc::new(Control::new(generation, senders, bound, stop, key));
     Ok(Handle { control, threads })
 }

@@ -16,7 +16,10 @@ use std::sync::Arc;
 
 use switchyard_config::{Config, Pool, Server};
 
+use switchyard_balance::cookie::CookieKey;
+
 use crate::access_log::AccessLog;
+use crate::persist::PoolPersistence;
 use crate::metrics::{ServerMetrics, ServiceMetrics};
 
 /// What the operator decided for a server (health checks add "down" later).
@@ -182,6 +185,9 @@ pub struct Generation {
     pub services: Vec<Arc<ServiceMetrics>>,
     /// The open access log, if the configuration has one.
     pub access_log: Option<AccessLog>,
+    /// Persistence per pool (`None`: the pool has none), indexed like
+    /// `config.pools`; stick tables are carried across reloads.
+    pub persistence: Vec<Option<PoolPersistence>>,
     /// Worker count the live objects are sized for.
     pub workers: usize,
 }
@@ -195,6 +201,7 @@ impl Generation {
         previous: Option<&Generation>,
         workers: usize,
         access_log: Option<AccessLog>,
+        key: &CookieKey,
     ) -> Self {
         let pools = config
             .pools
@@ -212,13 +219,21 @@ impl Generation {
                 None => Arc::new(ServiceMetrics::new(workers)),
             })
             .collect();
+        let persistence = config
+            .pools
+            .iter()
+            .map(|pool| {
+                let before = previous.and_then(|g| g.pool_index(&pool.name)).and_then(|i| previous?.persistence[i].as_ref());
+                PoolPersistence::new(pool, key, before)
+            })
+            .collect();
         let listeners = config
             .services
             .iter()
             .enumerate()
             .flat_map(|(i, s)| s.listeners.iter().map(move |&addr| (addr, i)))
             .collect();
-        Generation { number, config, pools, listeners, services, access_log, workers }
+        Generation { number, config, pools, listeners, services, access_log, persistence, workers }
     }
 
     /// The index of the pool called `name`.
@@ -256,15 +271,16 @@ mod tests {
 
     #[test]
     fn reload_keeps_live_servers_and_operator_state() {
-        let first = Generation::new(1, config(&[("a", 1), ("b", 1)]), None, 1, None);
+        let key = CookieKey::from_bytes([7; 32]);
+        let first = Generation::new(1, config(&[("a", 1), ("b", 1)]), None, 1, None, &key);
         first.pools[0].servers[0].set_state(AdminState::Draining);
         first.pools[0].servers[1].set_weight(7);
-        let second = Generation::new(2, config(&[("a", 1), ("b", 1), ("c", 1)]), Some(&first), 1, None);
+        let second = Generation::new(2, config(&[("a", 1), ("b", 1), ("c", 1)]), Some(&first), 1, None, &key);
         assert!(Arc::ptr_eq(&first.pools[0].servers[0], &second.pools[0].servers[0]));
         assert_eq!(second.pools[0].servers[0].state(), AdminState::Draining);
         assert_eq!(second.pools[0].servers[1].weight(), 7, "an override survives an unchanged configured weight");
         assert_eq!(second.pools[0].servers[2].state(), AdminState::Up);
-        let third = Generation::new(3, config(&[("a", 1), ("b", 5)]), Some(&second), 1, None);
+        let third = Generation::new(3, config(&[("a", 1), ("b", 5)]), Some(&second), 1, None, &key);
         assert_eq!(third.pools[0].servers[1].weight(), 5, "a configured weight change replaces the override");
     }
 }

@@ -335,6 +335,12 @@ async fn sweep_idle(worker: Rc<Worker>) {
             let keep = |i: usize| live.servers.get(i).is_some_and(|s| s.state() != AdminState::Maintenance);
             pool.idle.borrow_mut().sweep(limit, now, keep);
         }
+        if worker.id == 0 {
+            // Lookups already ignore idle entries; this frees their memory.
+            for table in local.gen.persistence.iter().flatten() {
+                table.expire(now);
+            }
+        }
         if worker.draining.get() {
             return;
         }

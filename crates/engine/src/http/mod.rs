@@ -24,7 +24,7 @@ use std::rc::Rc;
 use std::time::{Instant, SystemTime};
 
 use bytes::{Buf, BytesMut};
-use switchyard_config::{Action, HeaderEdits, PoolId, Service};
+use switchyard_config::{Action, HeaderEdits, Persistence, PoolId, Service};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
 use tokio::time::timeout_at;
@@ -33,7 +33,9 @@ use self::body::{relay, write_all, Body, RelayError};
 use self::parse::{Connection, Field, Framing, HeadLimits, RequestHead, Version};
 use self::rewrite::Forwarding;
 use crate::error::{Kind, ProxyError};
+use crate::live::{AdminState, PoolLive};
 use crate::metrics::{side_name, Record, Timings, Upstream};
+use crate::persist::Facts;
 use crate::upstream::{self, ActiveGuard, PickView, UpstreamConn};
 use crate::worker::{Local, Worker};
 
@@ -93,6 +95,8 @@ struct Client {
     /// from `buf` (host, user agent, referer); filled only when logging.
     meta: Vec<u8>,
     meta_at: [Option<(u32, u32)>; 3],
+    /// The header value a header-keyed stick table is updated with.
+    stick_key: Vec<u8>,
 }
 
 /// What the log phase reports about a request, filled in phase by phase.
@@ -120,6 +124,8 @@ struct Routed<'a> {
     action: Option<&'a Action>,
     edits: Vec<&'a HeaderEdits>,
     hash: Option<u64>,
+    /// The server persistence names for this client, if any (index in the pool).
+    sticky: Option<usize>,
 }
 
 /// Facts about the current request the later phases need.
@@ -173,6 +179,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, local: Rc<Local>, servic
         trace: Trace::default(),
         meta: Vec::new(),
         meta_at: [None; 3],
+        stick_key: Vec::new(),
     };
     let metrics = client.local.gen.services[service].clone();
     metrics.connection_opened(worker.id);
@@ -395,7 +402,19 @@ async fn handle(
             };
             upstream::hash_key(&pool.hash_key, view.client, origin_target, header)
         });
-        Routed { action: decision.action, edits: decision.edits, hash }
+        // Persistence: which server this client stuck to. A header key is
+        // kept for the table update after the head has left the buffer.
+        let persistence = pool_for_hash.and_then(|id| local.gen.persistence.get(id.0)?.as_ref());
+        let sticky = persistence.and_then(|p| {
+            if let Some(Persistence::Header { name, .. }) = &local.gen.config.pool(pool_for_hash?).persistence {
+                client.stick_key.clear();
+                if let Some(v) = route::RequestView::header_values(&view, name).next() {
+                    client.stick_key.extend_from_slice(v);
+                }
+            }
+            p.lookup(&view, worker.clock.get())
+        });
+        Routed { action: decision.action, edits: decision.edits, hash, sticky }
     };
     let pool = match routed.action {
         Some(Action::Redirect { status, location }) => {
@@ -482,15 +501,19 @@ async fn forward(
 ) -> Result<Outcome, Failed> {
     let pool_cfg = local.gen.config.pool(pool);
     let live = &local.gen.pools[pool.0];
+    let persistence = local.gen.persistence.get(pool.0).and_then(Option::as_ref);
     let pool_local = &local.pools[pool.0];
     let mut tried = 0u64;
     let mut connect_failures = 0;
     let mut last_error = None;
     let mut fresh_only = false;
     loop {
-        let picked = {
-            let view = PickView { pool: pool_cfg, live, tried };
-            pool_local.balancer.borrow_mut().pick(routed.hash, &view)
+        let picked = match routed.sticky.filter(|&s| sticky_usable(live, pool_cfg, s, tried)) {
+            Some(server) => Some(server),
+            None => {
+                let view = PickView { pool: pool_cfg, live, tried };
+                pool_local.balancer.borrow_mut().pick(routed.hash, &view)
+            }
         };
         let Some(server) = picked else {
             // With nothing left to try, the client learns why the last try failed.
@@ -526,7 +549,14 @@ async fn forward(
             },
         };
         client.trace.connect_us = (!reused).then(|| micros(connect_started.elapsed()));
-        match exchange(client, &mut conn, service, worker, local.gen.number, routed, info).await {
+        // The server took the request: persistence remembers it.
+        let set_cookie = persistence.and_then(|p| {
+            let stick: [(&str, &[u8]); 1] = [(stick_header(pool_cfg), &client.stick_key)];
+            let facts = Facts { client: client.ip, headers: &stick };
+            p.learn(&facts, server, routed.sticky, worker.clock.get());
+            p.set_cookie(server, routed.sticky)
+        });
+        match exchange(client, &mut conn, service, worker, local.gen.number, routed, info, set_cookie).await {
             Ok((outcome, reusable)) => {
                 if reusable {
                     conn.served += 1;
@@ -562,6 +592,7 @@ async fn exchange(
     gen: u64,
     routed: &Routed<'_>,
     info: RequestInfo,
+    set_cookie: Option<&str>,
 ) -> Result<(Outcome, bool), Failed> {
     let t = &service.timeouts;
     let early = |error| Err(Failed { error, response_started: false });
@@ -580,7 +611,7 @@ async fn exchange(
         return early(request_relay_error(e));
     }
     let mut response =
-        Response { out: &mut client.out, fields: &mut client.resp_fields, started: false, sent: Instant::now() };
+        Response { out: &mut client.out, fields: &mut client.resp_fields, started: false, sent: Instant::now(), set_cookie };
     let draining = || worker.closing(gen, &service.name);
     if upload.is_finished() {
         let done = respond(
@@ -640,6 +671,26 @@ async fn exchange(
     Ok((outcome, done.server_keeps && complete && conn.buf.is_empty()))
 }
 
+/// Whether the server persistence chose can take this request: anything but
+/// maintenance (a draining server keeps its persistent users), under its
+/// connection limit, and not already tried for this request.
+fn sticky_usable(live: &PoolLive, pool: &switchyard_config::Pool, server: usize, tried: u64) -> bool {
+    let (Some(s), Some(cfg)) = (live.servers.get(server), pool.servers.get(server)) else {
+        return false;
+    };
+    (server >= 64 || tried & (1 << server) == 0)
+        && s.state() != AdminState::Maintenance
+        && cfg.max_connections.is_none_or(|max| s.active.load(std::sync::atomic::Ordering::Relaxed) < max)
+}
+
+/// The header a header-keyed persistence table uses ("" for other kinds).
+fn stick_header(pool: &switchyard_config::Pool) -> &str {
+    match &pool.persistence {
+        Some(Persistence::Header { name, .. }) => name,
+        _ => "",
+    }
+}
+
 /// After a relayed protocol switch (WebSocket): bytes already read on either
 /// side go across first, then both directions are copied until one side
 /// closes (its FIN is passed on) or fails. No HTTP framing applies any more.
@@ -664,6 +715,8 @@ struct Response<'a> {
     started: bool,
     /// When the request was sent to the server.
     sent: Instant,
+    /// A persistence cookie to add to the response.
+    set_cookie: Option<&'a str>,
 }
 
 /// What [`respond`] learned about the finished response.
@@ -758,6 +811,13 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
         client_keep_alive && info.version == Version::Http10,
         dechunk,
     );
+    if let Some(cookie) = response.set_cookie {
+        // Before the head's final CRLF.
+        response.out.truncate(response.out.len().saturating_sub(2));
+        response.out.extend_from_slice(b"set-cookie: ");
+        response.out.extend_from_slice(cookie.as_bytes());
+        response.out.extend_from_slice(b"\r\n\r\n");
+    }
     buf.advance(head.len);
 
     // Phase 8: stream the response body.

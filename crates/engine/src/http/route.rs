@@ -32,6 +32,20 @@ pub struct RequestView<'a> {
     pub client: IpAddr,
 }
 
+impl crate::persist::RequestFacts for RequestView<'_> {
+    fn client(&self) -> IpAddr {
+        self.client
+    }
+
+    fn header_values<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'s [u8]> + 's {
+        let head = self.head;
+        self.fields
+            .iter()
+            .filter(move |f| head[f.name.clone()].eq_ignore_ascii_case(name.as_bytes()))
+            .map(move |f| &head[f.value.clone()])
+    }
+}
+
 impl<'a> RequestView<'a> {
     /// Values of the header `name` (lower case), in order.
     pub fn header_values(&self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {

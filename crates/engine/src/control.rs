@@ -26,8 +26,8 @@ use tokio::sync::{mpsc, watch};
 use switchyard_balance::cookie::CookieKey;
 
 use crate::access_log::AccessLog;
-use crate::persist::EntryView;
 use crate::live::{AdminState, Generation};
+use crate::persist::EntryView;
 use crate::worker::WorkerMsg;
 
 /// Listen backlog of every listener.
@@ -238,8 +238,14 @@ impl Control {
             (Some(new), Some(open)) if old.config.access_log.as_ref() == Some(new) => Some(open.clone()),
             (Some(new), _) => Some(AccessLog::open(new).map_err(ApplyError::AccessLog)?),
         };
-        let gen =
-            Arc::new(Generation::new(old.number + 1, config, Some(&old), self.worker_count, access_log, &self.cookie_key));
+        let gen = Arc::new(Generation::new(
+            old.number + 1,
+            config,
+            Some(&old),
+            self.worker_count,
+            access_log,
+            &self.cookie_key,
+        ));
         let removed: Vec<SocketAddr> = bound.iter().filter(|a| !gen.listeners.contains_key(a)).copied().collect();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         for (worker, listeners) in self.workers.iter().zip(fresh) {

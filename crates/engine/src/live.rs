@@ -19,8 +19,8 @@ use switchyard_config::{Config, Pool, Server};
 use switchyard_balance::cookie::CookieKey;
 
 use crate::access_log::AccessLog;
-use crate::persist::PoolPersistence;
 use crate::metrics::{ServerMetrics, ServiceMetrics};
+use crate::persist::PoolPersistence;
 
 /// What the operator decided for a server (health checks add "down" later).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,7 +223,8 @@ impl Generation {
             .pools
             .iter()
             .map(|pool| {
-                let before = previous.and_then(|g| g.pool_index(&pool.name)).and_then(|i| previous?.persistence[i].as_ref());
+                let before =
+                    previous.and_then(|g| g.pool_index(&pool.name)).and_then(|i| previous?.persistence[i].as_ref());
                 PoolPersistence::new(pool, key, before)
             })
             .collect();

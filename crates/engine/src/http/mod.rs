@@ -610,8 +610,13 @@ async fn exchange(
     if let Err(e) = body::send_head(&client.out, &mut client.buf, &mut conn.stream, &mut upload, t.client_idle).await {
         return early(request_relay_error(e));
     }
-    let mut response =
-        Response { out: &mut client.out, fields: &mut client.resp_fields, started: false, sent: Instant::now(), set_cookie };
+    let mut response = Response {
+        out: &mut client.out,
+        fields: &mut client.resp_fields,
+        started: false,
+        sent: Instant::now(),
+        set_cookie,
+    };
     let draining = || worker.closing(gen, &service.name);
     if upload.is_finished() {
         let done = respond(

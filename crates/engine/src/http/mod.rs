@@ -584,6 +584,7 @@ async fn forward(
 /// a server may answer before it has read the whole body (echo, streaming
 /// APIs, an early 413), and waiting for the body first would deadlock once
 /// every socket buffer on the path is full.
+#[allow(clippy::too_many_arguments)]
 async fn exchange(
     client: &mut Client,
     conn: &mut UpstreamConn,

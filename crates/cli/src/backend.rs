@@ -1,0 +1,246 @@
+//! The admin API's view of the running engine: [`switchyard_admin::Backend`]
+//! implemented over the engine's [`Control`]. Every change goes through
+//! `Control::apply`, the same path as SIGHUP.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use switchyard_admin::backend::{
+    ApiError, Backend, ClassCounts, HealthView, HistogramView, PersistenceEntryView, PersistenceView, PoolView,
+    ReloadView, ServerOp, ServerView, ServiceView, StatsView,
+};
+use switchyard_config::{Algorithm, Mode, Persistence};
+use switchyard_engine::metrics::{self, ByClass, ExpositionView, HistogramSnapshot, ProcessGauges, ServerRow};
+use switchyard_engine::{Applied, ApplyError, Change, Control, Generation};
+
+use crate::commands::{reload_file, ReloadError};
+
+/// The engine as the admin API sees it.
+pub struct EngineBackend {
+    control: Arc<Control>,
+    /// The configuration file (`None` for the embedded demo).
+    file: Option<PathBuf>,
+    /// TOML text of the configuration last applied.
+    source: Mutex<String>,
+    started: Instant,
+    reloads: Mutex<(u64, u64)>,
+}
+
+impl EngineBackend {
+    /// A backend for `control`, running `source` (read from `file` when there is one).
+    pub fn new(control: Arc<Control>, file: Option<PathBuf>, source: String) -> Self {
+        EngineBackend { control, file, source: Mutex::new(source), started: Instant::now(), reloads: Mutex::new((0, 0)) }
+    }
+
+    /// Re-reads the file and applies it (SIGHUP and the API both come here).
+    pub fn reload_now(&self) -> Result<Applied, ReloadError> {
+        let text = self.file.as_ref().and_then(|f| std::fs::read_to_string(f).ok());
+        let result = reload_file(&self.control, self.file.as_deref());
+        let mut counts = self.reloads.lock().unwrap_or_else(|e| e.into_inner());
+        match &result {
+            Ok(_) => {
+                counts.0 += 1;
+                if let Some(text) = text {
+                    *self.source.lock().unwrap_or_else(|e| e.into_inner()) = text;
+                }
+            }
+            Err(_) => counts.1 += 1,
+        }
+        result
+    }
+}
+
+fn api_error(e: ApplyError) -> ApiError {
+    match e {
+        ApplyError::NotFound(m) => ApiError::NotFound(m),
+        ApplyError::BadInput(m) => ApiError::BadRequest(m),
+        other => ApiError::Conflict(other.to_string()),
+    }
+}
+
+fn classes(c: &ByClass) -> ClassCounts {
+    ClassCounts { xx1: c.0[0], xx2: c.0[1], xx3: c.0[2], xx4: c.0[3], xx5: c.0[4], none: c.0[5] }
+}
+
+fn histogram(h: &HistogramSnapshot) -> HistogramView {
+    let bounds_us = (0..h.buckets.len()).filter_map(metrics::upper_bound).collect();
+    HistogramView { bounds_us, counts: h.buckets.clone(), sum_us: h.sum_us, count: h.count }
+}
+
+fn algorithm(a: Algorithm) -> &'static str {
+    match a {
+        Algorithm::RoundRobin => "round-robin",
+        Algorithm::LeastConnections => "least-connections",
+        Algorithm::RandomTwo => "random-two",
+        Algorithm::SourceHash => "source-hash",
+        Algorithm::Hash => "hash",
+        Algorithm::Maglev => "maglev",
+        Algorithm::First => "first",
+    }
+}
+
+fn persistence(p: &Persistence) -> String {
+    match p {
+        Persistence::CookieInsert(c) => format!("cookie {}", c.name),
+        Persistence::Source(_) => "source".to_string(),
+        Persistence::Header { name, .. } => format!("header {name}"),
+    }
+}
+
+fn server_view(gen: &Generation, p: usize, s: usize) -> ServerView {
+    let pool = &gen.config.pools[p];
+    let live = &gen.pools[p].servers[s];
+    let totals = live.metrics.snapshot();
+    ServerView {
+        pool: pool.name.clone(),
+        name: live.name.to_string(),
+        address: live.addr.to_string(),
+        state: live.state().as_str().to_string(),
+        weight: live.weight(),
+        configured_weight: pool.servers[s].weight,
+        backup: pool.servers[s].backup,
+        active: u64::from(live.active.load(std::sync::atomic::Ordering::Relaxed)),
+        requests: totals.requests,
+        responses: classes(&totals.responses),
+        failures: totals.failures.0.iter().sum(),
+    }
+}
+
+impl Backend for EngineBackend {
+    fn health(&self) -> HealthView {
+        let gen = self.control.generation();
+        HealthView {
+            status: "ok".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            uptime_s: self.started.elapsed().as_secs(),
+            workers: self.control.workers(),
+            generation: gen.number,
+            config_source: self.file.as_ref().map_or("<demo>".into(), |f| f.display().to_string()),
+        }
+    }
+
+    fn config(&self) -> String {
+        self.source.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn stats(&self) -> StatsView {
+        let gen = self.control.generation();
+        let services = gen
+            .config
+            .services
+            .iter()
+            .zip(&gen.services)
+            .map(|(service, m)| {
+                let t = m.snapshot();
+                ServiceView {
+                    name: service.name.clone(),
+                    mode: match service.mode {
+                        Mode::Http => "http".into(),
+                    },
+                    listeners: service.listeners.iter().map(|a| a.to_string()).collect(),
+                    connections_current: t.connections_current,
+                    connections_total: t.connections_opened,
+                    requests: t.requests,
+                    responses: classes(&t.responses),
+                    bytes_in: t.bytes_in,
+                    bytes_out: t.bytes_out,
+                    latency: histogram(&t.latency),
+                }
+            })
+            .collect();
+        let pools = gen
+            .config
+            .pools
+            .iter()
+            .enumerate()
+            .map(|(p, pool)| PoolView {
+                name: pool.name.clone(),
+                algorithm: algorithm(pool.algorithm).into(),
+                persistence: pool.persistence.as_ref().map(persistence),
+                servers: (0..pool.servers.len()).map(|s| server_view(&gen, p, s)).collect(),
+            })
+            .collect();
+        StatsView { services, pools }
+    }
+
+    fn metrics(&self) -> String {
+        let gen = self.control.generation();
+        let (ok, failed) = *self.reloads.lock().unwrap_or_else(|e| e.into_inner());
+        let mut view = ExpositionView {
+            process: ProcessGauges {
+                workers: self.control.workers() as u64,
+                config_generation: gen.number,
+                reloads_ok: ok,
+                reloads_failed: failed,
+                access_log_dropped: gen.access_log.as_ref().map_or(0, |l| l.dropped()),
+            },
+            ..ExpositionView::default()
+        };
+        view.services = gen.config.services.iter().zip(&gen.services).map(|(s, m)| (s.name.as_str(), &**m)).collect();
+        for (p, pool) in gen.config.pools.iter().enumerate() {
+            for live in &gen.pools[p].servers {
+                view.servers.push(ServerRow {
+                    pool: &pool.name,
+                    server: &live.name,
+                    address: live.addr,
+                    state: live.state().as_str(),
+                    weight: live.weight(),
+                    active: live.active.load(std::sync::atomic::Ordering::Relaxed),
+                    metrics: &live.metrics,
+                });
+            }
+        }
+        metrics::encode(&view)
+    }
+
+    fn server(&self, pool: &str, server: &str, op: ServerOp) -> Result<ServerView, ApiError> {
+        let op = match op {
+            ServerOp::Enable => switchyard_engine::ServerOp::Enable,
+            ServerOp::Disable => switchyard_engine::ServerOp::Disable,
+            ServerOp::Drain => switchyard_engine::ServerOp::Drain,
+            ServerOp::Weight(w) => switchyard_engine::ServerOp::Weight(w),
+        };
+        let change = Change::Server { pool: pool.to_string(), server: server.to_string(), op };
+        self.control.apply(change).map_err(api_error)?;
+        let gen = self.control.generation();
+        let p = gen.pool_index(pool).ok_or_else(|| ApiError::NotFound(format!("no pool named `{pool}`")))?;
+        let s = gen.pools[p].server_index(server).ok_or_else(|| ApiError::NotFound(format!("no server `{server}`")))?;
+        Ok(server_view(&gen, p, s))
+    }
+
+    fn persistence(&self, pool: &str, limit: usize) -> Result<PersistenceView, ApiError> {
+        let (kind, entries, total) = self.control.persistence(pool, limit).map_err(api_error)?;
+        let entries = entries
+            .into_iter()
+            .map(|e| PersistenceEntryView { key: e.key, server: e.server.to_string(), idle_s: e.idle.as_secs_f64() })
+            .collect();
+        Ok(PersistenceView { pool: pool.to_string(), kind: kind.to_string(), entries, total })
+    }
+
+    fn flush_persistence(&self, pool: &str) -> Result<u64, ApiError> {
+        match self.control.apply(Change::FlushPersistence { pool: pool.to_string() }).map_err(api_error)? {
+            Applied::Flushed { removed, .. } => Ok(removed),
+            _ => Ok(0),
+        }
+    }
+
+    fn validate(&self, source: &str, name: &str) -> Result<Vec<String>, Vec<String>> {
+        let (config, diagnostics) = switchyard_config::parse_with_warnings(source, name);
+        let lines = diagnostics.0.iter().map(|d| d.to_string()).collect();
+        match config {
+            Some(_) => Ok(lines),
+            None => Err(lines),
+        }
+    }
+
+    fn reload(&self) -> Result<ReloadView, ApiError> {
+        match self.reload_now() {
+            Ok(Applied::Reloaded { generation, summary, warnings }) => Ok(ReloadView { generation, summary, warnings }),
+            Ok(_) => Err(ApiError::Conflict("unexpected change result".into())),
+            Err(ReloadError::NoFile) => Err(ApiError::Conflict(ReloadError::NoFile.to_string())),
+            Err(ReloadError::Invalid(lines)) => Err(ApiError::Invalid(lines)),
+            Err(ReloadError::Apply(e)) => Err(api_error(e)),
+        }
+    }
+}

@@ -112,6 +112,8 @@ pub enum TestKind {
     L7Rps,
     /// L7: unlimited requests per connection.
     L7KeepaliveRps,
+    /// [`TestKind::L7KeepaliveRps`] with every request written to an access log file.
+    L7KeepaliveAccessLog,
     /// L7: 100 requests per connection, large responses.
     L7Throughput,
     /// L7 with cookie-insert persistence.

@@ -207,6 +207,11 @@ pub(crate) fn build(r: &Results) -> Vec<Block> {
         d.p(test_definition(*t));
         d.table(tables::test_table(r, *t));
         d.list(tables::cell_notes(r, *t));
+        if *t == TestKind::L7KeepaliveAccessLog {
+            d.p("**The cost of access logging**: each target's proxy CPU per request with the access log, \
+                 against the same target in the L7 keep-alive test at 128 B of this run.");
+            d.table(tables::logging_cost(r));
+        }
         d.blocks.push(Block::Chart(Chart::Envelope(*t)));
     }
 

@@ -205,6 +205,7 @@ pub(crate) fn test_name(t: TestKind) -> &'static str {
         TestKind::L7Cps => "L7 connections per second (1 request/connection)",
         TestKind::L7Rps => "L7 requests per second (10 requests/connection, .png rule)",
         TestKind::L7KeepaliveRps => "L7 keep-alive requests per second (.png rule)",
+        TestKind::L7KeepaliveAccessLog => "L7 keep-alive with access log (.png rule)",
         TestKind::L7Throughput => "L7 throughput",
         TestKind::L7CookiePersistence => "L7 cookie persistence",
         TestKind::TlsHandshakeRsa2048 => "TLS handshakes per second, RSA-2048",
@@ -226,6 +227,7 @@ pub(crate) fn test_short(t: TestKind) -> &'static str {
         TestKind::L7Cps => "L7 CPS",
         TestKind::L7Rps => "L7 RPS",
         TestKind::L7KeepaliveRps => "L7 KA RPS",
+        TestKind::L7KeepaliveAccessLog => "L7 KA + log",
         TestKind::L7Throughput => "L7 thr.",
         TestKind::L7CookiePersistence => "Cookie",
         TestKind::TlsHandshakeRsa2048 => "TLS RSA",
@@ -252,6 +254,11 @@ pub(crate) fn test_definition(t: TestKind) -> &'static str {
         }
         TestKind::L7KeepaliveRps => {
             "Unlimited requests per connection with the `.png` rule: the cost of HTTP processing alone."
+        }
+        TestKind::L7KeepaliveAccessLog => {
+            "The L7 keep-alive test with every request written to an access log file (switchyard: JSON lines; \
+             HAProxy: `option httplog` on standard output redirected to a file; NGINX: `access_log`, combined \
+             format): its difference from L7 keep-alive is the cost of logging."
         }
         TestKind::L7Throughput => "100 requests per connection with L7 processing; payload bytes per second.",
         TestKind::L7CookiePersistence => {

@@ -180,6 +180,46 @@ pub(crate) fn test_table(r: &Results, test: TestKind) -> Table {
     t
 }
 
+/// The cost of the access log per target: L7 keep-alive at 128 B with and without it.
+pub(crate) fn logging_cost(r: &Results) -> Table {
+    let mut t = Table::new(&[
+        "Target",
+        "µs CPU/req without log",
+        "µs CPU/req with log",
+        "added µs CPU/req",
+        "added",
+        "req/s without log",
+        "req/s with log",
+    ]);
+    let targets = model::targets_in_order(r);
+    for target in targets.iter().filter(|t| *t != "direct") {
+        let plain = view(r, TestKind::L7KeepaliveRps, Some(SMALL), target);
+        let logged = view(r, TestKind::L7KeepaliveAccessLog, Some(SMALL), target);
+        let lead = vec![target.clone()];
+        let (Some(a), Some(b)) = (plain.figures(), logged.figures()) else {
+            let why = logged.reason().or(plain.reason()).unwrap_or_else(|| "no figures".into());
+            t.note(lead, why);
+            continue;
+        };
+        let (without, with) = (a.cpu_us.map(|s| s.median), b.cpu_us.map(|s| s.median));
+        let (added, percent) = match (without, with) {
+            (Some(x), Some(y)) if x > 0.0 => (format!("{:+.1}", y - x), format!("{:+.0} %", (y - x) / x * 100.0)),
+            _ => ("—".into(), "—".into()),
+        };
+        let mut cells = lead;
+        cells.extend([
+            fmt_opt(without),
+            fmt_opt(with),
+            added,
+            percent,
+            fmt_opt(a.rps.map(|s| s.median)),
+            fmt_opt(b.rps.map(|s| s.median)),
+        ]);
+        t.row(cells);
+    }
+    t
+}
+
 /// The flags of a test's measured cells, one line each.
 pub(crate) fn cell_notes(r: &Results, test: TestKind) -> Vec<String> {
     let mut out = Vec::new();

@@ -111,6 +111,16 @@ pub(crate) fn sample() -> Results {
     }
     for target in ["switchyard", "haproxy", "nginx", "direct"] {
         let outcome = match target {
+            "direct" => Outcome::NotSupported { reason: "baseline: the origin simulator writes no access log".into() },
+            "nginx" => {
+                Outcome::Failed { reason: "function check failed: 0 of 7 requests reached the access log".into() }
+            }
+            t => measured(40_000.0 / (1.0 + SMALL as f64 / 16_384.0), cpu(t) * 1.1, SMALL, false, false),
+        };
+        tests.push(cell(TestKind::L7KeepaliveAccessLog, Some(SMALL), target, outcome));
+    }
+    for target in ["switchyard", "haproxy", "nginx", "direct"] {
+        let outcome = match target {
             "switchyard" => Outcome::NotSupported { reason: "L4 mode arrives with a later issue".into() },
             "nginx" => Outcome::Failed { reason: "function check: stream module missing".into() },
             _ => measured(50_000.0, cpu(target) * 3.0, SMALL, false, false),
@@ -277,6 +287,24 @@ fn markdown_has_every_section_and_every_reason() {
     assert!(md.contains("3.0 KiB"), "memory per connection");
     // The 128 KB headline rows are there too.
     assert!(md.contains("| L7 RPS | 128 KB | haproxy |"));
+}
+
+#[test]
+fn the_cost_of_logging_is_the_difference_from_keep_alive() {
+    let (_dir, md, html) = written(&sample());
+    assert!(md.contains("### L7 keep-alive with access log (.png rule)"), "{md}");
+    assert!(md.contains("The cost of access logging"));
+    let row = |target: &str| {
+        md.lines()
+            .find(|l| l.starts_with(&format!("| {target} |")) && l.contains(" % |"))
+            .unwrap_or_default()
+            .to_string()
+    };
+    // switchyard 20 µs → 22 µs, HAProxy 30 → 33: +10 % each.
+    assert!(row("switchyard").contains("| 20.0 | 22.0 | +2.0 | +10 % |"), "{}", row("switchyard"));
+    assert!(row("haproxy").contains("| +3.0 | +10 % |"), "{}", row("haproxy"));
+    assert!(md.contains("| nginx | *failed: function check failed: 0 of 7 requests reached the access log*"), "{md}");
+    assert!(html.contains("The cost of access logging"));
 }
 
 #[test]

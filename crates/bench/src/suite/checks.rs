@@ -1,14 +1,16 @@
 //! Function checks: before a target is measured in a setup, a few plain requests prove it
 //! does what the test is about (the `.png` rule reaches `images`, cookies are inserted
 //! and stick, responses are gzipped, repeated requests are cache hits, TLS handshakes
-//! complete). A failed check turns the target's cells of that setup into `Failed`.
+//! complete, each request reaches the access log file). A failed check turns the
+//! target's cells of that setup into `Failed`.
 //!
 //! The client here is deliberately tiny and blocking: one request per connection,
 //! `connection: close`, the whole answer read to EOF, then parsed.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context};
 
@@ -127,6 +129,36 @@ fn check_routing(addr: SocketAddr) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Lines in a file; 0 while it does not exist.
+fn lines_in(path: &Path) -> usize {
+    std::fs::read(path).map_or(0, |b| b.iter().filter(|c| **c == b'\n').count())
+}
+
+/// The routing check, and each of its requests written to the access log file within
+/// 3 s (switchyard writes at least every 100 ms, the peers at once). A target that
+/// accepts the configuration but logs nothing would otherwise measure as free logging.
+fn check_logging(addr: SocketAddr, log: &Path) -> anyhow::Result<()> {
+    const REQUESTS: usize = 7;
+    let before = lines_in(log);
+    check_routing(addr)?;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let logged = lines_in(log).saturating_sub(before);
+        if logged >= REQUESTS {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{logged} of {REQUESTS} requests reached the access log {} within 3 s",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    ensure!(text.contains("/index.html"), "the access log {} does not name the requests", log.display());
+    Ok(())
+}
+
 /// A cookie is inserted, and requests carrying it stick to one server.
 fn check_cookie(addr: SocketAddr) -> anyhow::Result<()> {
     let first = ok_from(addr, "/index.html?size=128", &[])?;
@@ -207,8 +239,15 @@ fn check_tls(addr: SocketAddr) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs the checks of `setup` against a target listening on `addr`.
-pub fn check(target: TargetKind, setup: Setup, addr: SocketAddr, origins: &[u16]) -> anyhow::Result<()> {
+/// Runs the checks of `setup` against a target listening on `addr` (`run_dir`: where
+/// the targets write their files, the access logs among them).
+pub fn check(
+    target: TargetKind,
+    setup: Setup,
+    addr: SocketAddr,
+    origins: &[u16],
+    run_dir: &Path,
+) -> anyhow::Result<()> {
     match (target, setup) {
         (_, Setup::Udp) => check_udp(addr),
         (TargetKind::Direct, _) => ok_from(addr, "/index.html?size=128", &[]).map(|_| ()),
@@ -218,6 +257,7 @@ pub fn check(target: TargetKind, setup: Setup, addr: SocketAddr, origins: &[u16]
             Ok(())
         }
         (_, Setup::L7) => check_routing(addr),
+        (_, Setup::L7Log) => check_logging(addr, &super::targets::access_log_path(run_dir, target)),
         (_, Setup::Cookie) => check_cookie(addr),
         (_, Setup::Gzip) => check_gzip(addr),
         (_, Setup::Cache) => check_cache(addr, origins),

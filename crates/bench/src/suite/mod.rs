@@ -188,7 +188,8 @@ pub fn run(opts: &SuiteOptions) -> anyhow::Result<Results> {
                     let log = logs.join(format!("{}-{}.log", t.kind.name(), setup.name()));
                     p.wait_ready(addr, setup == Setup::Udp, &log)?;
                 }
-                checks::check(t.kind, setup, addr, &ports.origins[..2]).context("function check failed")?;
+                checks::check(t.kind, setup, addr, &ports.origins[..2], env.run_dir)
+                    .context("function check failed")?;
                 Ok(p)
             });
             match started {
@@ -218,9 +219,12 @@ pub fn run(opts: &SuiteOptions) -> anyhow::Result<Results> {
         }
         runner::measure_setup(&ctx, &tests, &live, &mut here);
         drop(live);
-        for (_, p, _) in &mut procs {
+        for (kind, p, _) in &mut procs {
             if let Some(p) = p.as_mut() {
                 p.stop();
+            }
+            if setup == Setup::L7Log {
+                keep_log_sample(&targets::access_log_path(env.run_dir, *kind), &logs, *kind);
             }
         }
         pending.extend(here);
@@ -368,6 +372,11 @@ fn start(t: &Target, setup: Setup, opts: &SuiteOptions, out: &Path) -> anyhow::R
     let file = out.join(format!("configs/{}/{}", t.kind.name(), targets::config_file_name(t.kind, setup)));
     let log = out.join(format!("logs/{}-{}.log", t.kind.name(), setup.name()));
     let run_dir = out.join("run");
+    let access_log = targets::access_log_path(&run_dir, t.kind);
+    if setup == Setup::L7Log {
+        // A fresh file per start: the check counts the lines this start writes.
+        let _ = std::fs::remove_file(&access_log);
+    }
     let args: Vec<String> = match t.kind {
         TargetKind::Switchyard => vec!["run".into(), "-c".into(), file.display().to_string()],
         TargetKind::Haproxy => vec!["-db".into(), "-f".into(), file.display().to_string()],
@@ -383,7 +392,19 @@ fn start(t: &Target, setup: Setup, opts: &SuiteOptions, out: &Path) -> anyhow::R
         }
         TargetKind::Direct => return Ok(None),
     };
-    Proc::spawn(t.kind.name(), opts.proxy_cpu, program, &args, &log).map(Some)
+    // HAProxy logs to standard output in this setup (see targets::access_log_path).
+    let stdout = if setup == Setup::L7Log && t.kind == TargetKind::Haproxy { &access_log } else { &log };
+    Proc::spawn_split(t.kind.name(), opts.proxy_cpu, program, &args, stdout, &log).map(Some)
+}
+
+/// Keeps the first lines of a target's access log under `logs/` (so the report shows
+/// what each target wrote) and removes the file: a run writes tens of megabytes.
+fn keep_log_sample(access_log: &Path, logs: &Path, target: TargetKind) {
+    use std::io::BufRead;
+    let Ok(file) = std::fs::File::open(access_log) else { return };
+    let sample: Vec<String> = std::io::BufReader::new(file).lines().take(5).map_while(Result::ok).collect();
+    let _ = std::fs::write(logs.join(format!("{}-access-sample.log", target.name())), sample.join("\n") + "\n");
+    let _ = std::fs::remove_file(access_log);
 }
 
 /// Loopback ports, from base 31000 upwards in steps of 100 until all are free.

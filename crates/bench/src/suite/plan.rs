@@ -76,6 +76,8 @@ impl TargetKind {
 pub enum Setup {
     /// HTTP: pools `main` (2 servers, round robin) and `images`, the `.png` rule.
     L7,
+    /// [`Setup::L7`] plus an access log line per request, written to a file.
+    L7Log,
     /// TCP relay to pool `main`.
     L4,
     /// [`Setup::L7`] plus cookie-insert persistence.
@@ -97,6 +99,7 @@ impl Setup {
     pub fn name(self) -> &'static str {
         match self {
             Setup::L7 => "l7",
+            Setup::L7Log => "l7-log",
             Setup::L4 => "l4",
             Setup::Cookie => "cookie",
             Setup::TlsRsa => "tls-rsa2048",
@@ -190,6 +193,8 @@ pub fn plan(quick: bool) -> Plan {
                 test(L7KeepaliveRps, Setup::L7, s.clone(), None, 1),
                 test(L7Rps, Setup::L7, s.clone(), Some(10), 1),
                 test(L7Cps, Setup::L7, s, Some(1), 1),
+                // One more start and one short run: cheap enough for the CI smoke test.
+                test(L7KeepaliveAccessLog, Setup::L7Log, sized(&[128]), None, 1),
             ],
             timing: Timing {
                 warmup: Duration::from_millis(500),
@@ -214,6 +219,8 @@ pub fn plan(quick: bool) -> Plan {
             test(L7Rps, Setup::L7, all.clone(), Some(10), 3),
             test(L7Cps, Setup::L7, all.clone(), Some(1), 2),
             test(L7Throughput, Setup::L7, all.clone(), Some(100), 2),
+            // After every Setup::L7 test: the runner starts each setup's targets once.
+            test(L7KeepaliveAccessLog, Setup::L7Log, sized(&[128]), None, 3),
             test(L4Cps, Setup::L4, all.clone(), Some(1), 2),
             test(L4Throughput, Setup::L4, all.clone(), Some(100), 2),
             test(L7CookiePersistence, Setup::Cookie, vec![Some(128 * 1024)], Some(10), 2),
@@ -282,6 +289,7 @@ pub fn direct_support(t: &TestPlan) -> Support {
     }
     match t.setup {
         Setup::L7 | Setup::L4 | Setup::Udp => Support::Yes,
+        Setup::L7Log => Support::No("baseline: the origin simulator writes no access log".into()),
         Setup::Cookie => Support::No("baseline: the origin does not insert persistence cookies".into()),
         Setup::TlsRsa | Setup::TlsEcdsa => Support::No("baseline: the origin simulator does not speak TLS".into()),
         Setup::Gzip => Support::No("baseline: the origin simulator does not compress".into()),
@@ -377,12 +385,20 @@ mod tests {
         let kinds: Vec<_> = p.tests.iter().map(|t| t.kind).collect();
         assert_eq!(
             kinds,
-            [TestKind::ConcurrentConnections, TestKind::L7KeepaliveRps, TestKind::L7Rps, TestKind::L7Cps]
+            [
+                TestKind::ConcurrentConnections,
+                TestKind::L7KeepaliveRps,
+                TestKind::L7Rps,
+                TestKind::L7Cps,
+                TestKind::L7KeepaliveAccessLog
+            ]
         );
         for t in &p.tests {
             assert_eq!(t.repeats, 1);
-            if t.kind != TestKind::ConcurrentConnections {
-                assert_eq!(t.sizes, vec![Some(128), Some(131072)]);
+            match t.kind {
+                TestKind::ConcurrentConnections => {}
+                TestKind::L7KeepaliveAccessLog => assert_eq!(t.sizes, vec![Some(128)]),
+                _ => assert_eq!(t.sizes, vec![Some(128), Some(131072)]),
             }
         }
         assert!(p.timing.latency_fractions.is_empty());
@@ -397,8 +413,8 @@ mod tests {
             _ => Support::Yes,
         });
         let n = count(&p, &c);
-        assert_eq!(n.cells, 14);
-        assert_eq!(n.measured, 13);
+        assert_eq!(n.cells, 16);
+        assert_eq!(n.measured, 14, "the baseline has no proxy memory and no access log");
         assert!(estimate(&p, &c) < Duration::from_secs(120), "{:?}", estimate(&p, &c));
     }
 
@@ -461,6 +477,26 @@ mod tests {
         let est = fit(&mut p, &c, FULL_BUDGET);
         assert!(est <= FULL_BUDGET, "{est:?}");
         assert!(p.timing.duration >= Duration::from_secs(1));
+    }
+
+    #[test]
+    fn setups_are_contiguous_and_the_log_test_mirrors_keep_alive() {
+        for quick in [true, false] {
+            let p = plan(quick);
+            // The runner starts the targets once per run of equal setups.
+            let mut setups: Vec<Setup> = p.tests.iter().map(|t| t.setup).collect();
+            setups.dedup();
+            let distinct: std::collections::BTreeSet<Setup> = setups.iter().copied().collect();
+            assert_eq!(setups.len(), distinct.len(), "quick {quick}: {setups:?}");
+            let find = |k| p.tests.iter().find(|t| t.kind == k).expect("planned");
+            let (ka, log) = (find(TestKind::L7KeepaliveRps), find(TestKind::L7KeepaliveAccessLog));
+            assert_eq!(log.setup, Setup::L7Log);
+            assert_eq!((log.requests_per_connection, log.repeats), (ka.requests_per_connection, ka.repeats));
+            assert_eq!(log.sizes, vec![Some(128)]);
+            assert!(ka.sizes.contains(&Some(128)) && !log.headline);
+            let paths = crate::suite::runner::paths;
+            assert_eq!(paths(log, Some(128)), paths(ka, Some(128)), "same load as L7 keep-alive");
+        }
     }
 
     #[test]

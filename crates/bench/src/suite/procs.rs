@@ -63,8 +63,23 @@ pub struct Proc {
 impl Proc {
     /// Starts `program args` pinned to `cpu`, stdout and stderr appended to `log`.
     pub fn spawn(name: &str, cpu: usize, program: &Path, args: &[String], log: &Path) -> anyhow::Result<Proc> {
-        let out = File::options().create(true).append(true).open(log).with_context(|| format!("{}", log.display()))?;
-        let err = out.try_clone()?;
+        Proc::spawn_split(name, cpu, program, args, log, log)
+    }
+
+    /// [`Proc::spawn`] with stdout appended to `stdout` and stderr to `stderr`
+    /// (the same file when both paths are equal).
+    pub fn spawn_split(
+        name: &str,
+        cpu: usize,
+        program: &Path,
+        args: &[String],
+        stdout: &Path,
+        stderr: &Path,
+    ) -> anyhow::Result<Proc> {
+        let append =
+            |p: &Path| File::options().create(true).append(true).open(p).with_context(|| format!("{}", p.display()));
+        let out = append(stdout)?;
+        let err = if stderr == stdout { out.try_clone()? } else { append(stderr)? };
         let child = Command::new("taskset")
             .arg("-c")
             .arg(cpu.to_string())

@@ -4,8 +4,17 @@
 use super::*;
 use crate::suite::procs::which;
 
-const SETUPS: [Setup; 8] =
-    [Setup::L7, Setup::L4, Setup::Cookie, Setup::TlsRsa, Setup::TlsEcdsa, Setup::Gzip, Setup::Cache, Setup::Udp];
+const SETUPS: [Setup; 9] = [
+    Setup::L7,
+    Setup::L7Log,
+    Setup::L4,
+    Setup::Cookie,
+    Setup::TlsRsa,
+    Setup::TlsEcdsa,
+    Setup::Gzip,
+    Setup::Cache,
+    Setup::Udp,
+];
 
 struct Fixture {
     dir: PathBuf,
@@ -39,7 +48,7 @@ impl Drop for Fixture {
 #[test]
 fn every_l7_config_has_the_png_rule_pools_and_one_worker() {
     let f = Fixture::new("l7");
-    for setup in [Setup::L7, Setup::Cookie, Setup::TlsRsa, Setup::Gzip, Setup::Cache] {
+    for setup in [Setup::L7, Setup::L7Log, Setup::Cookie, Setup::TlsRsa, Setup::Gzip, Setup::Cache] {
         let sw = switchyard(setup, &f.env());
         assert!(sw.contains("path_suffix = \".png\", pool = \"images\""), "{sw}");
         assert!(sw.contains("workers = 1") && sw.contains("127.0.0.1:41001") && sw.contains("127.0.0.1:41003"));
@@ -79,6 +88,26 @@ fn features_appear_in_each_config() {
         NginxStream::Missing(_) => assert!(nginx(Setup::L4, &e).is_err()),
         _ => assert!(nginx(Setup::Udp, &e).expect("stream").contains("udp;")),
     }
+}
+
+#[test]
+fn only_the_log_setup_logs_each_request_to_a_file_in_the_run_folder() {
+    let f = Fixture::new("log");
+    let e = f.env();
+    let file = |t| access_log_path(&f.dir, t).display().to_string();
+    let sw = switchyard(Setup::L7Log, &e);
+    assert!(
+        sw.ends_with(&format!("[access_log]\npath = \"{}\"\nformat = \"json\"\n", file(TargetKind::Switchyard))),
+        "{sw}"
+    );
+    let ha = haproxy(Setup::L7Log, &e).expect("haproxy logs");
+    assert!(ha.contains("log stdout format raw local0") && ha.contains("option httplog") && ha.contains("log global"));
+    let ng = nginx(Setup::L7Log, &e).expect("nginx logs");
+    assert!(ng.contains(&format!("access_log {};", file(TargetKind::Nginx))), "{ng}");
+    assert!(file(TargetKind::Haproxy).starts_with(&f.dir.display().to_string()));
+    assert!(!switchyard(Setup::L7, &e).contains("access_log"));
+    assert!(!haproxy(Setup::L7, &e).expect("l7").contains("httplog"));
+    assert!(nginx(Setup::L7, &e).expect("l7").contains("access_log off;"));
 }
 
 #[test]

@@ -260,6 +260,13 @@ impl Control {
                 return Err(ApplyError::Unavailable("a worker did not take the new configuration in time".into()));
             }
         }
+        // A replaced access log is stopped here, on the control thread: the
+        // last handle would otherwise drop on a worker and wait for the writer.
+        if let Some(old_log) = &old.access_log {
+            if !gen.access_log.as_ref().is_some_and(|new| new.same(old_log)) {
+                old_log.shutdown();
+            }
+        }
         for addr in &removed {
             bound.remove(addr);
         }

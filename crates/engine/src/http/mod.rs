@@ -34,7 +34,7 @@ use self::parse::{Connection, Field, Framing, HeadLimits, RequestHead, Version};
 use self::rewrite::Forwarding;
 use crate::error::{Kind, ProxyError};
 use crate::live::{AdminState, PoolLive};
-use crate::metrics::{side_name, Record, Timings, Upstream};
+use crate::metrics::{reason_index, side_name, Record, Timings, Upstream, REASONS};
 use crate::persist::Facts;
 use crate::upstream::{self, ActiveGuard, PickView, UpstreamConn};
 use crate::worker::{Local, Worker};
@@ -942,7 +942,7 @@ fn log(client: &Client, service: &Service, status: u16, error: Option<&ProxyErro
         bytes_out: t.bytes_out,
         upstream: server.map(|(pool, live)| Upstream { pool, server: &live.name, addr: live.addr }),
         timings: Timings { head_us: t.head_us, connect_us: t.connect_us, response_us: t.response_us, total_us },
-        reason: error.map(ProxyError::reason),
+        reason: error.map(|e| REASONS[reason_index(e.reason(), Some(side_name(e.side())))]),
         side: error.map(|e| side_name(e.side())),
         user_agent: meta(client, META_USER_AGENT),
         referer: meta(client, META_REFERER),

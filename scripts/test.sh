@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 # Debian packages the test run relies on. The tests shell out to kill(1)
 # (procps: they stop the processes they start by PID) and taskset(1)
 # (util-linux: the benchmark smoke test pins the proxy and the generator);
-# the rest serve the scripts and manual checks around them.
+# the dashboard tests drive a headless Chromium (chromium); the rest serve
+# the scripts and manual checks around them.
 # Each entry is "package:command" (command empty when the package has none).
 PACKAGES=(
   "procps:kill"
@@ -18,6 +19,7 @@ PACKAGES=(
   "ca-certificates:"
   "curl:curl"
   "iproute2:ss"
+  "chromium:chromium"
 )
 
 step() {

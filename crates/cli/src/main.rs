@@ -53,6 +53,8 @@ enum Command {
     },
     /// Run the benchmark suite against switchyard (and peers), or compare two results.
     Bench(bench::BenchArgs),
+    /// Talk to a running switchyard's admin API: status, stats, server changes, reload.
+    Ctl(switchyard_admin::ctl::CtlArgs),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +75,7 @@ fn main() -> ExitCode {
             switchyard_bench::origin::run(listen, &name, threads).map_err(anyhow::Error::from)
         }
         Command::Bench(args) => bench::run(args),
+        Command::Ctl(args) => return switchyard_admin::ctl::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

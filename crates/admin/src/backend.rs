@@ -1,0 +1,267 @@
+//! The boundary between the admin API and the running balancer.
+//!
+//! The admin crate knows nothing of the engine: the binary implements
+//! [`Backend`] over its engine handle, and tests implement it over a fake.
+//! Every view type here is plain data that serialises to the JSON the API
+//! returns and deserialises back, so `switchyard ctl` decodes exactly what
+//! the server encoded.
+//!
+//! The trait is synchronous on purpose: the engine's control operations are
+//! short and lock-based, and the HTTP handlers call them on tokio's blocking
+//! pool so a slow reload never stalls the admin runtime.
+
+use serde::{Deserialize, Serialize};
+
+/// What the admin API needs from the running balancer.
+pub trait Backend: Send + Sync + 'static {
+    /// Liveness and identity of the running process.
+    fn health(&self) -> HealthView;
+    /// The effective configuration of the running generation, as TOML text.
+    fn config(&self) -> String;
+    /// A snapshot of every service's and every pool's counters.
+    fn stats(&self) -> StatsView;
+    /// Prometheus text exposition, format 0.0.4.
+    fn metrics(&self) -> String;
+    /// Applies `op` to one server and returns its state afterwards.
+    ///
+    /// # Errors
+    /// [`ApiError::NotFound`] for an unknown pool or server (the message names
+    /// which), [`ApiError::BadRequest`] for an operation the server refuses.
+    fn server(&self, pool: &str, server: &str, op: ServerOp) -> Result<ServerView, ApiError>;
+    /// Up to `limit` entries of a pool's persistence table, and its total size.
+    ///
+    /// # Errors
+    /// [`ApiError::NotFound`] for an unknown pool, [`ApiError::Conflict`] when
+    /// the pool has no persistence.
+    fn persistence(&self, pool: &str, limit: usize) -> Result<PersistenceView, ApiError>;
+    /// Empties a pool's persistence table; returns how many entries it removed.
+    ///
+    /// # Errors
+    /// As [`Backend::persistence`].
+    fn flush_persistence(&self, pool: &str) -> Result<u64, ApiError>;
+    /// Checks a configuration without applying it. `name` is the file name to
+    /// use in diagnostics (what the client called it, or `<request>`).
+    ///
+    /// # Errors
+    /// The diagnostic lines (`NAME:LINE:COL: error: message` plus hint lines)
+    /// when the configuration is invalid; `Ok` carries warning lines.
+    fn validate(&self, source: &str, name: &str) -> Result<Vec<String>, Vec<String>>;
+    /// Re-reads the configuration file and applies the difference.
+    ///
+    /// # Errors
+    /// [`ApiError::Invalid`] with diagnostics when the file is invalid (nothing
+    /// is applied), [`ApiError::Conflict`] when there is no file (the demo).
+    fn reload(&self) -> Result<ReloadView, ApiError>;
+}
+
+/// A change to one server's administrative state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerOp {
+    /// Put the server back into rotation.
+    Enable,
+    /// Take it out of rotation at once (maintenance); in-flight requests finish.
+    Disable,
+    /// Send it no new clients; sessions pinned by persistence may still arrive.
+    Drain,
+    /// Set its effective weight (0..=1000).
+    Weight(u32),
+}
+
+/// Why an admin operation failed; each variant is one HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// 404: the named pool, server or resource does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// 400: the request is malformed or out of range.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 409: the request is valid but the current state forbids it.
+    #[error("{0}")]
+    Conflict(String),
+    /// 422: a configuration was refused; the diagnostic lines say why.
+    #[error("invalid configuration")]
+    Invalid(Vec<String>),
+}
+
+/// `GET /api/v1/health`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HealthView {
+    /// Always `"ok"` when the process answers.
+    pub status: String,
+    /// The switchyard version.
+    pub version: String,
+    /// Seconds since the process started.
+    pub uptime_s: u64,
+    /// Data-plane worker threads.
+    pub workers: usize,
+    /// Configuration generation: 1 at start, +1 per applied change.
+    pub generation: u64,
+    /// The configuration file path, or `<demo>`.
+    pub config_source: String,
+}
+
+/// `GET /api/v1/stats`: counters since start, never reset by reloads.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatsView {
+    /// Services, in configuration order.
+    pub services: Vec<ServiceView>,
+    /// Pools, in configuration order.
+    pub pools: Vec<PoolView>,
+}
+
+/// One virtual service's counters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServiceView {
+    /// Service name.
+    pub name: String,
+    /// `http`, `https`, `tcp`, …
+    pub mode: String,
+    /// Addresses it listens on.
+    pub listeners: Vec<String>,
+    /// Client connections open now.
+    pub connections_current: u64,
+    /// Client connections accepted since start.
+    pub connections_total: u64,
+    /// Requests received (L7) or connections relayed (L4).
+    pub requests: u64,
+    /// Responses by status class.
+    pub responses: ClassCounts,
+    /// Bytes received from clients.
+    pub bytes_in: u64,
+    /// Bytes sent to clients.
+    pub bytes_out: u64,
+    /// Request latency (first byte in to last byte out).
+    pub latency: HistogramView,
+}
+
+/// Responses counted by status class; `none` counts requests that got no
+/// response (client gone, connection reset).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassCounts {
+    /// 1xx responses.
+    #[serde(rename = "1xx")]
+    pub xx1: u64,
+    /// 2xx responses.
+    #[serde(rename = "2xx")]
+    pub xx2: u64,
+    /// 3xx responses.
+    #[serde(rename = "3xx")]
+    pub xx3: u64,
+    /// 4xx responses.
+    #[serde(rename = "4xx")]
+    pub xx4: u64,
+    /// 5xx responses.
+    #[serde(rename = "5xx")]
+    pub xx5: u64,
+    /// Requests that ended without a response.
+    pub none: u64,
+}
+
+/// A fixed-bucket histogram of durations in microseconds.
+///
+/// Invariant: `counts.len() == bounds_us.len() + 1`; the last count is the
+/// overflow bucket (above the last bound). Counts are per bucket, not
+/// cumulative, so two snapshots subtract bucket by bucket.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistogramView {
+    /// Inclusive upper bound of each bucket, ascending.
+    pub bounds_us: Vec<u64>,
+    /// Observations per bucket, one more than `bounds_us`.
+    pub counts: Vec<u64>,
+    /// Sum of all observations.
+    pub sum_us: u64,
+    /// Number of observations.
+    pub count: u64,
+}
+
+/// One pool and its servers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolView {
+    /// Pool name.
+    pub name: String,
+    /// Balancing method, as written in the configuration.
+    pub algorithm: String,
+    /// Persistence kind, when the pool has one.
+    pub persistence: Option<String>,
+    /// Servers, in configuration order.
+    pub servers: Vec<ServerView>,
+}
+
+/// One server: its state and counters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerView {
+    /// The pool it belongs to.
+    pub pool: String,
+    /// Server name (unique within the pool).
+    pub name: String,
+    /// `host:port` it is reached at.
+    pub address: String,
+    /// `up`, `draining`, `maintenance` or `down`.
+    pub state: String,
+    /// Effective weight now (after admin changes and slow start).
+    pub weight: u32,
+    /// Weight in the configuration.
+    pub configured_weight: u32,
+    /// Used only when no primary server is available.
+    pub backup: bool,
+    /// Requests or connections in flight to it.
+    pub active: u64,
+    /// Requests (L7) or connections (L4) sent to it since start.
+    pub requests: u64,
+    /// Its responses by status class.
+    pub responses: ClassCounts,
+    /// Connect failures, timeouts and resets since start.
+    pub failures: u64,
+}
+
+/// `GET /api/v1/pools/{pool}/persistence`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PersistenceView {
+    /// Pool name.
+    pub pool: String,
+    /// Persistence kind (`cookie-insert`, `source-ip`, …).
+    pub kind: String,
+    /// Up to the requested number of entries, most recently used first.
+    pub entries: Vec<PersistenceEntryView>,
+    /// Entries in the whole table.
+    pub total: u64,
+}
+
+/// One persistence entry: which client key sticks to which server.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PersistenceEntryView {
+    /// The client key (address, cookie value, …).
+    pub key: String,
+    /// The server it sticks to.
+    pub server: String,
+    /// Seconds since it was last used.
+    pub idle_s: f64,
+}
+
+/// `POST /api/v1/reload`: what an applied reload changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReloadView {
+    /// The generation now running.
+    pub generation: u64,
+    /// One-line summary of the difference (e.g. `1 pool changed, 1 server added`).
+    pub summary: String,
+    /// Warnings about the new configuration.
+    pub warnings: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_counts_use_status_class_names_in_json() {
+        let counts = ClassCounts { xx2: 5, none: 1, ..ClassCounts::default() };
+        let json = serde_json::to_value(counts).expect("encode");
+        assert_eq!(json["2xx"], 5);
+        assert_eq!(json["none"], 1);
+        let back: ClassCounts = serde_json::from_value(json).expect("decode");
+        assert_eq!(back, counts);
+    }
+}

@@ -30,7 +30,13 @@ pub struct EngineBackend {
 impl EngineBackend {
     /// A backend for `control`, running `source` (read from `file` when there is one).
     pub fn new(control: Arc<Control>, file: Option<PathBuf>, source: String) -> Self {
-        EngineBackend { control, file, source: Mutex::new(source), started: Instant::now(), reloads: Mutex::new((0, 0)) }
+        EngineBackend {
+            control,
+            file,
+            source: Mutex::new(source),
+            started: Instant::now(),
+            reloads: Mutex::new((0, 0)),
+        }
     }
 
     /// Re-reads the file and applies it (SIGHUP and the API both come here).

@@ -2,11 +2,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::{anyhow, Context};
 use switchyard_bench::origin::Origin;
 use switchyard_config::Severity;
 use switchyard_engine::{Applied, ApplyError, Change, Control};
+
+use crate::backend::EngineBackend;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// The embedded demo configuration of `switchyard up`.
@@ -42,8 +45,10 @@ pub fn check(path: &Path) -> ExitCode {
 
 /// `switchyard run -c FILE [--workers N]`.
 pub fn run(path: &Path, workers: Option<usize>) -> anyhow::Result<()> {
-    let config = switchyard_config::load(path).map_err(|d| anyhow!("invalid configuration\n{d}"))?;
-    serve(config, workers, Vec::new(), Some(path.to_path_buf()))
+    let source = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let config = switchyard_config::parse(&source, &path.display().to_string())
+        .map_err(|d| anyhow!("invalid configuration\n{d}"))?;
+    serve(config, workers, Vec::new(), Some(path.to_path_buf()), source)
 }
 
 /// `switchyard up`: the demo configuration plus its two origins, in one process.
@@ -53,7 +58,7 @@ pub fn up() -> anyhow::Result<()> {
         .iter()
         .map(|(addr, name)| Ok((addr.parse()?, *name)))
         .collect::<anyhow::Result<Vec<(std::net::SocketAddr, &str)>>>()?;
-    serve(config, None, origins, None)
+    serve(config, None, origins, None, DEMO.to_string())
 }
 
 /// Starts the engine (and any in-process origins), prints where it listens,
@@ -63,6 +68,7 @@ fn serve(
     workers: Option<usize>,
     origins: Vec<(std::net::SocketAddr, &str)>,
     file: Option<PathBuf>,
+    source: String,
 ) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -78,9 +84,21 @@ fn serve(
                 let _ = stopped.wait_for(|s| *s).await;
             }));
         }
+        let admin = config.admin.clone();
         let handle = switchyard_engine::start(config, workers)?;
         for (service, addr) in handle.listening() {
             println!("switchyard: service `{service}` listening on http://{addr}/");
+        }
+        let backend = Arc::new(EngineBackend::new(handle.control(), file.clone(), source));
+        if let Some(admin) = &admin {
+            let mut stopped = origin_stopped.clone();
+            let (addr, served) = switchyard_admin::serve(admin, backend.clone(), async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            })
+            .await
+            .with_context(|| format!("admin listener on {}", admin.listen))?;
+            tokio::spawn(served);
+            println!("switchyard: dashboard and admin API on http://{addr}/");
         }
         if !origins.is_empty() {
             print_demo_tour(&origins);
@@ -98,9 +116,8 @@ fn serve(
                     handle.control().reopen_logs();
                 }
                 _ = hup.recv() => {
-                    let control = handle.control();
-                    let file = file.clone();
-                    let _ = tokio::task::spawn_blocking(move || reload_file(&control, file.as_deref())).await;
+                    let backend = backend.clone();
+                    let _ = tokio::task::spawn_blocking(move || backend.reload_now()).await;
                 }
             }
         }
@@ -178,6 +195,7 @@ fn print_demo_tour(origins: &[(std::net::SocketAddr, &str)]) {
          curl -i http://127.0.0.1:8080/hello        # answered by a rule, no origin involved\n  \
          curl -i 'http://127.0.0.1:8080/?size=5000&compressible=1'\n  \
          curl -s http://127.0.0.1:9101/__origin/stats\n\
-         The admin API and dashboard (127.0.0.1:9090) are not built yet. Ctrl-C stops."
+         Dashboard: http://127.0.0.1:9090/   (switchyard ctl stats | drain web origin-a | enable web origin-a)\n\
+         Ctrl-C stops."
     );
 }

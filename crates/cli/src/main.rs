@@ -1,6 +1,7 @@
 //! `switchyard`: the command line. Thin by design: parse arguments, set up
 //! logging and signals, then hand over to the config, engine and bench crates.
 
+mod backend;
 mod bench;
 mod commands;
 

@@ -3,25 +3,28 @@
 //!
 //! 1. **read head**: bytes until a complete head, under the header timeout ([`read_head`])
 //! 2. **parse**: strict framing checks ([`parse::parse_request`])
-//! 3. **route**: rules choose a pool or a direct answer ([`route::evaluate`])
+//! 3. **route**: rules choose a pool or a direct answer ([`route::evaluate`]);
+//!    persistence names the client's server, if any ([`crate::persist`])
 //! 4. **request rewrite**: hop-by-hop removal, forwarding headers, edits ([`rewrite::request_head`])
-//! 5. **pick server**: balancer + connection limits, retries ([`forward`])
+//! 5. **pick server**: persistent server or balancer, connection limits, retries ([`forward`])
 //! 6. **forward**: head and streamed body to the server ([`exchange`])
 //! 7. **response rewrite**: hop-by-hop removal, edits, connection handling ([`rewrite::response_head`])
-//! 8. **stream response**: body relayed to the client ([`body::relay`])
-//! 9. **log**: one line per failed request at `warn`, per request at `debug` ([`log`])
+//! 8. **stream response**: body relayed to the client ([`body::relay`]), or a byte
+//!    tunnel after a relayed protocol switch (WebSocket, [`tunnel`])
+//! 9. **log**: metrics, the access log line, failures at `warn` ([`log`])
 //!
 //! Invariants: no peer input can panic this code; a failure of one request
 //! closes at most its own client connection and its own server connection.
 
 pub mod body;
+mod log;
 pub mod parse;
 pub mod rewrite;
 pub mod route;
 
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 use switchyard_config::{Action, HeaderEdits, Persistence, PoolId, Service};
@@ -30,11 +33,11 @@ use tokio::net::TcpStream;
 use tokio::time::timeout_at;
 
 use self::body::{relay, write_all, Body, RelayError};
+use self::log::{keep_meta, log, micros, CloseGuard, Trace};
 use self::parse::{Connection, Field, Framing, HeadLimits, RequestHead, Version};
 use self::rewrite::Forwarding;
 use crate::error::{Kind, ProxyError};
 use crate::live::{AdminState, PoolLive};
-use crate::metrics::{reason_index, side_name, Record, Timings, Upstream, REASONS};
 use crate::persist::Facts;
 use crate::upstream::{self, ActiveGuard, PickView, UpstreamConn};
 use crate::worker::{Local, Worker};
@@ -98,26 +101,6 @@ struct Client {
     /// The header value a header-keyed stick table is updated with.
     stick_key: Vec<u8>,
 }
-
-/// What the log phase reports about a request, filled in phase by phase.
-#[derive(Clone, Copy, Default)]
-struct Trace {
-    /// When the first byte of the head was read.
-    head_started: Option<Instant>,
-    head_us: u64,
-    connect_us: Option<u64>,
-    response_us: Option<u64>,
-    bytes_in: u64,
-    bytes_out: u64,
-    /// (pool, server) indices in the request's generation.
-    upstream: Option<(usize, usize)>,
-    http10: bool,
-}
-
-/// Indices into [`Client::meta_at`].
-const META_HOST: usize = 0;
-const META_USER_AGENT: usize = 1;
-const META_REFERER: usize = 2;
 
 /// What the route phase decided, detached from the request buffer.
 struct Routed<'a> {
@@ -218,19 +201,6 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, local: Rc<Local>, servic
         }
         stash(&mut client, &worker);
     }
-}
-
-/// Counts the connection closed in its service's metrics when it ends.
-struct CloseGuard<'a>(&'a crate::metrics::ServiceMetrics, usize);
-
-impl Drop for CloseGuard<'_> {
-    fn drop(&mut self) {
-        self.0.connection_closed(self.1);
-    }
-}
-
-fn micros(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Lends the connection a scratch set from the worker's pool.
@@ -906,93 +876,6 @@ async fn fail(client: &mut Client, service: &Service, error: &ProxyError, starte
         }
     }
     log(client, service, error.status().unwrap_or(0), Some(error), started);
-}
-
-/// Phase 9: log the request: metrics of its service and server, the access
-/// log line, and failures at `warn` with their reason and side.
-fn log(client: &Client, service: &Service, status: u16, error: Option<&ProxyError>, started: Instant) {
-    let total_us = micros(started.elapsed());
-    if let Some(e) = error {
-        tracing::warn!(
-            service = %service.name,
-            client = %client.peer,
-            request = %client.line,
-            status,
-            side = ?e.side(),
-            reason = e.reason(),
-            micros = total_us,
-            "request failed"
-        );
-    }
-    let gen = &client.local.gen;
-    let t = &client.trace;
-    let server =
-        t.upstream.and_then(|(p, s)| Some((&gen.config.pools.get(p)?.name, gen.pools.get(p)?.servers.get(s)?)));
-    let (method, target) = client.line.split_once(' ').unwrap_or((client.line.as_str(), ""));
-    let logging = client.local.log.as_ref();
-    let record = Record {
-        service: &service.name,
-        client: client.peer,
-        method: method.as_bytes(),
-        target: target.as_bytes(),
-        version: if t.http10 { "HTTP/1.0" } else { "HTTP/1.1" },
-        host: meta(client, META_HOST),
-        status,
-        bytes_in: t.bytes_in,
-        bytes_out: t.bytes_out,
-        upstream: server.map(|(pool, live)| Upstream { pool, server: &live.name, addr: live.addr }),
-        timings: Timings { head_us: t.head_us, connect_us: t.connect_us, response_us: t.response_us, total_us },
-        reason: error.map(|e| REASONS[reason_index(e.reason(), Some(side_name(e.side())))]),
-        side: error.map(|e| side_name(e.side())),
-        user_agent: meta(client, META_USER_AGENT),
-        referer: meta(client, META_REFERER),
-        // Only the access log reads the wall clock.
-        start: match logging {
-            Some(_) => SystemTime::now() - std::time::Duration::from_micros(total_us + t.head_us),
-            None => SystemTime::UNIX_EPOCH,
-        },
-    };
-    if let Some(m) = gen.services.get(client.service) {
-        m.request(client.worker, &record);
-    }
-    if let Some((_, live)) = server {
-        live.metrics.request(client.worker, &record);
-    }
-    if let Some(line) = logging {
-        line.log(&record);
-    }
-}
-
-/// Copies the header values the access log reports into `client.meta`,
-/// while the head is still in the buffer.
-fn keep_meta(client: &mut Client, head: &RequestHead) {
-    client.meta.clear();
-    client.meta_at = [None; 3];
-    let buf = &client.buf[..head.len];
-    let mut keep = |slot: usize, value: &[u8], meta: &mut Vec<u8>| {
-        let start = meta.len();
-        meta.extend_from_slice(value);
-        client.meta_at[slot] = Some((start as u32, meta.len() as u32));
-    };
-    if let Some(r) = head.host.clone() {
-        keep(META_HOST, &buf[r], &mut client.meta);
-    }
-    for f in &client.fields {
-        let name = &buf[f.name.clone()];
-        let slot = if name.eq_ignore_ascii_case(b"user-agent") {
-            META_USER_AGENT
-        } else if name.eq_ignore_ascii_case(b"referer") {
-            META_REFERER
-        } else {
-            continue;
-        };
-        keep(slot, &buf[f.value.clone()], &mut client.meta);
-    }
-}
-
-fn meta(client: &Client, slot: usize) -> Option<&[u8]> {
-    let (start, end) = client.meta_at[slot]?;
-    client.meta.get(start as usize..end as usize)
 }
 
 /// Splits an absolute-form target into (origin-form target, authority).

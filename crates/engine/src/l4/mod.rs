@@ -7,6 +7,9 @@
 //!
 //! - [`proxy_protocol`]: the PROXY protocol header (v1 text, v2 binary) that
 //!   carries the client's address, parsed on accept and encoded towards servers.
+//! - [`sni`]: a peek at the TLS ClientHello (server name, ALPN) to route a
+//!   `tls-passthrough` connection without terminating TLS.
 
 mod cursor;
 pub mod proxy_protocol;
+pub mod sni;

@@ -10,6 +10,7 @@ pub mod access_log;
 pub mod control;
 pub mod error;
 pub mod http;
+pub mod l4;
 pub mod live;
 pub mod metrics;
 pub mod persist;

@@ -13,6 +13,7 @@ pub mod http;
 pub mod live;
 pub mod metrics;
 pub mod persist;
+pub mod relay;
 pub mod upstream;
 pub mod worker;
 

@@ -14,6 +14,7 @@ pub mod l4;
 pub mod live;
 pub mod metrics;
 pub mod persist;
+pub mod relay;
 pub mod upstream;
 pub mod worker;
 

@@ -1,0 +1,385 @@
+//! The TCP relay: moves bytes between a client and a server connection until
+//! both directions have ended.
+//!
+//! Each direction is a pump: read from one socket into a stage, write the
+//! stage out to the other socket. The stage is either a pipe (Linux: bytes
+//! go socket → pipe → socket with splice(2) and never enter user space) or a
+//! fixed buffer allocated once per direction. Both pumps and an idle timer run
+//! inside one future, so the caller spawns one task per connection.
+//!
+//! Invariants:
+//! - A direction ends only when its reader has sent FIN *and* every byte read
+//!   has been written out; then the writer gets `shutdown(Write)`, so a
+//!   half-close travels through and the other direction keeps going.
+//! - A reset (or any other error) on either socket ends both directions at
+//!   once; a reset is passed on to the other peer as a reset (SO_LINGER 0),
+//!   so it never mistakes a broken stream for a complete one.
+//! - Readiness is cleared only by an operation that really found the socket
+//!   empty (or full): a splice into a pipe that already holds bytes may fail
+//!   because the pipe is full, so that failure leaves the socket's readiness
+//!   alone and the pump drains the pipe first.
+//! - Byte counts are bytes *written* to the far side.
+
+use std::cell::Cell;
+use std::io;
+use std::net::Shutdown;
+use std::time::Duration;
+
+use socket2::SockRef;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::error::Side;
+
+/// How a relay moves bytes and when it gives up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelayOptions {
+    /// Move bytes with splice(2) through a pipe per direction (Linux only).
+    /// Falls back to buffered copies when off, or when pipes cannot be made
+    /// (out of file descriptors, other systems).
+    pub zero_copy: bool,
+    /// No byte in either direction for this long ends the relay
+    /// ([`End::IdleTimeout`]). Zero means no idle timeout.
+    pub idle: Duration,
+    /// Capacity asked for each direction's pipe (F_SETPIPE_SZ). The kernel
+    /// may refuse (above `/proc/sys/fs/pipe-max-size` for unprivileged
+    /// processes); the pipe then keeps its default size. Zero: leave it.
+    pub pipe_size: usize,
+    /// Size of each direction's buffer when copying through user space.
+    pub buffer_size: usize,
+}
+
+impl Default for RelayOptions {
+    fn default() -> Self {
+        RelayOptions { zero_copy: true, idle: Duration::from_secs(300), pipe_size: 128 * 1024, buffer_size: 32 * 1024 }
+    }
+}
+
+/// Why a relay ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// Both directions finished with a FIN and were fully delivered.
+    Closed,
+    /// No byte moved in either direction for the idle timeout.
+    IdleTimeout,
+    /// The client reset (or aborted) the connection.
+    ClientReset,
+    /// The server reset (or aborted) the connection.
+    ServerReset,
+    /// Any other failure: on whose socket ([`Side::Internal`] for the
+    /// relay's own pipes or runtime) and the system's error kind.
+    Error(Side, io::ErrorKind),
+}
+
+impl End {
+    /// A short reason for the log.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            End::Closed => "closed",
+            End::IdleTimeout => "idle-timeout",
+            End::ClientReset => "client-reset",
+            End::ServerReset => "server-reset",
+            End::Error(Side::Client, _) => "client-error",
+            End::Error(Side::Server, _) => "server-error",
+            End::Error(Side::Internal, _) => "internal-error",
+        }
+    }
+}
+
+/// What a relay did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelayOutcome {
+    /// Bytes written to the server.
+    pub client_to_server: u64,
+    /// Bytes written to the client.
+    pub server_to_client: u64,
+    /// Why it ended.
+    pub end: End,
+    /// Whether the bytes went through pipes (splice) rather than buffers.
+    pub zero_copy: bool,
+}
+
+/// Relays bytes between `client` and `server` until both directions have
+/// ended, one of them fails, or nothing moves for `opts.idle`; then closes
+/// both connections.
+pub async fn relay(client: TcpStream, server: TcpStream, opts: RelayOptions) -> RelayOutcome {
+    let (mut up, mut down) = stages(&opts);
+    let zero_copy = up.is_pipe();
+    let meter = Meter::new();
+    let end = {
+        let c2s = pump(&client, &server, &mut up, Dir::ClientToServer, &meter);
+        let s2c = pump(&server, &client, &mut down, Dir::ServerToClient, &meter);
+        drive(c2s, s2c, &meter, opts.idle).await
+    };
+    match end {
+        End::ClientReset => pass_reset(&server),
+        End::ServerReset => pass_reset(&client),
+        _ => {}
+    }
+    RelayOutcome { client_to_server: meter.c2s.get(), server_to_client: meter.s2c.get(), end, zero_copy }
+}
+
+/// Runs both pumps and the idle timer until both pumps are done or one
+/// fails or the timer fires.
+async fn drive(
+    c2s: impl std::future::Future<Output = Result<(), End>>,
+    s2c: impl std::future::Future<Output = Result<(), End>>,
+    meter: &Meter,
+    idle: Duration,
+) -> End {
+    tokio::pin!(c2s, s2c);
+    // A zero idle means no timeout; a year stands in for "never".
+    let idle = if idle.is_zero() { Duration::from_secs(365 * 24 * 3600) } else { idle };
+    let timer = tokio::time::sleep_until(meter.last.get() + idle);
+    tokio::pin!(timer);
+    let (mut c2s_done, mut s2c_done) = (false, false);
+    while !(c2s_done && s2c_done) {
+        tokio::select! {
+            r = &mut c2s, if !c2s_done => match r {
+                Ok(()) => c2s_done = true,
+                Err(end) => return end,
+            },
+            r = &mut s2c, if !s2c_done => match r {
+                Ok(()) => s2c_done = true,
+                Err(end) => return end,
+            },
+            () = &mut timer => {
+                // The timer is re-armed lazily: pumps only stamp the time of
+                // their last move, and the timer checks it when it fires.
+                let deadline = meter.last.get() + idle;
+                if Instant::now() >= deadline {
+                    return End::IdleTimeout;
+                }
+                timer.as_mut().reset(deadline);
+            }
+        }
+    }
+    End::Closed
+}
+
+/// Makes the peer of `stream` see a reset rather than a clean close when the
+/// stream is dropped.
+fn pass_reset(stream: &TcpStream) {
+    // Why ignore: if it fails the peer sees a FIN instead; nothing better to do.
+    let _ = SockRef::from(stream).set_linger(Some(Duration::ZERO));
+}
+
+/// The two stages of a relay: pipes when asked for and possible, else buffers.
+fn stages(opts: &RelayOptions) -> (Stage, Stage) {
+    #[cfg(target_os = "linux")]
+    if opts.zero_copy {
+        match (super::splice::Pipe::new(opts.pipe_size), super::splice::Pipe::new(opts.pipe_size)) {
+            (Ok(a), Ok(b)) => return (Stage::Pipe(a), Stage::Pipe(b)),
+            (Err(e), _) | (_, Err(e)) => tracing::debug!(error = %e, "cannot make pipes; relaying through buffers"),
+        }
+    }
+    (Stage::Buffer(Buffer::new(opts.buffer_size)), Stage::Buffer(Buffer::new(opts.buffer_size)))
+}
+
+/// Which way a pump moves bytes.
+#[derive(Debug, Clone, Copy)]
+enum Dir {
+    ClientToServer,
+    ServerToClient,
+}
+
+impl Dir {
+    fn reader(self) -> Side {
+        match self {
+            Dir::ClientToServer => Side::Client,
+            Dir::ServerToClient => Side::Server,
+        }
+    }
+
+    fn writer(self) -> Side {
+        match self {
+            Dir::ClientToServer => Side::Server,
+            Dir::ServerToClient => Side::Client,
+        }
+    }
+}
+
+/// How a failed operation on `side`'s socket ends the relay.
+fn failure(side: Side, e: &io::Error) -> End {
+    use io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+    match (e.kind(), side) {
+        (ConnectionReset | ConnectionAborted | BrokenPipe, Side::Client) => End::ClientReset,
+        (ConnectionReset | ConnectionAborted | BrokenPipe, Side::Server) => End::ServerReset,
+        (kind, side) => End::Error(side, kind),
+    }
+}
+
+/// Errors after which the same operation is simply tried again later.
+fn is_transient(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted)
+}
+
+/// Byte counts and the time of the last move, shared by both pumps.
+struct Meter {
+    c2s: Cell<u64>,
+    s2c: Cell<u64>,
+    last: Cell<Instant>,
+}
+
+impl Meter {
+    fn new() -> Self {
+        Meter { c2s: Cell::new(0), s2c: Cell::new(0), last: Cell::new(Instant::now()) }
+    }
+
+    fn touch(&self) {
+        self.last.set(Instant::now());
+    }
+
+    fn delivered(&self, dir: Dir, n: usize) {
+        let counter = match dir {
+            Dir::ClientToServer => &self.c2s,
+            Dir::ServerToClient => &self.s2c,
+        };
+        counter.set(counter.get() + n as u64);
+        self.touch();
+    }
+}
+
+/// Moves bytes `from` → `to` until `from` has sent FIN and everything read
+/// has been written, then half-closes `to`.
+async fn pump(from: &TcpStream, to: &TcpStream, stage: &mut Stage, dir: Dir, meter: &Meter) -> Result<(), End> {
+    let mut eof = false;
+    loop {
+        let pending = stage.pending();
+        if eof && pending == 0 {
+            // Why ignore: if `to` is gone already, the other direction says so.
+            let _ = SockRef::from(to).shutdown(Shutdown::Write);
+            return Ok(());
+        }
+        let can_fill = !eof && stage.has_room();
+        // Draining first keeps the stage empty, so each fill can take more.
+        tokio::select! {
+            biased;
+            ready = to.writable(), if pending > 0 => {
+                ready.map_err(|e| End::Error(Side::Internal, e.kind()))?;
+                match stage.drain(to) {
+                    Ok(n) => meter.delivered(dir, n),
+                    Err(e) if is_transient(&e) => {}
+                    Err(e) => return Err(failure(dir.writer(), &e)),
+                }
+            }
+            ready = from.readable(), if can_fill => {
+                ready.map_err(|e| End::Error(Side::Internal, e.kind()))?;
+                match stage.fill(from) {
+                    Ok(Fill::Moved) => meter.touch(),
+                    Ok(Fill::Eof) => eof = true,
+                    Ok(Fill::Stalled) => {}
+                    Err(e) if is_transient(&e) => {}
+                    Err(e) => return Err(failure(dir.reader(), &e)),
+                }
+            }
+            // Unreachable by the stage invariants (no room implies pending
+            // bytes); ending beats spinning or panicking if they ever break.
+            else => return Err(End::Error(Side::Internal, io::ErrorKind::Other)),
+        }
+    }
+}
+
+/// The result of one successful read into a stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Fill {
+    /// Some bytes came in.
+    Moved,
+    /// The reader sent FIN.
+    Eof,
+    /// Nothing came in, maybe because the stage is full: drain before reading
+    /// again. The socket's readiness is kept.
+    Stalled,
+}
+
+/// One direction's bytes in transit: read from one socket, not yet written
+/// to the other.
+enum Stage {
+    #[cfg(target_os = "linux")]
+    Pipe(super::splice::Pipe),
+    Buffer(Buffer),
+}
+
+impl Stage {
+    fn is_pipe(&self) -> bool {
+        match self {
+            #[cfg(target_os = "linux")]
+            Stage::Pipe(_) => true,
+            Stage::Buffer(_) => false,
+        }
+    }
+
+    fn pending(&self) -> usize {
+        match self {
+            #[cfg(target_os = "linux")]
+            Stage::Pipe(p) => p.pending(),
+            Stage::Buffer(b) => b.end - b.start,
+        }
+    }
+
+    fn has_room(&self) -> bool {
+        match self {
+            #[cfg(target_os = "linux")]
+            Stage::Pipe(p) => p.has_room(),
+            Stage::Buffer(b) => b.end < b.buf.len(),
+        }
+    }
+
+    /// Reads what `from` has (up to the room left). `WouldBlock` means the
+    /// socket is empty, and its readiness has been cleared.
+    fn fill(&mut self, from: &TcpStream) -> io::Result<Fill> {
+        match self {
+            #[cfg(target_os = "linux")]
+            Stage::Pipe(p) => p.fill(from),
+            Stage::Buffer(b) => b.fill(from),
+        }
+    }
+
+    /// Writes pending bytes to `to`; returns how many went out. `WouldBlock`
+    /// means the socket is full, and its readiness has been cleared.
+    fn drain(&mut self, to: &TcpStream) -> io::Result<usize> {
+        match self {
+            #[cfg(target_os = "linux")]
+            Stage::Pipe(p) => p.drain(to),
+            Stage::Buffer(b) => b.drain(to),
+        }
+    }
+}
+
+/// A fixed buffer: bytes `start..end` are pending. Reads append at `end`
+/// until the buffer's end; once everything is written both marks go back to
+/// zero, so pending bytes are always one plain slice (no wrap-around).
+struct Buffer {
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl Buffer {
+    fn new(size: usize) -> Self {
+        Buffer { buf: vec![0; size.max(1)].into_boxed_slice(), start: 0, end: 0 }
+    }
+
+    fn fill(&mut self, from: &TcpStream) -> io::Result<Fill> {
+        match from.try_read(&mut self.buf[self.end..])? {
+            0 => Ok(Fill::Eof),
+            n => {
+                self.end += n;
+                Ok(Fill::Moved)
+            }
+        }
+    }
+
+    fn drain(&mut self, to: &TcpStream) -> io::Result<usize> {
+        let n = to.try_write(&self.buf[self.start..self.end])?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        Ok(n)
+    }
+}

@@ -143,6 +143,9 @@ impl Backend for EngineBackend {
                     name: service.name.clone(),
                     mode: match service.mode {
                         Mode::Http => "http".into(),
+                        Mode::Tcp => "tcp".into(),
+                        Mode::Udp => "udp".into(),
+                        Mode::TlsPassthrough => "tls-passthrough".into(),
                     },
                     listeners: service.listeners.iter().map(|a| a.to_string()).collect(),
                     connections_current: t.connections_current,

@@ -119,6 +119,12 @@ pub struct PoolId(pub usize);
 pub enum Mode {
     /// Layer 7, HTTP/1.1 in clear text.
     Http,
+    /// Layer 4 TCP: bytes relayed to a server of the pool, untouched.
+    Tcp,
+    /// Layer 4 UDP: datagrams balanced per flow (client address) or per datagram.
+    Udp,
+    /// Layer 4 TLS routed by the ClientHello's server name, without decrypting.
+    TlsPassthrough,
 }
 
 /// A virtual service (frontend): listeners, rules, a default pool.
@@ -140,6 +146,75 @@ pub struct Service {
     pub limits: Limits,
     /// Which client-address headers are added towards servers.
     pub forwarded: Forwarded,
+    /// Layer-4 settings (modes `tcp`, `udp`, `tls-passthrough`).
+    pub l4: L4,
+    /// Sources allowed to send a PROXY protocol header (v1 or v2) first; empty:
+    /// PROXY protocol is not accepted. A connection from a listed source must
+    /// start with one (modes `http`, `tcp`, `tls-passthrough`).
+    pub accept_proxy: Vec<Cidr>,
+    /// `tls-passthrough` routes: the first whose pattern matches the ClientHello's
+    /// server name chooses the pool; no match (or no name) uses the default pool.
+    pub sni_routes: Vec<SniRoute>,
+}
+
+/// A `tls-passthrough` route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SniRoute {
+    /// Exact name or `*.suffix` (one extra label), lower case.
+    pub pattern: String,
+    /// Pool chosen.
+    pub pool: PoolId,
+}
+
+/// Layer-4 settings of a service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct L4 {
+    /// A TCP relay with no byte either way for this long closes (default 5 min).
+    pub idle_timeout: Duration,
+    /// Most client connections the service holds at once; `None` is unlimited.
+    pub max_connections: Option<u32>,
+    /// What happens to connections beyond `max_connections`.
+    pub when_full: WhenFull,
+    /// Relay TCP with splice(2) (default true); false copies through a buffer.
+    pub zero_copy: bool,
+    /// UDP: most flows at once; new clients beyond are refused (default 65,536).
+    pub max_flows: usize,
+    /// UDP: a flow with no datagram either way for this long expires (default 60 s).
+    pub flow_idle: Duration,
+    /// UDP: balance every datagram on its own instead of per flow (default false).
+    pub per_datagram: bool,
+}
+
+impl Default for L4 {
+    fn default() -> Self {
+        L4 {
+            idle_timeout: Duration::from_secs(300),
+            max_connections: None,
+            when_full: WhenFull::Wait,
+            zero_copy: true,
+            max_flows: 65_536,
+            flow_idle: Duration::from_secs(60),
+            per_datagram: false,
+        }
+    }
+}
+
+/// What a full service does with new connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenFull {
+    /// Stop accepting: new connections wait in the listen backlog.
+    Wait,
+    /// Accept and close at once.
+    Refuse,
+}
+
+/// PROXY protocol version sent to servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyVersion {
+    /// Text header.
+    V1,
+    /// Binary header.
+    V2,
 }
 
 /// Per-phase timeouts of a service.
@@ -390,6 +465,8 @@ pub struct Pool {
     pub max_idle_per_server: usize,
     /// How a client keeps going to the same server; `None` is no persistence.
     pub persistence: Option<Persistence>,
+    /// PROXY protocol header sent to servers first, carrying the client's address.
+    pub send_proxy: Option<ProxyVersion>,
 }
 
 /// Persistence (stickiness) of a pool: which server a returning client gets.

@@ -216,7 +216,19 @@ fn validate_service(cx: &mut Ctx<'_, '_>, raw: &S<RawService>, listeners: &mut V
     let timeouts = raw.timeouts.as_ref().map_or_else(Timeouts::default, |t| validate_timeouts(cx, t.get_ref()));
     let limits = raw.limits.as_ref().map_or_else(Limits::default, |l| validate_limits(cx, l.get_ref()));
     let rules = raw.rules.iter().map(|rule| validate_rule(cx, rule)).collect();
-    Service { name, mode: Mode::Http, listeners: own, default_pool, rules, timeouts, limits, forwarded }
+    Service {
+        name,
+        mode: Mode::Http,
+        listeners: own,
+        default_pool,
+        rules,
+        timeouts,
+        limits,
+        forwarded,
+        l4: L4::default(),
+        accept_proxy: Vec::new(),
+        sni_routes: Vec::new(),
+    }
 }
 
 fn check_mode(cx: &mut Ctx<'_, '_>, mode: &S<String>) {
@@ -389,6 +401,7 @@ fn validate_pool(cx: &mut Ctx<'_, '_>, raw: &S<RawPool>) -> Pool {
         hash_key,
         servers,
         max_idle_per_server,
+        send_proxy: None,
         persistence: raw.persistence.as_ref().and_then(|p| validate_persistence(cx, p)),
     }
 }

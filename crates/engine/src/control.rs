@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, watch};
 use switchyard_balance::cookie::CookieKey;
 
 use crate::access_log::AccessLog;
-use crate::live::{AdminState, Generation};
+use crate::live::{AdminState, Generation, Proto};
 use crate::persist::EntryView;
 use crate::worker::WorkerMsg;
 
@@ -134,8 +134,8 @@ pub struct Control {
     current: ArcSwap<Generation>,
     workers: Vec<mpsc::UnboundedSender<WorkerMsg>>,
     worker_count: usize,
-    /// Serialises changes; holds the addresses with bound sockets.
-    applying: Mutex<HashSet<SocketAddr>>,
+    /// Serialises changes; holds the listeners with bound sockets.
+    applying: Mutex<HashSet<(Proto, SocketAddr)>>,
     stop: watch::Sender<bool>,
     /// Signs persistence cookies; the same for the process's life, so
     /// cookies stay valid across reloads.
@@ -146,7 +146,7 @@ impl Control {
     pub(crate) fn new(
         first: Arc<Generation>,
         workers: Vec<mpsc::UnboundedSender<WorkerMsg>>,
-        bound: HashSet<SocketAddr>,
+        bound: HashSet<(Proto, SocketAddr)>,
         stop: watch::Sender<bool>,
         cookie_key: CookieKey,
     ) -> Self {
@@ -203,7 +203,7 @@ impl Control {
         let _ = self.stop.send(true);
     }
 
-    fn reload(&self, bound: &mut HashSet<SocketAddr>, config: Config) -> Result<Applied, ApplyError> {
+    fn reload(&self, bound: &mut HashSet<(Proto, SocketAddr)>, config: Config) -> Result<Applied, ApplyError> {
         let old = self.generation();
         let diff = switchyard_config::diff(&old.config, &config);
         let mut warnings = Vec::new();
@@ -214,23 +214,23 @@ impl Control {
             warnings.push("`[admin]` changed: the admin listener applies at the next restart".to_string());
         }
         // Bind every new address first: a failure changes nothing.
-        let mut fresh: Vec<Vec<(SocketAddr, std::net::TcpListener)>> =
-            (0..self.worker_count).map(|_| Vec::new()).collect();
+        let mut fresh: Vec<Vec<Bound>> = (0..self.worker_count).map(|_| Vec::new()).collect();
         let mut added = Vec::new();
         for service in &config.services {
+            let proto = Proto::of(service);
             for &addr in &service.listeners {
-                if bound.contains(&addr) {
+                if bound.contains(&(proto, addr)) {
                     continue;
                 }
-                let sockets = bind_all(addr, self.worker_count).map_err(|source| ApplyError::Listen {
+                let sockets = bind_all(proto, addr, self.worker_count).map_err(|source| ApplyError::Listen {
                     service: service.name.clone(),
                     addr,
                     source,
                 })?;
                 for (list, socket) in fresh.iter_mut().zip(sockets) {
-                    list.push((addr, socket));
+                    list.push(socket);
                 }
-                added.push(addr);
+                added.push((proto, addr));
             }
         }
         let access_log = match (&config.access_log, &old.access_log) {
@@ -246,7 +246,8 @@ impl Control {
             access_log,
             &self.cookie_key,
         ));
-        let removed: Vec<SocketAddr> = bound.iter().filter(|a| !gen.listeners.contains_key(a)).copied().collect();
+        let removed: Vec<(Proto, SocketAddr)> =
+            bound.iter().filter(|a| !gen.listeners.contains_key(a)).copied().collect();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         for (worker, listeners) in self.workers.iter().zip(fresh) {
             let msg = WorkerMsg::Install { generation: gen.clone(), listeners, done: done_tx.clone() };
@@ -324,17 +325,29 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Binds `addr` once per worker. With several workers each socket has
-/// SO_REUSEPORT so the kernel spreads connections; a probe bind without it
-/// first refuses a port some other process already listens on, instead of
-/// silently sharing its traffic.
-pub(crate) fn bind_all(addr: SocketAddr, workers: usize) -> std::io::Result<Vec<std::net::TcpListener>> {
-    drop(bind(addr, false)?);
-    (0..workers).map(|_| bind(addr, workers > 1)).collect()
+/// A socket bound for one worker.
+pub enum Bound {
+    /// A listening TCP socket.
+    Tcp(SocketAddr, std::net::TcpListener),
+    /// A bound UDP socket.
+    Udp(SocketAddr, std::net::UdpSocket),
 }
 
-fn bind(addr: SocketAddr, reuse_port: bool) -> std::io::Result<std::net::TcpListener> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+/// Binds `addr` once per worker. With several workers each socket has
+/// SO_REUSEPORT so the kernel spreads connections (and UDP clients, by
+/// address) across them; a probe bind without it first refuses a port some
+/// other process already uses, instead of silently sharing its traffic.
+pub(crate) fn bind_all(proto: Proto, addr: SocketAddr, workers: usize) -> std::io::Result<Vec<Bound>> {
+    drop(bind(proto, addr, false)?);
+    (0..workers).map(|_| bind(proto, addr, workers > 1)).collect()
+}
+
+fn bind(proto: Proto, addr: SocketAddr, reuse_port: bool) -> std::io::Result<Bound> {
+    let (kind, protocol) = match proto {
+        Proto::Tcp => (Type::STREAM, Protocol::TCP),
+        Proto::Udp => (Type::DGRAM, Protocol::UDP),
+    };
+    let socket = Socket::new(Domain::for_address(addr), kind, Some(protocol))?;
     socket.set_reuse_address(true)?;
     if reuse_port {
         socket.set_reuse_port(true)?;
@@ -344,6 +357,11 @@ fn bind(addr: SocketAddr, reuse_port: bool) -> std::io::Result<std::net::TcpList
     }
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
-    socket.listen(BACKLOG)?;
-    Ok(socket.into())
+    Ok(match proto {
+        Proto::Tcp => {
+            socket.listen(BACKLOG)?;
+            Bound::Tcp(addr, socket.into())
+        }
+        Proto::Udp => Bound::Udp(addr, socket.into()),
+    })
 }

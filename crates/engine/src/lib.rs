@@ -101,19 +101,20 @@ pub fn start(config: Config, workers: Option<usize>) -> Result<Handle, StartErro
         .or(config.workers)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
-    let mut per_worker: Vec<Vec<(SocketAddr, std::net::TcpListener)>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut per_worker: Vec<Vec<control::Bound>> = (0..workers).map(|_| Vec::new()).collect();
     let mut bound = HashSet::new();
     for service in &config.services {
+        let proto = live::Proto::of(service);
         for &addr in &service.listeners {
-            let sockets = control::bind_all(addr, workers).map_err(|source| StartError::Listen {
+            let sockets = control::bind_all(proto, addr, workers).map_err(|source| StartError::Listen {
                 service: service.name.clone(),
                 addr,
                 source,
             })?;
             for (list, socket) in per_worker.iter_mut().zip(sockets) {
-                list.push((addr, socket));
+                list.push(socket);
             }
-            bound.insert(addr);
+            bound.insert((proto, addr));
         }
     }
     let access_log = match &config.access_log {

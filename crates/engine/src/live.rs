@@ -12,9 +12,11 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
-use std::sync::Arc;
 
-use switchyard_config::{Config, Pool, Server};
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+use switchyard_config::{Config, Mode, Pool, Server, Service};
 
 use switchyard_balance::cookie::CookieKey;
 
@@ -134,6 +136,36 @@ impl ServerLive {
     }
 }
 
+/// The transport a listener speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Proto {
+    /// TCP (modes http, tcp, tls-passthrough).
+    Tcp,
+    /// UDP (mode udp).
+    Udp,
+}
+
+impl Proto {
+    /// The transport of a service's listeners.
+    pub fn of(service: &Service) -> Proto {
+        if service.mode == Mode::Udp {
+            Proto::Udp
+        } else {
+            Proto::Tcp
+        }
+    }
+}
+
+/// A service's count of open client connections, across workers, for its
+/// `max_connections`; carried across reloads by service name.
+#[derive(Debug, Default)]
+pub struct Gate {
+    /// Connections open now.
+    pub open: AtomicU32,
+    /// Woken when one closes, for accept loops waiting on a full service.
+    pub freed: Notify,
+}
+
 /// Shared, live state of one pool in one generation.
 #[derive(Debug)]
 pub struct PoolLive {
@@ -178,8 +210,10 @@ pub struct Generation {
     pub config: Config,
     /// Live state per pool, indexed like `config.pools`.
     pub pools: Vec<PoolLive>,
-    /// Which service each listener address serves (index into `config.services`).
-    pub listeners: HashMap<SocketAddr, usize>,
+    /// Which service each listener serves (index into `config.services`).
+    pub listeners: HashMap<(Proto, SocketAddr), usize>,
+    /// Open-connection gates per service, indexed like `config.services`.
+    pub gates: Vec<Arc<Gate>>,
     /// Metrics per service, indexed like `config.services`; carried across
     /// reloads by service name.
     pub services: Vec<Arc<ServiceMetrics>>,
@@ -232,9 +266,17 @@ impl Generation {
             .services
             .iter()
             .enumerate()
-            .flat_map(|(i, s)| s.listeners.iter().map(move |&addr| (addr, i)))
+            .flat_map(|(i, s)| s.listeners.iter().map(move |&addr| ((Proto::of(s), addr), i)))
             .collect();
-        Generation { number, config, pools, listeners, services, access_log, persistence, workers }
+        let gates = config
+            .services
+            .iter()
+            .map(|s| match previous.and_then(|g| g.service_index(&s.name).map(|i| &g.gates[i])) {
+                Some(kept) => kept.clone(),
+                None => Arc::new(Gate::default()),
+            })
+            .collect();
+        Generation { number, config, pools, listeners, gates, services, access_log, persistence, workers }
     }
 
     /// The index of the pool called `name`.

@@ -16,16 +16,18 @@
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use switchyard_balance::{Balancer, Method, ServerSpec};
-use switchyard_config::{Algorithm, Pool};
+use switchyard_config::{Algorithm, Pool, WhenFull};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::access_log::LineWriter;
-use crate::live::{AdminState, Generation};
+use crate::control::Bound;
+use crate::live::{AdminState, Gate, Generation, Proto};
 use crate::upstream::IdleStacks;
 
 /// A message from the control plane to one worker.
@@ -36,7 +38,7 @@ pub enum WorkerMsg {
         /// The generation to serve.
         generation: Arc<Generation>,
         /// This worker's sockets for addresses the previous generation did not have.
-        listeners: Vec<(SocketAddr, std::net::TcpListener)>,
+        listeners: Vec<Bound>,
         /// Acknowledgement.
         done: std::sync::mpsc::Sender<()>,
     },
@@ -197,7 +199,7 @@ pub struct WorkerStart {
     /// The first generation.
     pub generation: Arc<Generation>,
     /// This worker's listening sockets.
-    pub listeners: Vec<(SocketAddr, std::net::TcpListener)>,
+    pub listeners: Vec<Bound>,
     /// Control-plane messages.
     pub inbox: mpsc::UnboundedReceiver<WorkerMsg>,
     /// Turns true when the engine stops.
@@ -264,13 +266,18 @@ fn handle_msg(worker: &Rc<Worker>, msg: WorkerMsg) {
     }
 }
 
-fn listen(worker: &Rc<Worker>, listeners: Vec<(SocketAddr, std::net::TcpListener)>) {
-    for (addr, socket) in listeners {
-        match TcpListener::from_std(socket) {
-            Ok(listener) => {
+fn listen(worker: &Rc<Worker>, listeners: Vec<Bound>) {
+    for bound in listeners {
+        let registered = match bound {
+            Bound::Tcp(addr, socket) => TcpListener::from_std(socket).map(|listener| {
                 tokio::task::spawn_local(accept_loop(worker.clone(), addr, listener));
-            }
-            Err(e) => tracing::error!(worker = worker.id, %addr, error = %e, "cannot register listener"),
+            }),
+            Bound::Udp(addr, socket) => tokio::net::UdpSocket::from_std(socket).map(|socket| {
+                tokio::task::spawn_local(crate::l4::serve_udp(worker.clone(), addr, socket));
+            }),
+        };
+        if let Err(e) = registered {
+            tracing::error!(worker = worker.id, error = %e, "cannot register listener");
         }
     }
 }
@@ -283,23 +290,41 @@ async fn accept_loop(worker: Rc<Worker>, addr: SocketAddr, listener: TcpListener
             break;
         }
         let local = worker.local();
-        let Some(&service) = local.gen.listeners.get(&addr) else {
+        let Some(&service) = local.gen.listeners.get(&(Proto::Tcp, addr)) else {
             tracing::info!(worker = worker.id, %addr, "listener removed by reload: no longer accepting");
             break;
         };
+        let limit = local.gen.config.services[service].l4;
+        let gate = local.gen.gates[service].clone();
+        let full = limit.max_connections.is_some_and(|max| gate.open.load(Ordering::Relaxed) >= max);
+        if full && limit.when_full == WhenFull::Wait {
+            // Leave new connections in the listen backlog until one closes.
+            tokio::select! {
+                () = gate.freed.notified() => {}
+                () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                () = worker.drain.notified() => break,
+            }
+            continue;
+        }
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = worker.drain.notified() => break,
             () = worker.reloaded.notified() => continue,
         };
         match accepted {
+            Ok(_) if full => {
+                // `when_full = "refuse"`: the connection is closed at once.
+                tracing::debug!(%addr, "service full: connection refused");
+            }
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
+                let held = limit.max_connections.map(|_| GateGuard::enter(gate));
                 worker.open.set(worker.open.get() + 1);
                 let w = worker.clone();
                 tokio::task::spawn_local(async move {
                     let _open = OpenGuard(w.clone());
-                    crate::http::serve(stream, peer, local, service, w).await;
+                    let _held = held;
+                    crate::l4::serve_stream(stream, peer, local, service, w).await;
                 });
             }
             Err(e) => {
@@ -312,6 +337,23 @@ async fn accept_loop(worker: Rc<Worker>, addr: SocketAddr, listener: TcpListener
     }
     // Dropping the listener closes the socket: new connections are refused
     // while accepted ones finish.
+}
+
+/// Holds one of a service's `max_connections` slots.
+struct GateGuard(Arc<Gate>);
+
+impl GateGuard {
+    fn enter(gate: Arc<Gate>) -> Self {
+        gate.open.fetch_add(1, Ordering::Relaxed);
+        GateGuard(gate)
+    }
+}
+
+impl Drop for GateGuard {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+        self.0.freed.notify_waiters();
+    }
 }
 
 struct OpenGuard(Rc<Worker>);

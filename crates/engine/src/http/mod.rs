@@ -141,14 +141,22 @@ struct Failed {
 /// Each request runs on the generation current when its head arrived; a
 /// reload between two requests applies to the next one. A connection whose
 /// service a reload removed finishes its request in progress and closes.
-pub async fn serve(stream: TcpStream, peer: SocketAddr, local: Rc<Local>, service: usize, worker: Rc<Worker>) {
+/// `pre` holds bytes already read from the connection (after a PROXY protocol header).
+pub async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    pre: BytesMut,
+    local: Rc<Local>,
+    service: usize,
+    worker: Rc<Worker>,
+) {
     let Some(name) = local.gen.config.services.get(service).map(|s| s.name.clone()) else {
         return;
     };
     let mut client = Client {
         stream,
         peer,
-        buf: BytesMut::new(),
+        buf: pre,
         fields: Vec::new(),
         resp_fields: Vec::new(),
         out: Vec::new(),

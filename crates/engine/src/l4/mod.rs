@@ -12,4 +12,7 @@
 
 mod cursor;
 pub mod proxy_protocol;
+mod service;
 pub mod sni;
+
+pub use service::{read_proxy, serve_stream, serve_udp};

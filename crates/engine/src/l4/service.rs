@@ -1,0 +1,291 @@
+//! Serving an accepted connection by its service's mode, and the layer-4
+//! services themselves.
+//!
+//! Order for a TCP connection: the PROXY protocol header first when the peer
+//! is a trusted source ([`read_proxy`]); then, by mode, the HTTP pipeline, a
+//! relay to a server of the pool (`tcp`), or a peek at the ClientHello to
+//! choose the pool by server name and a relay of the untouched bytes
+//! (`tls-passthrough`). A `udp` listener runs [`serve_udp`]: a flow table
+//! per worker (SO_REUSEPORT keeps a client address on one worker).
+//!
+//! Invariants: no peer input can panic this code; a failure closes only the
+//! connection (or drops only the datagram) it belongs to.
+
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::BytesMut;
+use switchyard_config::{Mode, PoolId, ProxyVersion, Service};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UdpSocket};
+
+use super::proxy_protocol::{self, Parsed};
+use super::sni::{self, Peek};
+use crate::live::{AdminState, Proto};
+use crate::metrics::{Record, Timings, Upstream};
+use crate::persist::Facts;
+use crate::relay::{self, RelayOptions, UdpOptions, UdpRelay};
+use crate::upstream::{self, ActiveGuard, PickView};
+use crate::worker::{Local, Worker};
+
+/// Serves an accepted TCP connection according to its service's mode.
+pub async fn serve_stream(stream: TcpStream, peer: SocketAddr, local: Rc<Local>, service: usize, worker: Rc<Worker>) {
+    let Some(svc) = local.gen.config.services.get(service) else {
+        return;
+    };
+    let mut stream = stream;
+    let (client, pre) = if trusted(svc, peer.ip()) {
+        match read_proxy(&mut stream, svc.timeouts.client_header).await {
+            Ok((addr, rest)) => (addr.unwrap_or(peer), rest),
+            Err(why) => {
+                tracing::warn!(service = %svc.name, client = %peer, reason = why, "PROXY protocol header refused");
+                return;
+            }
+        }
+    } else {
+        (peer, BytesMut::new())
+    };
+    match svc.mode {
+        Mode::Http => crate::http::serve(stream, client, pre, local, service, worker).await,
+        Mode::Tcp => relay_to_pool(stream, client, pre, &local, service, &worker, None).await,
+        Mode::TlsPassthrough => passthrough(stream, client, pre, &local, service, &worker).await,
+        Mode::Udp => {}
+    }
+}
+
+/// Whether `ip` may send a PROXY protocol header to `svc`.
+fn trusted(svc: &Service, ip: IpAddr) -> bool {
+    !svc.accept_proxy.is_empty() && svc.accept_proxy.iter().any(|net| net.contains(ip))
+}
+
+/// Reads a PROXY protocol header (v1 or v2) from a trusted source. Returns
+/// the client address it carries (`None` for a LOCAL or UNKNOWN header: the
+/// socket's own peer stands) and the bytes read after it.
+pub async fn read_proxy(
+    stream: &mut TcpStream,
+    timeout: Duration,
+) -> Result<(Option<SocketAddr>, BytesMut), &'static str> {
+    let mut buf = BytesMut::with_capacity(512);
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match proxy_protocol::parse(&buf) {
+            Ok(Parsed::Complete { header, len }) => {
+                let rest = buf.split_off(len);
+                return Ok((header.source, rest));
+            }
+            Ok(Parsed::Incomplete) => {}
+            Err(_) => return Err("bad-proxy-header"),
+        }
+        if buf.len() >= proxy_protocol::MAX_LEN {
+            return Err("bad-proxy-header");
+        }
+        buf.reserve(512);
+        match tokio::time::timeout_at(deadline, stream.read_buf(&mut buf)).await {
+            Err(_) => return Err("proxy-header-timeout"),
+            Ok(Ok(0)) | Ok(Err(_)) => return Err("client-closed"),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// `tls-passthrough`: reads the ClientHello (without answering it), picks the
+/// pool by server name, and relays every byte untouched.
+async fn passthrough(
+    mut stream: TcpStream,
+    client: SocketAddr,
+    mut pre: BytesMut,
+    local: &Rc<Local>,
+    service: usize,
+    worker: &Rc<Worker>,
+) {
+    let svc = &local.gen.config.services[service];
+    let deadline = tokio::time::Instant::now() + svc.timeouts.client_header;
+    let name = loop {
+        match sni::peek(&pre) {
+            Peek::Hello(hello) => break hello.sni,
+            Peek::NeedMore if pre.len() < sni::MAX_PEEK_LEN => {}
+            Peek::NeedMore | Peek::NotTls | Peek::Malformed(_) => {
+                tracing::warn!(service = %svc.name, %client, reason = "bad-client-hello", "connection refused");
+                return;
+            }
+        }
+        pre.reserve(4096);
+        match tokio::time::timeout_at(deadline, stream.read_buf(&mut pre)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return,
+        }
+    };
+    let route = name.as_deref().and_then(|n| svc.sni_routes.iter().find(|r| sni::sni_matches(&r.pattern, n)));
+    relay_to_pool(stream, client, pre, local, service, worker, route.map(|r| r.pool)).await;
+}
+
+/// Connects to a server of `pool` (else the service's default pool), sends
+/// the PROXY header if the pool asks for one and the bytes already read, then
+/// relays both ways. A server refusing the connection moves on to the next.
+async fn relay_to_pool(
+    stream: TcpStream,
+    client: SocketAddr,
+    pre: BytesMut,
+    local: &Rc<Local>,
+    service: usize,
+    worker: &Rc<Worker>,
+    pool: Option<PoolId>,
+) {
+    let started = Instant::now();
+    let svc = &local.gen.config.services[service];
+    let Some(pool) = pool.or(svc.default_pool) else {
+        record(local, service, worker, client, None, Some("no-pool"), started, 0, 0);
+        return;
+    };
+    let (cfg, live) = (local.gen.config.pool(pool), &local.gen.pools[pool.0]);
+    let persistence = local.gen.persistence.get(pool.0).and_then(Option::as_ref);
+    let facts = Facts { client: client.ip(), headers: &[] };
+    let sticky = persistence.and_then(|p| p.lookup(&facts, worker.clock.get()));
+    let key = upstream::hash_key(&cfg.hash_key, client.ip(), b"", None);
+    let mut tried = 0u64;
+    for _ in 0..cfg.servers.len().max(1) {
+        let usable = |s: usize| {
+            live.servers.get(s).is_some_and(|l| l.state() != AdminState::Maintenance)
+                && (s >= 64 || tried & (1 << s) == 0)
+        };
+        let picked = match sticky.filter(|&s| usable(s)) {
+            Some(s) => Some(s),
+            None => local.pools[pool.0].balancer.borrow_mut().pick(Some(key), &PickView { pool: cfg, live, tried }),
+        };
+        let Some(server) = picked else { break };
+        let _slot = ActiveGuard::new(&live.servers[server]);
+        let addr = cfg.servers[server].addr;
+        let mut conn = match upstream::connect(addr, svc.timeouts.connect).await {
+            Ok(conn) => conn.stream,
+            Err(e) => {
+                live.servers[server].metrics.connect_failed(worker.id, e.reason());
+                tracing::warn!(service = %svc.name, server = %addr, reason = e.reason(), "connect failed");
+                if server < 64 {
+                    tried |= 1 << server;
+                }
+                continue;
+            }
+        };
+        if let Some(p) = persistence {
+            p.learn(&facts, server, sticky, worker.clock.get());
+        }
+        let mut head = Vec::new();
+        match cfg.send_proxy {
+            Some(ProxyVersion::V1) => proxy_protocol::encode_v1(client, local_addr(&stream), &mut head),
+            Some(ProxyVersion::V2) => {
+                let _ = proxy_protocol::encode_v2(client, local_addr(&stream), &mut head, &[]);
+            }
+            None => {}
+        }
+        head.extend_from_slice(&pre);
+        if !head.is_empty() && conn.write_all(&head).await.is_err() {
+            record(local, service, worker, client, Some((pool, server)), Some("server-closed"), started, 0, 0);
+            return;
+        }
+        let opts = RelayOptions { zero_copy: svc.l4.zero_copy, idle: svc.l4.idle_timeout, ..RelayOptions::default() };
+        let out = relay::relay(stream, conn, opts).await;
+        let reason = (out.end != relay::End::Closed).then(|| out.end.reason());
+        let bytes_in = out.client_to_server.saturating_sub(head.len() as u64) + pre.len() as u64;
+        record(local, service, worker, client, Some((pool, server)), reason, started, bytes_in, out.server_to_client);
+        return;
+    }
+    record(local, service, worker, client, None, Some("no-server"), started, pre.len() as u64, 0);
+}
+
+fn local_addr(stream: &TcpStream) -> SocketAddr {
+    stream.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+}
+
+/// The log phase of a layer-4 session: one record for the whole connection.
+#[allow(clippy::too_many_arguments)]
+fn record(
+    local: &Local,
+    service: usize,
+    worker: &Worker,
+    client: SocketAddr,
+    upstream: Option<(PoolId, usize)>,
+    reason: Option<&'static str>,
+    started: Instant,
+    bytes_in: u64,
+    bytes_out: u64,
+) {
+    let gen = &local.gen;
+    let svc = &gen.config.services[service];
+    let server =
+        upstream.and_then(|(p, s)| Some((&gen.config.pools.get(p.0)?.name, gen.pools.get(p.0)?.servers.get(s)?)));
+    let total_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    if let Some(why) = reason.filter(|r| matches!(*r, "no-pool" | "no-server" | "server-closed")) {
+        tracing::warn!(service = %svc.name, %client, reason = why, "connection failed");
+    }
+    let record = Record {
+        service: &svc.name,
+        client,
+        method: b"",
+        target: b"",
+        version: "TCP",
+        host: None,
+        status: 0,
+        bytes_in,
+        bytes_out,
+        upstream: server.map(|(pool, live)| Upstream { pool, server: &live.name, addr: live.addr }),
+        timings: Timings { total_us, ..Timings::default() },
+        reason,
+        side: None,
+        user_agent: None,
+        referer: None,
+        start: match local.log {
+            Some(_) => SystemTime::now() - Duration::from_micros(total_us),
+            None => SystemTime::UNIX_EPOCH,
+        },
+    };
+    if let Some(m) = gen.services.get(service) {
+        m.request(worker.id, &record);
+    }
+    if let Some((_, live)) = server {
+        live.metrics.request(worker.id, &record);
+    }
+    if let Some(line) = &local.log {
+        line.log(&record);
+    }
+}
+
+/// Serves a `udp` listener of this worker until the worker drains or a
+/// reload removes the listener. Each new client (flow) gets a server from
+/// the pool's balancer of the generation current at that moment.
+pub async fn serve_udp(worker: Rc<Worker>, addr: SocketAddr, socket: UdpSocket) {
+    let local = worker.local();
+    let Some(&service) = local.gen.listeners.get(&(Proto::Udp, addr)) else {
+        return;
+    };
+    let svc = &local.gen.config.services[service];
+    let name = svc.name.clone();
+    let opts = UdpOptions { idle: svc.l4.flow_idle, max_flows: svc.l4.max_flows, per_datagram: svc.l4.per_datagram };
+    drop(local);
+    let picker = worker.clone();
+    let pick = move |client: SocketAddr| -> Option<SocketAddr> {
+        let local = picker.local();
+        let service = *local.gen.listeners.get(&(Proto::Udp, addr))?;
+        let pool = local.gen.config.services[service].default_pool?;
+        let (cfg, live) = (local.gen.config.pool(pool), &local.gen.pools[pool.0]);
+        let key = upstream::hash_key(&cfg.hash_key, client.ip(), b"", None);
+        let view = PickView { pool: cfg, live, tried: 0 };
+        let server = local.pools[pool.0].balancer.borrow_mut().pick(Some(key), &view)?;
+        Some(cfg.servers[server].addr)
+    };
+    let watcher = worker.clone();
+    let stop = async move {
+        loop {
+            if watcher.draining.get() || !watcher.local().gen.listeners.contains_key(&(Proto::Udp, addr)) {
+                return;
+            }
+            tokio::select! {
+                () = watcher.drain.notified() => {}
+                () = watcher.reloaded.notified() => {}
+            }
+        }
+    };
+    let relay = UdpRelay::new(Rc::new(socket), opts);
+    let stats = relay.clone().serve(pick, stop).await;
+    tracing::info!(service = %name, %addr, flows = stats.created, refused = stats.refused, "udp listener stopped");
+}

@@ -191,8 +191,19 @@ fn compare<T>(old: &[T], new: &[T], name: impl Fn(&T) -> &String, same: impl Fn(
 /// destructuring is exhaustive on purpose: a new field of [`Service`] or
 /// [`Rule`] does not compile until it is compared here.
 fn same_service(old_cfg: &Config, a: &Service, new_cfg: &Config, b: &Service) -> bool {
-    let Service { name, mode, listeners, default_pool, rules, timeouts, limits, forwarded, l4, accept_proxy, sni_routes } =
-        a;
+    let Service {
+        name,
+        mode,
+        listeners,
+        default_pool,
+        rules,
+        timeouts,
+        limits,
+        forwarded,
+        l4,
+        accept_proxy,
+        sni_routes,
+    } = a;
     let pool_a = |id: &PoolId| old_cfg.pools.get(id.0).map(|p| &p.name);
     let pool_b = |id: &PoolId| new_cfg.pools.get(id.0).map(|p| &p.name);
     *name == b.name
@@ -214,7 +225,10 @@ fn same_service(old_cfg: &Config, a: &Service, new_cfg: &Config, b: &Service) ->
         && *l4 == b.l4
         && *accept_proxy == b.accept_proxy
         && sni_routes.len() == b.sni_routes.len()
-        && sni_routes.iter().zip(&b.sni_routes).all(|(x, y)| x.pattern == y.pattern && pool_a(&x.pool) == pool_b(&y.pool))
+        && sni_routes
+            .iter()
+            .zip(&b.sni_routes)
+            .all(|(x, y)| x.pattern == y.pattern && pool_a(&x.pool) == pool_b(&y.pool))
 }
 
 #[cfg(test)]

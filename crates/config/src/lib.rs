@@ -19,6 +19,7 @@
 
 mod diagnostic;
 mod diff;
+mod l4;
 pub mod model;
 mod ops;
 mod persistence;

@@ -56,7 +56,9 @@ pub(crate) fn validate_admin(cx: &mut Ctx<'_, '_>, raw: &S<RawAdmin>, listeners:
              or listen on 127.0.0.1",
         );
     }
-    if let Some((other, other_span, service)) = listeners.iter().find(|(other, _, _)| overlaps(other, &listen)) {
+    // The admin API is TCP: a UDP service may share its address.
+    let clash = listeners.iter().find(|l| !l.udp && overlaps(&l.addr, &listen));
+    if let Some(Listener { addr: other, span: other_span, service, .. }) = clash {
         let line = cx.r.line_of(other_span);
         if *other == listen {
             cx.r.error_hint(

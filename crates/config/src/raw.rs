@@ -58,6 +58,20 @@ pub struct RawService {
     pub limits: Option<S<RawLimits>>,
     /// `rules` (inline array or `[[service.rules]]` tables), in order.
     pub rules: Vec<S<RawRule>>,
+    /// `idle_timeout` (layer 4), a duration string.
+    pub idle_timeout: Option<S<String>>,
+    /// `max_connections` (layer 4).
+    pub max_connections: Option<S<i64>>,
+    /// `when_full` (layer 4).
+    pub when_full: Option<S<String>>,
+    /// `zero_copy` (layer 4).
+    pub zero_copy: Option<S<bool>>,
+    /// `udp`: the UDP settings table.
+    pub udp: Option<S<RawUdp>>,
+    /// `accept_proxy`: one network or an array.
+    pub accept_proxy: Option<S<Vec<S<String>>>>,
+    /// `sni`: the `tls-passthrough` routes, in order.
+    pub sni: Option<S<Vec<S<RawSniRoute>>>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells. Validation does not also report
     /// these as missing.
@@ -195,6 +209,8 @@ pub struct RawPool {
     pub servers: Option<S<Vec<S<RawServer>>>>,
     /// `persistence`
     pub persistence: Option<S<RawPersistence>>,
+    /// `send_proxy`: the PROXY protocol version sent to servers.
+    pub send_proxy: Option<S<String>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells. Validation does not also report
     /// these as missing.
@@ -278,6 +294,29 @@ pub struct RawPersistence {
     pub idle_timeout: Option<S<String>>,
     /// `capacity` of a stick table.
     pub capacity: Option<S<i64>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells.
+    pub broken: Vec<String>,
+}
+
+/// A service's `udp` table.
+#[derive(Debug, Clone, Default)]
+pub struct RawUdp {
+    /// `max_flows`
+    pub max_flows: Option<S<i64>>,
+    /// `flow_idle`, a duration string.
+    pub flow_idle: Option<S<String>>,
+    /// `per_datagram`
+    pub per_datagram: Option<S<bool>>,
+}
+
+/// One entry of a service's `sni` array; its span is the inline table.
+#[derive(Debug, Clone, Default)]
+pub struct RawSniRoute {
+    /// `name`: a server name or `*.suffix`.
+    pub name: Option<S<String>>,
+    /// `pool`
+    pub pool: Option<S<String>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells.
     pub broken: Vec<String>,

@@ -39,10 +39,20 @@ const SERVICE_KEYS: &[&str] = &[
     "timeouts",
     "limits",
     "rules",
+    "idle_timeout",
+    "max_connections",
+    "when_full",
+    "zero_copy",
+    "udp",
+    "accept_proxy",
+    "sni",
 ];
+const UDP_KEYS: &[&str] = &["max_flows", "flow_idle", "per_datagram"];
+const SNI_ROUTE_KEYS: &[&str] = &["name", "pool"];
 const TIMEOUT_KEYS: &[&str] = &["client_header", "client_idle", "connect", "server_response", "server_idle"];
 const LIMIT_KEYS: &[&str] = &["max_header_bytes", "max_headers", "max_body_bytes"];
-const POOL_KEYS: &[&str] = &["name", "balance", "hash_key", "max_idle_per_server", "servers", "persistence"];
+const POOL_KEYS: &[&str] =
+    &["name", "balance", "hash_key", "max_idle_per_server", "servers", "persistence", "send_proxy"];
 const SERVER_KEYS: &[&str] = &["address", "name", "weight", "backup", "max_connections"];
 const ADMIN_KEYS: &[&str] = &["listen", "tokens"];
 const TOKEN_KEYS: &[&str] = &["token", "role"];
@@ -144,7 +154,55 @@ fn read_service(r: &mut Report<'_>, table: &DeTable<'_>) -> RawService {
                     raw.rules.push(S::new(span, read_rule(r, table)));
                 }
             }
+            "idle_timeout" => raw.idle_timeout = duration(r, name, value),
+            "max_connections" => raw.max_connections = integer(r, name, value),
+            "when_full" => raw.when_full = string(r, name, value),
+            "zero_copy" => raw.zero_copy = boolean(r, name, value),
+            "udp" => raw.udp = table_of(r, name, value).map(|t| S::new(value.span(), read_udp(r, t))),
+            "accept_proxy" => raw.accept_proxy = strings(r, name, value),
+            "sni" => {
+                let routes = array_of_tables(r, name, value, "[[service.sni]]")
+                    .into_iter()
+                    .map(|(span, t)| S::new(span, read_sni_route(r, t)))
+                    .collect();
+                if matches!(value.get_ref(), DeValue::Array(_)) {
+                    raw.sni = Some(S::new(value.span(), routes));
+                }
+            }
             _ => raw.broken.extend(unknown_key(r, key, SERVICE_KEYS, "in [[service]]")),
+        }
+        if r.error_count() > errors_before {
+            raw.broken.push(name.to_string());
+        }
+    }
+    raw
+}
+
+fn read_udp(r: &mut Report<'_>, table: &DeTable<'_>) -> RawUdp {
+    let mut raw = RawUdp::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        match name {
+            "max_flows" => raw.max_flows = integer(r, name, value),
+            "flow_idle" => raw.flow_idle = duration(r, name, value),
+            "per_datagram" => raw.per_datagram = boolean(r, name, value),
+            _ => {
+                unknown_key(r, key, UDP_KEYS, "in `udp`");
+            }
+        }
+    }
+    raw
+}
+
+fn read_sni_route(r: &mut Report<'_>, table: &DeTable<'_>) -> RawSniRoute {
+    let mut raw = RawSniRoute::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        let errors_before = r.error_count();
+        match name {
+            "name" => raw.name = string(r, name, value),
+            "pool" => raw.pool = string(r, name, value),
+            _ => raw.broken.extend(unknown_key(r, key, SNI_ROUTE_KEYS, "in an `sni` route")),
         }
         if r.error_count() > errors_before {
             raw.broken.push(name.to_string());
@@ -284,6 +342,7 @@ fn read_pool(r: &mut Report<'_>, table: &DeTable<'_>) -> RawPool {
             "persistence" => {
                 raw.persistence = table_of(r, name, value).map(|t| S::new(value.span(), read_persistence(r, t)))
             }
+            "send_proxy" => raw.send_proxy = string(r, name, value),
             _ => raw.broken.extend(unknown_key(r, key, POOL_KEYS, "in [[pool]]")),
         }
         if r.error_count() > errors_before {

@@ -3,8 +3,9 @@
 //! Pools are validated first so that services and rules can resolve pool
 //! names to [`PoolId`]s; listeners are compared across the whole file at the
 //! end, and then with the admin listener. `[admin]` and `[access_log]` are
-//! checked in [`crate::ops`], a pool's `persistence` in [`crate::persistence`]. A value that is wrong is reported and replaced by its default, so the
-//! rest of the file is still checked and one mistake does not hide another
+//! checked in [`crate::ops`], a pool's `persistence` in [`crate::persistence`],
+//! the service mode and layer-4 keys in [`crate::l4`]. A value that is wrong
+//! is reported and replaced by its default, so the rest of the file is still checked and one mistake does not hide another
 //! (nor cause a cascade: a pool with a bad field still exists by name). The
 //! [`Config`] built here is only handed out when no error was reported.
 
@@ -14,6 +15,7 @@ use std::ops::{Range, RangeInclusive};
 use std::time::Duration;
 
 use crate::diagnostic::Report;
+use crate::l4::{check_udp_pools, parse_mode, parse_send_proxy, validate_layer4};
 use crate::model::*;
 use crate::ops::{validate_access_log, validate_admin};
 use crate::persistence::validate_persistence;
@@ -21,10 +23,6 @@ use crate::raw::*;
 use crate::rule::validate_rule;
 use crate::units::{closest, is_token, parse_duration, parse_size, parse_socket_addr, suggest, Problem};
 
-/// Modes the engine serves today.
-const SUPPORTED_MODES: &[&str] = &["http"];
-/// Modes of the product that the engine does not serve yet.
-const FUTURE_MODES: &[&str] = &["tcp", "udp", "https", "tls-passthrough"];
 const BALANCE_METHODS: &[&str] =
     &["round-robin", "least-connections", "random-two", "source-hash", "hash", "maglev", "first"];
 
@@ -140,6 +138,7 @@ pub(crate) fn validate(r: &mut Report<'_>, raw: &RawConfig) -> Config {
         services.push(service);
     }
     check_listeners(cx.r, &listeners);
+    check_udp_pools(&mut cx, &raw.pools, &pools, &services);
     let admin = raw.admin.as_ref().map(|a| validate_admin(&mut cx, a, &listeners));
     let access_log = raw.access_log.as_ref().map(|l| validate_access_log(&mut cx, l));
 
@@ -159,9 +158,9 @@ pub(crate) fn validate(r: &mut Report<'_>, raw: &RawConfig) -> Config {
     Config { workers, drain_timeout, services, pools, admin, access_log }
 }
 
-fn validate_service(cx: &mut Ctx<'_, '_>, raw: &S<RawService>, listeners: &mut Vec<Listener>) -> Service {
-    let span = raw.span();
-    let raw = raw.get_ref();
+fn validate_service(cx: &mut Ctx<'_, '_>, service: &S<RawService>, listeners: &mut Vec<Listener>) -> Service {
+    let span = service.span();
+    let raw = service.get_ref();
     let name = match &raw.name {
         Some(n) if n.get_ref().is_empty() => {
             cx.r.error(&n.span(), "a service name must not be empty");
@@ -175,14 +174,53 @@ fn validate_service(cx: &mut Ctx<'_, '_>, raw: &S<RawService>, listeners: &mut V
             String::new()
         }
     };
-    if let Some(mode) = &raw.mode {
-        check_mode(cx, mode);
+    let mode = match &raw.mode {
+        Some(m) => parse_mode(cx, m),
+        None => Some(Mode::Http),
+    };
+    let udp = mode == Some(Mode::Udp);
+    let own = validate_listen(cx, raw, &span, &name, udp, listeners);
+    let default_pool = raw.pool.as_ref().and_then(|p| cx.resolve_pool(p));
+    let defaults = Forwarded::default();
+    let flag = |v: &Option<S<bool>>, d: bool| v.as_ref().map_or(d, |b| *b.get_ref());
+    let forwarded = Forwarded {
+        x_forwarded_for: flag(&raw.x_forwarded_for, defaults.x_forwarded_for),
+        x_forwarded_proto: flag(&raw.x_forwarded_proto, defaults.x_forwarded_proto),
+        forwarded: flag(&raw.forwarded, defaults.forwarded),
+    };
+    let timeouts = raw.timeouts.as_ref().map_or_else(Timeouts::default, |t| validate_timeouts(cx, t.get_ref()));
+    let limits = raw.limits.as_ref().map_or_else(Limits::default, |l| validate_limits(cx, l.get_ref()));
+    let rules = raw.rules.iter().map(|rule| validate_rule(cx, rule)).collect();
+    let layer4 = validate_layer4(cx, service, mode);
+    Service {
+        name,
+        mode: mode.unwrap_or(Mode::Http),
+        listeners: own,
+        default_pool,
+        rules,
+        timeouts,
+        limits,
+        forwarded,
+        l4: layer4.l4,
+        accept_proxy: layer4.accept_proxy,
+        sni_routes: layer4.sni_routes,
     }
+}
+
+/// The service's listener addresses; each is also added to `listeners`.
+fn validate_listen(
+    cx: &mut Ctx<'_, '_>,
+    raw: &RawService,
+    span: &Range<usize>,
+    name: &str,
+    udp: bool,
+    listeners: &mut Vec<Listener>,
+) -> Vec<SocketAddr> {
     let mut own = Vec::new();
     match &raw.listen {
         None if broken(&raw.broken, "listen") => {}
         None => cx.r.error_hint(
-            &span,
+            span,
             if name.is_empty() {
                 "this service has no `listen` address".to_string()
             } else {
@@ -198,55 +236,14 @@ fn validate_service(cx: &mut Ctx<'_, '_>, raw: &S<RawService>, listeners: &mut V
                 match parse_socket_addr(item.get_ref()) {
                     Ok(addr) => {
                         own.push(addr);
-                        listeners.push((addr, item.span(), name.clone()));
+                        listeners.push(Listener { addr, span: item.span(), service: name.to_string(), udp });
                     }
                     Err(p) => cx.problem(&item.span(), p),
                 }
             }
         }
     }
-    let default_pool = raw.pool.as_ref().and_then(|p| cx.resolve_pool(p));
-    let defaults = Forwarded::default();
-    let flag = |v: &Option<S<bool>>, d: bool| v.as_ref().map_or(d, |b| *b.get_ref());
-    let forwarded = Forwarded {
-        x_forwarded_for: flag(&raw.x_forwarded_for, defaults.x_forwarded_for),
-        x_forwarded_proto: flag(&raw.x_forwarded_proto, defaults.x_forwarded_proto),
-        forwarded: flag(&raw.forwarded, defaults.forwarded),
-    };
-    let timeouts = raw.timeouts.as_ref().map_or_else(Timeouts::default, |t| validate_timeouts(cx, t.get_ref()));
-    let limits = raw.limits.as_ref().map_or_else(Limits::default, |l| validate_limits(cx, l.get_ref()));
-    let rules = raw.rules.iter().map(|rule| validate_rule(cx, rule)).collect();
-    Service {
-        name,
-        mode: Mode::Http,
-        listeners: own,
-        default_pool,
-        rules,
-        timeouts,
-        limits,
-        forwarded,
-        l4: L4::default(),
-        accept_proxy: Vec::new(),
-        sni_routes: Vec::new(),
-    }
-}
-
-fn check_mode(cx: &mut Ctx<'_, '_>, mode: &S<String>) {
-    let m = mode.get_ref().as_str();
-    if SUPPORTED_MODES.contains(&m) {
-        return;
-    }
-    let supported = format!("supported modes: {}", SUPPORTED_MODES.join(", "));
-    if FUTURE_MODES.contains(&m) {
-        cx.r.error_hint(&mode.span(), format!("mode `{m}` is not supported yet"), supported);
-    } else {
-        let all: Vec<&str> = SUPPORTED_MODES.iter().chain(FUTURE_MODES).copied().collect();
-        let hint = match closest(m, all.iter().copied()) {
-            Some(c) if SUPPORTED_MODES.contains(&c) => format!("did you mean `{c}`?"),
-            _ => supported,
-        };
-        cx.r.error_hint(&mode.span(), format!("unknown mode `{m}`"), hint);
-    }
+    own
 }
 
 fn validate_timeouts(cx: &mut Ctx<'_, '_>, raw: &RawTimeouts) -> Timeouts {
@@ -288,8 +285,18 @@ fn validate_limits(cx: &mut Ctx<'_, '_>, raw: &RawLimits) -> Limits {
     }
 }
 
-/// A service listener: its address, where it is written, and its service's name.
-pub(crate) type Listener = (SocketAddr, Range<usize>, String);
+/// A service listener.
+pub(crate) struct Listener {
+    /// The address listened on.
+    pub(crate) addr: SocketAddr,
+    /// Where it is written.
+    pub(crate) span: Range<usize>,
+    /// Its service's name.
+    pub(crate) service: String,
+    /// A UDP socket (mode `udp`); the others are TCP. A UDP and a TCP socket
+    /// can be bound to the same address and port.
+    pub(crate) udp: bool,
+}
 
 /// Whether two listeners could not both be bound: the same address and port,
 /// or a wildcard address and a specific address of its family on the same
@@ -299,11 +306,11 @@ pub(crate) fn overlaps(a: &SocketAddr, b: &SocketAddr) -> bool {
     a == b || (a.port() == b.port() && a.is_ipv4() == b.is_ipv4() && a.ip().is_unspecified() != b.ip().is_unspecified())
 }
 
-/// Each address:port is listened on once (see [`overlaps`]).
+/// Each address:port is listened on once per protocol (see [`overlaps`]).
 fn check_listeners(r: &mut Report<'_>, listeners: &[Listener]) {
-    for (j, (addr, span, _)) in listeners.iter().enumerate() {
-        let earlier = listeners[..j].iter().find(|(other, _, _)| overlaps(other, addr));
-        let Some((other, other_span, service)) = earlier else {
+    for (j, Listener { addr, span, udp, .. }) in listeners.iter().enumerate() {
+        let earlier = listeners[..j].iter().find(|l| l.udp == *udp && overlaps(&l.addr, addr));
+        let Some(Listener { addr: other, span: other_span, service, .. }) = earlier else {
             continue;
         };
         let line = r.line_of(other_span);
@@ -311,7 +318,12 @@ fn check_listeners(r: &mut Report<'_>, listeners: &[Listener]) {
             r.error_hint(
                 span,
                 format!("listener `{addr}` is already used by service `{service}` (line {line})"),
-                "an address and port can be listened on only once; route by host or path with rules instead",
+                if *udp {
+                    "a udp service may share its address and port with a tcp or http service, not with another \
+                     udp service"
+                } else {
+                    "an address and port can be listened on only once; route by host or path with rules instead"
+                },
             );
         } else {
             r.error_hint(
@@ -401,7 +413,7 @@ fn validate_pool(cx: &mut Ctx<'_, '_>, raw: &S<RawPool>) -> Pool {
         hash_key,
         servers,
         max_idle_per_server,
-        send_proxy: None,
+        send_proxy: raw.send_proxy.as_ref().and_then(|v| parse_send_proxy(cx, v)),
         persistence: raw.persistence.as_ref().and_then(|p| validate_persistence(cx, p)),
     }
 }

@@ -133,15 +133,20 @@ fn a_full_service_refuses_or_makes_new_connections_wait() {
         let mut b = [0u8; 4];
         s.write_all(b"ping").is_ok() && s.read_exact(&mut b).is_ok() && &b == b"ping"
     };
-    let mut held: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(refuse).expect("connect")).collect();
-    assert!(held.iter_mut().all(|s| ping(s)), "the first two connections are served");
+    // The harness's own readiness probe holds a slot until its relay ends.
+    let mut held = wait_for("two connections to be served", || {
+        let mut two: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(refuse).expect("connect")).collect();
+        two.iter_mut().all(|s| ping(s)).then_some(two)
+    });
     let mut third = TcpStream::connect(refuse).expect("the kernel accepts");
     assert!(!ping(&mut third), "the third connection is refused (closed)");
     drop(held.pop());
     wait_for("a slot to free", || ping(&mut TcpStream::connect(refuse).expect("connect")).then_some(()));
 
-    let mut first = TcpStream::connect(wait).expect("connect");
-    assert!(ping(&mut first));
+    let mut first = wait_for("the waiting service to serve one", || {
+        let mut one = TcpStream::connect(wait).expect("connect");
+        ping(&mut one).then_some(one)
+    });
     let mut second = TcpStream::connect(wait).expect("connect: it waits in the backlog");
     second.set_read_timeout(Some(Duration::from_millis(500))).ok();
     second.write_all(b"ping").expect("send");
@@ -192,7 +197,11 @@ fn udp_flows_are_sticky_and_spread_and_a_full_table_refuses_new_clients() {
     let (a, b) = (udp_named("a"), udp_named("b"));
     let listen = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
     let config = udp_config(listen, &[a, b], "");
-    let probe: SocketAddr = config.lines().rev().find_map(|l| l.strip_prefix("listen = \"")?.strip_suffix('"')?.parse().ok()).expect("probe");
+    let probe: SocketAddr = config
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("listen = \"")?.strip_suffix('"')?.parse().ok())
+        .expect("probe");
     let _proxy = Proxy::start(&config, probe);
     let mut seen = std::collections::HashSet::new();
     for client in 0..6 {
@@ -212,8 +221,13 @@ fn udp_flows_are_sticky_and_spread_and_a_full_table_refuses_new_clients() {
 fn a_full_udp_flow_table_refuses_new_clients_only() {
     let a = udp_named("a");
     let listen = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
-    let config = udp_config(listen, &[a], "udp = { max_flows = 1, flow_idle = \"30s\" }").replace("workers = 2", "workers = 1");
-    let probe: SocketAddr = config.lines().rev().find_map(|l| l.strip_prefix("listen = \"")?.strip_suffix('"')?.parse().ok()).expect("probe");
+    let config =
+        udp_config(listen, &[a], "udp = { max_flows = 1, flow_idle = \"30s\" }").replace("workers = 2", "workers = 1");
+    let probe: SocketAddr = config
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("listen = \"")?.strip_suffix('"')?.parse().ok())
+        .expect("probe");
     let _proxy = Proxy::start(&config, probe);
     let first = UdpSocket::bind("127.0.0.1:0").expect("client");
     wait_for("the first flow", || ask(&first, listen, "x"));
@@ -230,8 +244,10 @@ fn free_udp_port() -> u16 {
 fn proxy_protocol_is_accepted_from_trusted_sources_and_sent_to_servers() {
     let reporter = tcp_server("127.0.0.1:0", proxy_reporter);
     let listen = proxy_addr();
-    let _proxy =
-        Proxy::start(&tcp_service(listen, &[reporter], "accept_proxy = [\"127.0.0.0/8\"]", "send_proxy = \"v1\""), listen);
+    let _proxy = Proxy::start(
+        &tcp_service(listen, &[reporter], "accept_proxy = [\"127.0.0.0/8\"]", "send_proxy = \"v1\""),
+        listen,
+    );
     let mut stream = TcpStream::connect(listen).expect("connect");
     stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
     // The client (a trusted front proxy) says the real client is 203.0.113.7 (v2 header).
@@ -307,4 +323,85 @@ fn ipv6_listeners_and_servers_mix_with_ipv4() {
         s.read_exact(&mut b).expect("echo");
         assert_eq!(&b, b"across families", "via {listen}");
     }
+}
+
+/// A TLS server (rustls) for `names` answering every connection with `reply`.
+fn tls_server(names: &[&str], reply: &'static str) -> (SocketAddr, rustls::pki_types::CertificateDer<'static>) {
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let cert = rcgen::generate_simple_self_signed(names).expect("certificate");
+    let der = cert.cert.der().clone();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.signing_key.serialize_der()));
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![der.clone()], key)
+        .expect("server config");
+    let config = Arc::new(config);
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let config = config.clone();
+            thread::spawn(move || {
+                let Ok(conn) = rustls::ServerConnection::new(config) else { return };
+                let mut tls = rustls::StreamOwned::new(conn, stream);
+                let mut line = [0u8; 5];
+                if tls.read_exact(&mut line).is_ok() {
+                    let _ = tls.write_all(reply.as_bytes());
+                    let _ = tls.flush();
+                }
+            });
+        }
+    });
+    (addr, der)
+}
+
+fn tls_ask(proxy: SocketAddr, name: &str, roots: &[rustls::pki_types::CertificateDer<'static>]) -> Option<String> {
+    let mut store = rustls::RootCertStore::empty();
+    for r in roots {
+        store.add(r.clone()).ok()?;
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .with_root_certificates(store)
+        .with_no_client_auth();
+    let server_name = rustls::pki_types::ServerName::try_from(name.to_string()).ok()?;
+    let conn = rustls::ClientConnection::new(Arc::new(config), server_name).ok()?;
+    let stream = TcpStream::connect(proxy).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut tls = rustls::StreamOwned::new(conn, stream);
+    tls.write_all(b"hello").ok()?;
+    let mut reply = String::new();
+    tls.read_to_string(&mut reply).ok();
+    (!reply.is_empty()).then_some(reply)
+}
+
+#[test]
+fn tls_passthrough_routes_by_server_name_without_terminating_tls() {
+    let (a, cert_a) = tls_server(&["shop.test"], "I am A");
+    let (b, cert_b) = tls_server(&["*.api.test"], "I am B");
+    let listen = proxy_addr();
+    let config = format!(
+        "workers = 2\n\n[[service]]\nname = \"tls\"\nmode = \"tls-passthrough\"\nlisten = \"{listen}\"\n\
+         sni = [\n  {{ name = \"shop.test\", pool = \"a\" }},\n  {{ name = \"*.api.test\", pool = \"b\" }},\n]\n\n\
+         [[pool]]\nname = \"a\"\nservers = [{{ address = \"{a}\" }}]\n\n[[pool]]\nname = \"b\"\nservers = [{{ address = \"{b}\" }}]\n"
+    );
+    let _proxy = Proxy::start(&config, listen);
+    let roots = [cert_a, cert_b];
+    // The certificates verify end to end: the session is the server's, not the proxy's.
+    assert_eq!(tls_ask(listen, "shop.test", &roots).as_deref(), Some("I am A"));
+    assert_eq!(tls_ask(listen, "v1.api.test", &roots).as_deref(), Some("I am B"));
+    assert_eq!(tls_ask(listen, "other.test", &roots), None, "no route and no default pool: closed");
+    // Not TLS at all: closed, and the service keeps serving.
+    let mut plain = TcpStream::connect(listen).expect("connect");
+    plain.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+    plain.set_read_timeout(Some(PATIENCE)).ok();
+    let mut b = [0u8; 1];
+    assert!(matches!(plain.read(&mut b), Ok(0) | Err(_)), "plain text is refused");
+    assert_eq!(tls_ask(listen, "shop.test", &roots).as_deref(), Some("I am A"));
 }

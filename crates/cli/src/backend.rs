@@ -187,6 +187,14 @@ impl Backend for EngineBackend {
             ..ExpositionView::default()
         };
         view.services = gen.config.services.iter().zip(&gen.services).map(|(s, m)| (s.name.as_str(), &**m)).collect();
+        view.udp = gen
+            .config
+            .services
+            .iter()
+            .zip(&gen.udp)
+            .filter(|(s, _)| s.mode == Mode::Udp)
+            .map(|(s, board)| (s.name.as_str(), board.total()))
+            .collect();
         for (p, pool) in gen.config.pools.iter().enumerate() {
             for live in &gen.pools[p].servers {
                 view.servers.push(ServerRow {

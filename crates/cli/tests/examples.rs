@@ -9,7 +9,7 @@ mod common;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use common::{check, workspace_root, Origin, Proxy};
+use common::{check, workspace_root, Client, Origin, Proxy};
 
 /// The example files, sorted.
 fn examples() -> Vec<PathBuf> {
@@ -51,11 +51,13 @@ fn every_example_runs() {
         match name.as_str() {
             "l7-content-switching.toml" => l7_content_switching(&file),
             "quickstart.toml" => quickstart(&file),
+            "l4-tcp.toml" => l4_tcp(&file),
+            "l4-udp.toml" => l4_udp(&file),
             other => panic!("examples/{other} has no scenario in crates/cli/tests/examples.rs: add one"),
         }
         covered.push(name);
     }
-    assert!(covered.len() >= 2, "covered {covered:?}");
+    assert!(covered.len() >= 4, "covered {covered:?}");
 }
 
 fn l7_content_switching(file: &std::path::Path) {
@@ -108,4 +110,55 @@ fn quickstart(file: &std::path::Path) {
     assert_eq!(api.status, 200);
     assert_eq!(api.header("x-served-by"), Some("switchyard"), "response edit of the first rule");
     assert_eq!(app_1.requests() + app_2.requests(), 3, "health and redirect never reach a server");
+}
+
+fn l4_tcp(file: &std::path::Path) {
+    let _app_1 = origin_at("127.0.0.1:19021", "app-1");
+    let _app_2 = origin_at("127.0.0.1:19022", "app-2");
+    let _proxy = Proxy::run_file(file, addr("127.0.0.1:18090"));
+    // HTTP over a plain TCP relay: one connection, one server.
+    let mut seen: Vec<String> =
+        (0..4).map(|_| Client::connect(addr("127.0.0.1:18090")).get("/").origin().to_string()).collect();
+    for pair in seen.windows(2) {
+        assert_ne!(pair[0], pair[1], "round robin per connection: {seen:?}");
+    }
+    seen.clear();
+    for _ in 0..4 {
+        seen.push(Client::connect(addr("127.0.0.1:18091")).get("/").origin().to_string());
+    }
+    assert!(seen.windows(2).all(|w| w[0] == w[1]), "source persistence keeps one server: {seen:?}");
+}
+
+fn l4_udp(file: &std::path::Path) {
+    let servers: Vec<std::net::UdpSocket> = ["127.0.0.1:19031", "127.0.0.1:19032"]
+        .iter()
+        .map(|a| std::net::UdpSocket::bind(a).expect("bind a UDP server"))
+        .collect();
+    for (i, socket) in servers.into_iter().enumerate() {
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            while let Ok((n, from)) = socket.recv_from(&mut buf) {
+                let mut reply = format!("dns-{}:", i + 1).into_bytes();
+                reply.extend_from_slice(&buf[..n]);
+                let _ = socket.send_to(&reply, from);
+            }
+        });
+    }
+    let _proxy = Proxy::run_file(file, addr("127.0.0.1:19099"));
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..4 {
+        let client = std::net::UdpSocket::bind("127.0.0.1:0").expect("client");
+        client.set_read_timeout(Some(std::time::Duration::from_secs(2))).expect("timeout");
+        let ask = |m: &str| -> Option<String> {
+            client.send_to(m.as_bytes(), "127.0.0.1:18095").ok()?;
+            let mut buf = [0u8; 512];
+            let (n, _) = client.recv_from(&mut buf).ok()?;
+            Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+        };
+        let first = common::wait_for("a UDP reply through the balancer", || ask("q1"));
+        let server = first.split(':').next().unwrap_or_default().to_string();
+        assert_eq!(ask("q2"), Some(format!("{server}:q2")), "a flow stays on its server");
+        seen.insert(server);
+    }
+    assert_eq!(seen.len(), 2, "flows of different clients use both servers: {seen:?}");
 }

@@ -221,8 +221,9 @@ fn udp_flows_are_sticky_and_spread_and_a_full_table_refuses_new_clients() {
 fn a_full_udp_flow_table_refuses_new_clients_only() {
     let a = udp_named("a");
     let listen = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
-    let config =
-        udp_config(listen, &[a], "udp = { max_flows = 1, flow_idle = \"30s\" }").replace("workers = 2", "workers = 1");
+    let admin = proxy_addr();
+    let config = udp_config(listen, &[a], "udp = { max_flows = 1, flow_idle = \"30s\" }")
+        .replace("workers = 2", &format!("workers = 1\n[admin]\nlisten = \"{admin}\"\n"));
     let probe: SocketAddr = config
         .lines()
         .rev()
@@ -234,6 +235,13 @@ fn a_full_udp_flow_table_refuses_new_clients_only() {
     let second = UdpSocket::bind("127.0.0.1:0").expect("client");
     assert_eq!(ask(&second, listen, "y"), None, "the table is full: a new client gets nothing");
     assert_eq!(ask(&first, listen, "z").as_deref(), Some("a:z"), "the existing flow keeps working");
+    // The refusal shows in the metrics (published about once a second).
+    wait_for("the refused flow in the metrics", || {
+        let host = admin.to_string();
+        let body =
+            Client::connect(admin).request("GET", "/metrics", &[("host", &host), ("connection", "close")]).text();
+        body.contains("switchyard_udp_flows_total{service=\"dns\",event=\"refused\"} 1").then_some(())
+    });
 }
 
 fn free_udp_port() -> u16 {

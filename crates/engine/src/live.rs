@@ -166,6 +166,45 @@ pub struct Gate {
     pub freed: Notify,
 }
 
+/// The UDP flow counters of a service, one slot per worker (each worker
+/// copies its flow table's counters in about once a second); summed on read.
+#[derive(Debug)]
+pub struct UdpBoard {
+    slots: Vec<std::sync::Mutex<crate::relay::FlowStats>>,
+}
+
+impl UdpBoard {
+    /// A board for `workers` workers.
+    pub fn new(workers: usize) -> Self {
+        UdpBoard { slots: (0..workers.max(1)).map(|_| std::sync::Mutex::default()).collect() }
+    }
+
+    /// Worker `w`'s latest counters.
+    pub fn set(&self, w: usize, stats: crate::relay::FlowStats) {
+        if let Some(slot) = self.slots.get(w) {
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = stats;
+        }
+    }
+
+    /// The counters summed over the workers.
+    pub fn total(&self) -> crate::relay::FlowStats {
+        let mut t = crate::relay::FlowStats::default();
+        for slot in &self.slots {
+            let s = *slot.lock().unwrap_or_else(|e| e.into_inner());
+            t.active += s.active;
+            t.created += s.created;
+            t.expired += s.expired;
+            t.refused += s.refused;
+            t.dropped += s.dropped;
+            t.datagrams_to_server += s.datagrams_to_server;
+            t.bytes_to_server += s.bytes_to_server;
+            t.datagrams_to_client += s.datagrams_to_client;
+            t.bytes_to_client += s.bytes_to_client;
+        }
+        t
+    }
+}
+
 /// Shared, live state of one pool in one generation.
 #[derive(Debug)]
 pub struct PoolLive {
@@ -214,6 +253,8 @@ pub struct Generation {
     pub listeners: HashMap<(Proto, SocketAddr), usize>,
     /// Open-connection gates per service, indexed like `config.services`.
     pub gates: Vec<Arc<Gate>>,
+    /// UDP flow counters per service, indexed like `config.services`.
+    pub udp: Vec<Arc<UdpBoard>>,
     /// Metrics per service, indexed like `config.services`; carried across
     /// reloads by service name.
     pub services: Vec<Arc<ServiceMetrics>>,
@@ -276,7 +317,15 @@ impl Generation {
                 None => Arc::new(Gate::default()),
             })
             .collect();
-        Generation { number, config, pools, listeners, gates, services, access_log, persistence, workers }
+        let udp = config
+            .services
+            .iter()
+            .map(|s| match previous.and_then(|g| g.service_index(&s.name).map(|i| &g.udp[i])) {
+                Some(kept) => kept.clone(),
+                None => Arc::new(UdpBoard::new(workers)),
+            })
+            .collect();
+        Generation { number, config, pools, listeners, gates, udp, services, access_log, persistence, workers }
     }
 
     /// The index of the pool called `name`.

@@ -260,6 +260,7 @@ pub async fn serve_udp(worker: Rc<Worker>, addr: SocketAddr, socket: UdpSocket) 
     };
     let svc = &local.gen.config.services[service];
     let name = svc.name.clone();
+    let board = local.gen.udp[service].clone();
     let opts = UdpOptions { idle: svc.l4.flow_idle, max_flows: svc.l4.max_flows, per_datagram: svc.l4.per_datagram };
     drop(local);
     let picker = worker.clone();
@@ -286,6 +287,18 @@ pub async fn serve_udp(worker: Rc<Worker>, addr: SocketAddr, socket: UdpSocket) 
         }
     };
     let relay = UdpRelay::new(Rc::new(socket), opts);
+    let publisher = {
+        let (relay, board, id) = (relay.clone(), board.clone(), worker.id);
+        tokio::task::spawn_local(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                board.set(id, relay.stats());
+            }
+        })
+    };
     let stats = relay.clone().serve(pick, stop).await;
+    publisher.abort();
+    board.set(worker.id, stats);
     tracing::info!(service = %name, %addr, flows = stats.created, refused = stats.refused, "udp listener stopped");
 }

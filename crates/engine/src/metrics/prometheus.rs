@@ -36,6 +36,8 @@ pub struct ExpositionView<'a> {
     pub services: Vec<(&'a str, &'a ServiceMetrics)>,
     /// Every server of every pool.
     pub servers: Vec<ServerRow<'a>>,
+    /// UDP flow counters per `udp` service.
+    pub udp: Vec<(&'a str, crate::relay::FlowStats)>,
     /// TLS handshake counters, once TLS exists (absent: exposed as zeros).
     pub tls: Option<&'a TlsMetrics>,
     /// Process-wide values.
@@ -96,6 +98,7 @@ pub fn encode(view: &ExpositionView) -> String {
 struct Scrape {
     services: Vec<(String, ServiceTotals)>,
     servers: Vec<ServerScrape>,
+    udp: Vec<(String, crate::relay::FlowStats)>,
     tls: TlsTotals,
     process: ProcessGauges,
 }
@@ -128,6 +131,7 @@ impl Scrape {
                     totals: r.metrics.snapshot(),
                 })
                 .collect(),
+            udp: view.udp.iter().map(|(n, s)| (n.to_string(), *s)).collect(),
             tls: view.tls.map(TlsMetrics::snapshot).unwrap_or_default(),
             process: view.process,
         }
@@ -139,6 +143,7 @@ impl Collector for Scrape {
         self.process(&mut enc)?;
         self.services(&mut enc)?;
         self.servers(&mut enc)?;
+        self.udp(&mut enc)?;
         let t = &self.tls;
         let rows = [("full", t.full), ("resumed", t.resumed), ("failed", t.failed)];
         counter(&mut enc, "tls_handshakes", "TLS handshakes by kind.", rows.map(|(k, v)| ([("kind", k)], v)))
@@ -157,6 +162,24 @@ impl Scrape {
         let help = "Access log lines dropped because the writer fell behind.";
         enc.encode_descriptor("access_log_dropped_lines", help, None, MetricType::Counter)?
             .encode_counter::<NoLabelSet, u64, u64>(&p.access_log_dropped, None)
+    }
+
+    fn udp(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+        let u = &self.udp;
+        let active = u.iter().map(|(n, s)| ([("service", n.as_str())], s.active));
+        gauge(enc, "udp_flows_active", "UDP flows in the flow table now.", active)?;
+        let events = u.iter().flat_map(|(n, s)| {
+            [("created", s.created), ("expired", s.expired), ("refused", s.refused)]
+                .map(|(e, v)| ([("service", n.as_str()), ("event", e)], v))
+        });
+        counter(enc, "udp_flows", "UDP flows created, expired, and refused because the table was full.", events)?;
+        let datagrams = u.iter().flat_map(|(n, s)| {
+            [("to_server", s.datagrams_to_server), ("to_client", s.datagrams_to_client)]
+                .map(|(d, v)| ([("service", n.as_str()), ("direction", d)], v))
+        });
+        counter(enc, "udp_datagrams", "UDP datagrams relayed, per direction.", datagrams)?;
+        let dropped = u.iter().map(|(n, s)| ([("service", n.as_str())], s.dropped));
+        counter(enc, "udp_dropped", "UDP datagrams dropped (no server, send failure).", dropped)
     }
 
     fn services(&self, enc: &mut DescriptorEncoder) -> fmt::Result {

@@ -37,6 +37,7 @@ fn pool(name: &str, servers: &[&str], persistence: Persistence) -> Pool {
         servers,
         max_idle_per_server: 8,
         persistence: Some(persistence),
+        send_proxy: None,
     }
 }
 

@@ -106,6 +106,7 @@ fn view<'a>(
     ExpositionView {
         services: vec![("web", web), ("a\"p\\i", api)],
         servers: vec![row("a", "up", a), row("b", "draining", b)],
+        udp: Vec::new(),
         tls: Some(tls),
         process: ProcessGauges {
             workers: 2,

@@ -136,14 +136,14 @@ fn a_full_service_refuses_or_makes_new_connections_wait() {
     // The harness's own readiness probe holds a slot until its relay ends.
     let mut held = wait_for("two connections to be served", || {
         let mut two: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(refuse).expect("connect")).collect();
-        two.iter_mut().all(|s| ping(s)).then_some(two)
+        two.iter_mut().all(&ping).then_some(two)
     });
     let mut third = TcpStream::connect(refuse).expect("the kernel accepts");
     assert!(!ping(&mut third), "the third connection is refused (closed)");
     drop(held.pop());
     wait_for("a slot to free", || ping(&mut TcpStream::connect(refuse).expect("connect")).then_some(()));
 
-    let mut first = wait_for("the waiting service to serve one", || {
+    let first = wait_for("the waiting service to serve one", || {
         let mut one = TcpStream::connect(wait).expect("connect");
         ping(&mut one).then_some(one)
     });

@@ -36,7 +36,7 @@ pub async fn serve_stream(stream: TcpStream, peer: SocketAddr, local: Rc<Local>,
     };
     let mut stream = stream;
     let (client, pre) = if trusted(svc, peer.ip()) {
-        match read_proxy(&mut stream, svc.timeouts.client_header).await {
+        match Box::pin(read_proxy(&mut stream, svc.timeouts.client_header)).await {
             Ok((addr, rest)) => (addr.unwrap_or(peer), rest),
             Err(why) => {
                 tracing::warn!(service = %svc.name, client = %peer, reason = why, "PROXY protocol header refused");
@@ -46,10 +46,13 @@ pub async fn serve_stream(stream: TcpStream, peer: SocketAddr, local: Rc<Local>,
     } else {
         (peer, BytesMut::new())
     };
+    // The layer-4 branches are boxed: a task's future is as large as its
+    // largest state, and an idle HTTP keep-alive connection should not pay
+    // for a relay's.
     match svc.mode {
         Mode::Http => crate::http::serve(stream, client, pre, local, service, worker).await,
-        Mode::Tcp => relay_to_pool(stream, client, pre, &local, service, &worker, None).await,
-        Mode::TlsPassthrough => passthrough(stream, client, pre, &local, service, &worker).await,
+        Mode::Tcp => Box::pin(relay_to_pool(stream, client, pre, &local, service, &worker, None)).await,
+        Mode::TlsPassthrough => Box::pin(passthrough(stream, client, pre, &local, service, &worker)).await,
         Mode::Udp => {}
     }
 }

@@ -413,3 +413,54 @@ fn tls_passthrough_routes_by_server_name_without_terminating_tls() {
     assert!(matches!(plain.read(&mut b), Ok(0) | Err(_)), "plain text is refused");
     assert_eq!(tls_ask(listen, "shop.test", &roots).as_deref(), Some("I am A"));
 }
+
+#[test]
+fn an_http_pool_sends_the_proxy_header_on_private_connections() {
+    let server = tcp_server("127.0.0.1:0", |mut s| {
+        // Reads the PROXY line and the request head, answers with the PROXY line.
+        let mut got = Vec::new();
+        let mut byte = [0u8; 1];
+        while !got.ends_with(b"\r\n\r\n") {
+            match s.read(&mut byte) {
+                Ok(1) => got.push(byte[0]),
+                _ => return,
+            }
+        }
+        let line = got.split(|&b| b == b'\n').next().unwrap_or_default().to_vec();
+        let _ = write!(s, "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", line.len());
+        let _ = s.write_all(&line);
+    });
+    let http = proxy_addr();
+    let config = simple_config(http, &[server], "")
+        .replace("[[pool]]\nname = \"main\"\n", "[[pool]]\nname = \"main\"\nsend_proxy = \"v1\"\n");
+    let _web = Proxy::start(&config, http);
+    let mut c = Client::connect(http);
+    for _ in 0..2 {
+        let r = c.get("/");
+        assert!(r.text().starts_with("PROXY TCP4 127.0.0.1 127.0.0.1 "), "{}", r.text());
+    }
+}
+
+#[test]
+fn ipv6_http_and_udp_listeners_reach_ipv4_servers() {
+    if TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("no IPv6 loopback on this machine");
+        return;
+    }
+    let origin = Origin::start("v4-origin");
+    let udp = udp_named("v4");
+    let http = SocketAddr::new("::1".parse().expect("ip"), free_port_on("[::1]:0".parse().expect("addr")));
+    let udp_listen = SocketAddr::new("::1".parse().expect("ip"), free_udp_port_v6());
+    let config = simple_config(http, &[origin.addr], "")
+        + &format!("\n[[service]]\nname = \"u6\"\nmode = \"udp\"\nlisten = \"{udp_listen}\"\npool = \"u\"\n\n[[pool]]\nname = \"u\"\nservers = [{{ address = \"{udp}\" }}]\n");
+    let _proxy = Proxy::start(&config, http);
+    let r = Client::connect(http).get("/");
+    assert_eq!((r.status, r.origin()), (200, "v4-origin"));
+    let client = UdpSocket::bind("[::1]:0").expect("udp v6 client");
+    let reply = wait_for("a UDP reply over IPv6", || ask(&client, udp_listen, "six"));
+    assert_eq!(reply, "v4:six");
+}
+
+fn free_udp_port_v6() -> u16 {
+    UdpSocket::bind("[::1]:0").and_then(|s| s.local_addr()).expect("udp port").port()
+}

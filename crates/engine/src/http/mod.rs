@@ -501,7 +501,10 @@ async fn forward(
         let _slot = ActiveGuard::new(&live.servers[server]);
         client.trace.upstream = Some((pool.0, server));
         let addr = pool_cfg.servers[server].addr;
-        let idle = if fresh_only {
+        // A connection that carried a PROXY header speaks for one client:
+        // it is neither taken from nor returned to the shared idle pool.
+        let private = pool_cfg.send_proxy.is_some();
+        let idle = if fresh_only || private {
             None
         } else {
             pool_local.idle.borrow_mut().take(server, service.timeouts.server_idle, worker.clock.get())
@@ -510,6 +513,10 @@ async fn forward(
         let (mut conn, reused) = match idle {
             Some(conn) => (conn, true),
             None => match upstream::connect(addr, service.timeouts.connect).await {
+                Ok(conn) if private => match send_proxy_header(conn, pool_cfg, client).await {
+                    Ok(conn) => (conn, false),
+                    Err(error) => return Err(Failed { error, response_started: false }),
+                },
                 Ok(conn) => (conn, false),
                 Err(error) => {
                     live.servers[server].metrics.connect_failed(worker.id, error.reason());
@@ -536,7 +543,7 @@ async fn forward(
         });
         match exchange(client, &mut conn, service, worker, local.gen.number, routed, info, set_cookie).await {
             Ok((outcome, reusable)) => {
-                if reusable {
+                if reusable && !private {
                     conn.served += 1;
                     pool_local.idle.borrow_mut().put(server, conn, pool_cfg.max_idle_per_server, worker.clock.get());
                 }
@@ -653,6 +660,31 @@ async fn exchange(
     client.trace.bytes_in += upload.total();
     let outcome = Outcome { client_keep_alive: done.outcome.client_keep_alive && complete, ..done.outcome };
     Ok((outcome, done.server_keeps && complete && conn.buf.is_empty()))
+}
+
+/// Writes the pool's PROXY protocol header (the client's address) on a new
+/// server connection.
+async fn send_proxy_header(
+    mut conn: UpstreamConn,
+    pool: &switchyard_config::Pool,
+    client: &Client,
+) -> Result<UpstreamConn, ProxyError> {
+    use tokio::io::AsyncWriteExt;
+    let local = client.stream.local_addr().unwrap_or(client.peer);
+    let mut head = Vec::with_capacity(64);
+    match pool.send_proxy {
+        Some(switchyard_config::ProxyVersion::V1) => {
+            crate::l4::proxy_protocol::encode_v1(client.peer, local, &mut head)
+        }
+        Some(switchyard_config::ProxyVersion::V2) => {
+            let _ = crate::l4::proxy_protocol::encode_v2(client.peer, local, &mut head, &[]);
+        }
+        None => {}
+    }
+    match conn.stream.write_all(&head).await {
+        Ok(()) => Ok(conn),
+        Err(_) => Err(ProxyError::retryable(Kind::ServerClosed)),
+    }
 }
 
 /// Whether the server persistence chose can take this request: anything but

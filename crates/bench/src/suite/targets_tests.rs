@@ -113,7 +113,23 @@ fn only_the_log_setup_logs_each_request_to_a_file_in_the_run_folder() {
 #[test]
 fn stream_module_detection() {
     assert_eq!(nginx_stream("configure arguments: --with-stream --with-http_ssl_module"), NginxStream::Static);
-    assert!(matches!(nginx_stream("--with-stream=dynamic --modules-path=/nonexistent"), NginxStream::Missing(_)));
+    // Without the module in the configured path, the Debian locations decide
+    // (libnginx-mod-stream may or may not be installed on this machine).
+    let got = nginx_stream("--with-stream=dynamic --modules-path=/nonexistent");
+    let installed = ["/usr/lib/nginx/modules", "/usr/share/nginx/modules"]
+        .iter()
+        .map(|d| std::path::Path::new(d).join("ngx_stream_module.so"))
+        .find(|p| p.is_file());
+    match installed {
+        Some(path) => assert_eq!(got, NginxStream::Module(path)),
+        None => assert!(matches!(got, NginxStream::Missing(_)), "{got:?}"),
+    }
+    // The configured modules path comes first.
+    let f = Fixture::new("stream");
+    let module = f.dir.join("ngx_stream_module.so");
+    std::fs::write(&module, b"").expect("fake module");
+    let v = format!("--with-stream=dynamic --modules-path={}", f.dir.display());
+    assert_eq!(nginx_stream(&v), NginxStream::Module(module));
 }
 
 #[test]

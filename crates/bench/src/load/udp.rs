@@ -180,7 +180,7 @@ async fn udp_flow(socket: UdpSocket, sizes: Arc<[usize]>, flow: usize, end: Inst
 /// left empty (an open-loop trial measures loss, not round trips). Blocking, like
 /// [`run_udp`].
 pub fn run_udp_open(spec: &UdpSpec, rate: f64) -> io::Result<UdpReport> {
-    if spec.flows == 0 || spec.frame_sizes.is_empty() || !(rate > 0.0) {
+    if spec.flows == 0 || spec.frame_sizes.is_empty() || !rate.is_finite() || rate <= 0.0 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "an open-loop UDP trial needs a flow, a frame size and a positive rate",

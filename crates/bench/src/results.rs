@@ -136,6 +136,55 @@ pub enum TestKind {
     UdpImix,
 }
 
+impl TestKind {
+    /// Every test, in the order of the enum.
+    pub const ALL: [TestKind; 16] = [
+        TestKind::L4Cps,
+        TestKind::L4Throughput,
+        TestKind::L7Cps,
+        TestKind::L7Rps,
+        TestKind::L7KeepaliveRps,
+        TestKind::L7KeepaliveAccessLog,
+        TestKind::L7Throughput,
+        TestKind::L7CookiePersistence,
+        TestKind::TlsHandshakeRsa2048,
+        TestKind::TlsHandshakeEcdsaP256,
+        TestKind::TlsBulk,
+        TestKind::CompressionGzip,
+        TestKind::CacheHit,
+        TestKind::ConcurrentConnections,
+        TestKind::UdpFrames,
+        TestKind::UdpImix,
+    ];
+
+    /// Machine-friendly name (`--only`): the serialized name with `-` for `_`.
+    pub fn slug(self) -> &'static str {
+        match self {
+            TestKind::L4Cps => "l4-cps",
+            TestKind::L4Throughput => "l4-throughput",
+            TestKind::L7Cps => "l7-cps",
+            TestKind::L7Rps => "l7-rps",
+            TestKind::L7KeepaliveRps => "l7-keepalive-rps",
+            TestKind::L7KeepaliveAccessLog => "l7-keepalive-access-log",
+            TestKind::L7Throughput => "l7-throughput",
+            TestKind::L7CookiePersistence => "l7-cookie-persistence",
+            TestKind::TlsHandshakeRsa2048 => "tls-handshake-rsa2048",
+            TestKind::TlsHandshakeEcdsaP256 => "tls-handshake-ecdsa-p256",
+            TestKind::TlsBulk => "tls-bulk",
+            TestKind::CompressionGzip => "compression-gzip",
+            TestKind::CacheHit => "cache-hit",
+            TestKind::ConcurrentConnections => "concurrent-connections",
+            TestKind::UdpFrames => "udp-frames",
+            TestKind::UdpImix => "udp-imix",
+        }
+    }
+
+    /// The test of a [`TestKind::slug`] (surrounding blanks ignored).
+    pub fn from_slug(slug: &str) -> Option<TestKind> {
+        TestKind::ALL.into_iter().find(|k| k.slug() == slug.trim())
+    }
+}
+
 /// One (test, size, target) cell of the matrix.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TestResult {
@@ -211,6 +260,27 @@ pub struct RunFigures {
     pub latency: Percentiles,
     /// Proxy resident memory per open connection (concurrency test only).
     pub memory_per_connection_bytes: Option<f64>,
+    /// The loss-free rate search behind a UDP figure (absent in older files and other
+    /// tests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_search: Option<UdpSearch>,
+}
+
+/// How a UDP cell's loss-free rate was found (RFC 2544-style search over open-loop
+/// trials); the run's `rps` is the rate found, `errors` the frames lost in its trial.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UdpSearch {
+    /// Lost frames allowed per frame sent (0: zero loss).
+    pub loss_tolerance: f64,
+    /// Seconds each trial sent for.
+    pub trial_s: f64,
+    /// Each trial as (offered frames/s, achieved frames/s, frames lost), in order.
+    pub trials: Vec<(f64, f64, u64)>,
+    /// No trial was loss-free: the figure is 0.
+    pub none_loss_free: bool,
+    /// The generator could not offer the requested rate at the figure: the target's
+    /// loss-free rate is at least the figure, and may be higher.
+    pub generator_limited: bool,
 }
 
 /// Latency percentiles, microseconds.
@@ -239,4 +309,32 @@ pub struct LoadPoint {
     pub achieved_rps: f64,
     /// Latency from the intended send time (coordinated omission corrected).
     pub latency: Percentiles,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_are_the_serialized_names_and_round_trip() {
+        for k in TestKind::ALL {
+            let json = serde_json::to_string(&k).expect("serializes");
+            assert_eq!(json.trim_matches('"').replace('_', "-"), k.slug());
+            assert_eq!(TestKind::from_slug(k.slug()), Some(k));
+        }
+        assert_eq!(TestKind::from_slug(" udp-imix "), Some(TestKind::UdpImix));
+        assert_eq!(TestKind::from_slug("udp_imix"), None);
+    }
+
+    #[test]
+    fn run_figures_without_a_search_still_read() {
+        let old = r#"{"requests":1,"connections":1,"errors":0,"duration_s":1.0,"rps":1.0,"cps":0.0,
+            "bytes_per_s":0.0,"proxy_cpu_s":0.0,"proxy_cpu_us_per_request":0.0,"requests_per_cpu_s":0.0,
+            "generator_cpu_s":0.0,"generator_saturated":false,
+            "latency":{"p50_us":0.0,"p90_us":0.0,"p99_us":0.0,"p999_us":0.0,"max_us":0.0},
+            "memory_per_connection_bytes":null}"#;
+        let r: RunFigures = serde_json::from_str(old).expect("old run figures read");
+        assert!(r.udp_search.is_none());
+        assert!(!serde_json::to_string(&r).expect("writes").contains("udp_search"));
+    }
 }

@@ -33,6 +33,13 @@ pub struct BenchArgs {
     /// post-quantum hybrid costs the client about 20 % more CPU.
     #[arg(long, value_enum, default_value_t = TlsGroup::X25519)]
     tls_group: TlsGroup,
+    /// Run just these tests of the (quick or full) plan, comma-separated: l4-cps,
+    /// l4-throughput, l7-cps, l7-rps, l7-keepalive-rps, l7-keepalive-access-log,
+    /// l7-throughput, l7-cookie-persistence, tls-handshake-rsa2048,
+    /// tls-handshake-ecdsa-p256, tls-bulk, compression-gzip, cache-hit,
+    /// concurrent-connections, udp-frames, udp-imix.
+    #[arg(long, value_delimiter = ',', value_name = "TESTS")]
+    only: Vec<String>,
 }
 
 /// `--tls-group` values.
@@ -78,6 +85,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         println!("{text}");
         return Ok(());
     }
+    let only = suite::plan::parse_only(&args.only).map_err(|e| anyhow::anyhow!("--only: {e}"))?;
     let out = args.out.unwrap_or_else(|| PathBuf::from("bench-out").join(suite::timestamp_slug(SystemTime::now())));
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (proxy_cpu, load_cpu) = if cpus < 2 && args.proxy_cpu == 0 && args.load_cpu == 1 {
@@ -94,6 +102,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         proxy_cpu,
         load_cpu,
         tls_group: args.tls_group.into(),
+        only,
     };
     stop_children_on_signal();
     suite::run(&opts)?;
@@ -129,5 +138,37 @@ fn results_file(p: &Path) -> PathBuf {
         p.join("results.json")
     } else {
         p.to_path_buf()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use switchyard_bench::results::TestKind;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    #[test]
+    fn only_takes_a_comma_separated_list() {
+        let cli = Cli::try_parse_from(["bench", "--only", "udp-frames,udp-imix"]).expect("parses");
+        assert_eq!(cli.bench.only, ["udp-frames", "udp-imix"]);
+        let kinds = suite::plan::parse_only(&cli.bench.only).expect("known");
+        assert_eq!(kinds, [TestKind::UdpFrames, TestKind::UdpImix]);
+        let none = Cli::try_parse_from(["bench", "--quick"]).expect("parses");
+        assert!(none.bench.only.is_empty());
+    }
+
+    #[test]
+    fn help_lists_every_test_name() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        for k in TestKind::ALL {
+            assert!(help.contains(k.slug()), "--help misses {}", k.slug());
+        }
     }
 }

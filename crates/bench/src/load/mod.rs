@@ -20,6 +20,7 @@ mod hist;
 mod http1;
 mod http2;
 pub mod pace;
+pub mod search;
 pub mod spec;
 mod tls;
 mod udp;
@@ -31,7 +32,7 @@ use std::time::{Duration, Instant};
 
 pub use hist::Latency;
 pub use spec::*;
-pub use udp::{imix, payload_len, run_udp, udp_echo, ECHO_TIMEOUT, FRAME_OVERHEAD, IMIX_MIXES};
+pub use udp::{imix, payload_len, run_udp, run_udp_open, udp_echo, DRAIN, ECHO_TIMEOUT, FRAME_OVERHEAD, IMIX_MIXES};
 pub use worker::REQUEST_TIMEOUT;
 
 /// Concurrent HTTP/2 streams per connection (closed loop: requests in flight per

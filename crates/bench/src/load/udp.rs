@@ -1,9 +1,15 @@
 //! The UDP datagram generator ([`run_udp`]), its echo origin ([`udp_echo`]) and the IMIX
 //! frame-size mixes ([`imix`]).
 //!
-//! Each flow is one socket and a closed loop: send a datagram, wait for its echo (1 s, then
-//! it counts as lost), send the next. Datagrams carry a sequence number in their first 8
-//! bytes so a late echo is never taken for the current one.
+//! [`run_udp`]: each flow is one socket and a closed loop: send a datagram, wait for its
+//! echo (1 s, then it counts as lost), send the next. Datagrams carry a sequence number in
+//! their first 8 bytes so a late echo is never taken for the current one.
+//!
+//! [`run_udp_open`]: open loop at a fixed aggregate rate, the trial of the RFC 2544 search
+//! (`search.rs`). Each flow's sender keeps its count of sent frames at `rate / flows ×
+//! elapsed` (checked every millisecond, so frames leave in small batches) while a receiver
+//! task on the same socket counts echoes; receiving goes on for [`DRAIN`] after sending
+//! stops, so frames still in flight are not counted as lost.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket as StdUdpSocket};
@@ -25,6 +31,14 @@ pub const ECHO_TIMEOUT: Duration = Duration::from_secs(1);
 const MIN_PAYLOAD: usize = 8;
 /// Pause after a socket error (e.g. ICMP port unreachable), so a dead target is not spun on.
 const ERROR_BACKOFF: Duration = Duration::from_millis(10);
+
+/// How long echoes are still counted after an open-loop trial stops sending.
+pub const DRAIN: Duration = Duration::from_millis(200);
+/// Pacing tick of the open-loop sender.
+const PACE_TICK: Duration = Duration::from_millis(1);
+/// Frames an open-loop sender sends before yielding, so its receiver keeps draining the
+/// socket buffer during a burst.
+const BURST: u64 = 32;
 
 /// The IMIX mixes of the LANCOM seed, in its order: names for [`imix`].
 pub const IMIX_MIXES: [&str; 3] = ["imix0", "imix1", "imix2"];
@@ -161,6 +175,119 @@ async fn udp_flow(socket: UdpSocket, sizes: Arc<[usize]>, flow: usize, end: Inst
     (sent, received, bytes, latency)
 }
 
+/// Runs one open-loop trial of `spec` at `rate` frames per second (all flows together) for
+/// `spec.duration`, then drains for [`DRAIN`]. `elapsed` is the sending time; `latency` is
+/// left empty (an open-loop trial measures loss, not round trips). Blocking, like
+/// [`run_udp`].
+pub fn run_udp_open(spec: &UdpSpec, rate: f64) -> io::Result<UdpReport> {
+    if spec.flows == 0 || spec.frame_sizes.is_empty() || !rate.is_finite() || rate <= 0.0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "an open-loop UDP trial needs a flow, a frame size and a positive rate",
+        ));
+    }
+    let spec = spec.clone();
+    std::thread::Builder::new()
+        .name("load-udp-open".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let local_set = tokio::task::LocalSet::new();
+            local_set.block_on(&runtime, open_run(spec, rate))
+        })?
+        .join()
+        .map_err(|_| io::Error::other("UDP generator thread panicked"))?
+}
+
+async fn open_run(spec: UdpSpec, rate: f64) -> io::Result<UdpReport> {
+    let bind: SocketAddr =
+        if spec.target.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { (std::net::Ipv6Addr::UNSPECIFIED, 0).into() };
+    let sizes: Arc<[usize]> = spec.frame_sizes.iter().map(|&f| payload_len(f)).collect();
+    let mut sockets = Vec::with_capacity(spec.flows);
+    for _ in 0..spec.flows {
+        let socket = UdpSocket::bind(bind).await?;
+        socket.connect(spec.target).await?;
+        sockets.push(Arc::new(socket));
+    }
+    let per_flow = rate / spec.flows as f64;
+    let start = Instant::now();
+    let end = start + spec.duration;
+    let stop = tokio::time::Instant::from(end + DRAIN);
+    let (mut senders, mut receivers) = (tokio::task::JoinSet::new(), tokio::task::JoinSet::new());
+    for (flow, socket) in sockets.into_iter().enumerate() {
+        receivers.spawn_local(open_receive(Arc::clone(&socket), stop));
+        senders.spawn_local(open_send(socket, Arc::clone(&sizes), flow, per_flow, start, end));
+    }
+    let mut report = UdpReport::default();
+    while let Some(sent) = senders.join_next().await {
+        report.sent += sent.map_err(io::Error::other)?;
+    }
+    report.elapsed = start.elapsed().max(spec.duration);
+    while let Some(got) = receivers.join_next().await {
+        let (received, bytes) = got.map_err(io::Error::other)?;
+        report.received += received;
+        report.bytes += bytes;
+    }
+    Ok(report)
+}
+
+/// One flow's paced sender until `end`; returns the frames sent. A failed send (e.g. the
+/// ICMP error of an earlier frame surfacing) still counts as sent: the frame was offered.
+async fn open_send(
+    socket: Arc<UdpSocket>,
+    sizes: Arc<[usize]>,
+    flow: usize,
+    rate: f64,
+    start: Instant,
+    end: Instant,
+) -> u64 {
+    let largest = sizes.iter().copied().max().unwrap_or(MIN_PAYLOAD);
+    let mut out = vec![0xa5u8; largest];
+    let mut next = flow % sizes.len();
+    let mut sent = 0u64;
+    let mut seq = (flow as u64) << 40;
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            return sent;
+        }
+        let due = (rate * (now - start).as_secs_f64()).ceil() as u64;
+        let mut burst = 0;
+        while sent < due {
+            let len = sizes[next];
+            next = (next + 1) % sizes.len();
+            seq += 1;
+            out[..8].copy_from_slice(&seq.to_be_bytes());
+            let _ = socket.send(&out[..len]).await;
+            sent += 1;
+            burst += 1;
+            if burst % BURST == 0 {
+                tokio::task::yield_now().await;
+                if Instant::now() >= end {
+                    return sent;
+                }
+            }
+        }
+        tokio::time::sleep(PACE_TICK).await;
+    }
+}
+
+/// One flow's receiver until `stop`: (echoes received, their payload bytes).
+async fn open_receive(socket: Arc<UdpSocket>, stop: tokio::time::Instant) -> (u64, u64) {
+    let mut back = vec![0u8; 65536];
+    let (mut received, mut bytes) = (0u64, 0u64);
+    while tokio::time::Instant::now() < stop {
+        match tokio::time::timeout_at(stop, socket.recv(&mut back)).await {
+            Ok(Ok(n)) => {
+                received += 1;
+                bytes += n as u64;
+            }
+            Ok(Err(_)) => tokio::time::sleep(ERROR_BACKOFF).await,
+            Err(_) => break,
+        }
+    }
+    (received, bytes)
+}
+
 /// A UDP echo server (the origin side of the UDP tests) bound on `addr` (port 0 picks a
 /// free port): every datagram is sent back to its sender unchanged. Serves on a thread of
 /// its own until `stop` is set (noticed within 100 ms); returns the bound address.
@@ -212,6 +339,22 @@ mod tests {
         let m1 = imix("imix1").expect("imix1");
         let at: Vec<usize> = (0..m1.len()).filter(|&i| m1[i] == 570).collect();
         assert!(at.windows(2).all(|w| w[1] - w[0] >= 2), "{m1:?}");
+    }
+
+    #[test]
+    fn open_loop_trial_on_loopback_loses_nothing() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (addr, echo) = udp_echo(([127, 0, 0, 1], 0).into(), Arc::clone(&stop)).expect("echo");
+        let spec = UdpSpec { target: addr, frame_sizes: vec![64, 512], flows: 4, duration: Duration::from_millis(300) };
+        let r = run_udp_open(&spec, 2_000.0).expect("trial");
+        stop.store(true, Ordering::Relaxed);
+        let _ = echo.join();
+        assert!(r.sent > 0);
+        assert_eq!(r.received, r.sent, "no loss at a modest rate");
+        let achieved = r.sent as f64 / r.elapsed.as_secs_f64();
+        assert!(achieved >= 1_000.0, "at least half the requested rate: {achieved}");
+        assert!(achieved <= 2_000.0 * 1.5, "paced, not flat out: {achieved}");
+        assert!(run_udp_open(&spec, 0.0).is_err());
     }
 
     #[test]

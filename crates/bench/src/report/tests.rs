@@ -52,6 +52,7 @@ fn run(rps: f64, cpu_us: f64, size: u64, saturated: bool) -> RunFigures {
         generator_saturated: saturated,
         latency: Percentiles { p50_us: 180.0, p90_us: 260.0, p99_us: 410.0, p999_us: 900.0, max_us: 2_000.0 },
         memory_per_connection_bytes: None,
+        udp_search: None,
     }
 }
 

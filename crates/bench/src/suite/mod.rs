@@ -49,6 +49,9 @@ pub struct SuiteOptions {
     /// Key-exchange group the generator offers in TLS tests (the post-quantum
     /// hybrid costs the client about 20 % more than X25519).
     pub tls_group: crate::load::KxGroup,
+    /// `--only`: run just these tests of the plan (all when empty); see
+    /// [`plan::parse_only`].
+    pub only: Vec<crate::results::TestKind>,
 }
 
 /// A target as discovered at start: its program (none for `direct`) or why it is missing.
@@ -92,6 +95,7 @@ pub fn run(opts: &SuiteOptions) -> anyhow::Result<Results> {
 
     let mut tlist = discover(opts)?;
     let mut plan = plan::plan(opts.quick);
+    plan::restrict(&mut plan, &opts.only).map_err(anyhow::Error::msg)?;
     plan.tls_group = opts.tls_group;
     // Generate every configuration and decide support per (target, setup).
     let mut support: BTreeMap<(TargetKind, Setup), Support> = BTreeMap::new();

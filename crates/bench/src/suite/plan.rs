@@ -150,7 +150,14 @@ pub struct Timing {
     pub idle_connections: usize,
     /// Time spent on each physical-limit measurement.
     pub limit_time: Duration,
+    /// Sending time of each open-loop trial of the UDP loss-free rate search.
+    pub udp_trial: Duration,
+    /// Most trials of one UDP cell's search.
+    pub udp_trials: u32,
 }
+
+/// The closed-loop UDP run that seeds a cell's search (its rate × 4 is the first trial).
+pub const UDP_PROBE: Duration = Duration::from_millis(500);
 
 /// The whole plan.
 #[derive(Debug, Clone)]
@@ -204,6 +211,8 @@ pub fn plan(quick: bool) -> Plan {
                 connections: 50,
                 idle_connections: 500,
                 limit_time: Duration::from_millis(250),
+                udp_trial: Duration::from_millis(500),
+                udp_trials: 6,
             },
             tls_group: crate::load::KxGroup::X25519,
         };
@@ -240,9 +249,42 @@ pub fn plan(quick: bool) -> Plan {
             connections: 50,
             idle_connections: 8000,
             limit_time: Duration::from_secs(1),
+            udp_trial: Duration::from_secs(1),
+            udp_trials: 8,
         },
         tls_group: crate::load::KxGroup::X25519,
     }
+}
+
+/// Parses `--only` names ([`TestKind::slug`]); an unknown name is an error listing the
+/// valid ones.
+pub fn parse_only(names: &[String]) -> Result<Vec<TestKind>, String> {
+    let mut out = Vec::new();
+    for name in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        let kind = TestKind::from_slug(name).ok_or_else(|| {
+            let valid: Vec<&str> = TestKind::ALL.iter().map(|k| k.slug()).collect();
+            format!("unknown test {name:?}; valid tests: {}", valid.join(", "))
+        })?;
+        if !out.contains(&kind) {
+            out.push(kind);
+        }
+    }
+    Ok(out)
+}
+
+/// Keeps only the tests in `only` (all when empty), in plan order. Errors when none of
+/// them is in the plan (e.g. a UDP test with `--quick`).
+pub fn restrict(plan: &mut Plan, only: &[TestKind]) -> Result<(), String> {
+    if only.is_empty() {
+        return Ok(());
+    }
+    plan.tests.retain(|t| only.contains(&t.kind));
+    if plan.tests.is_empty() {
+        let which = if plan.quick { "quick" } else { "full" };
+        let names: Vec<&str> = only.iter().map(|k| k.slug()).collect();
+        return Err(format!("none of {} is in the {which} plan", names.join(", ")));
+    }
+    Ok(())
 }
 
 /// Whether a target can run a test, as decided before measuring.
@@ -344,7 +386,9 @@ pub fn estimate(plan: &Plan, cells: &[Cell]) -> Duration {
         secs += match t.kind {
             TestKind::ConcurrentConnections => 2.0 + tm.idle_connections as f64 / 2000.0,
             TestKind::UdpFrames | TestKind::UdpImix => {
-                f64::from(t.repeats) * (tm.duration.as_secs_f64() + RUN_OVERHEAD_S)
+                // The probe, then at most `udp_trials` trials, each drained and sampled.
+                let trial = tm.udp_trial.as_secs_f64() + crate::load::DRAIN.as_secs_f64() + RUN_OVERHEAD_S;
+                f64::from(t.repeats) * (UDP_PROBE.as_secs_f64() + f64::from(tm.udp_trials) * trial)
             }
             _ => f64::from(t.repeats) * (tm.warmup.as_secs_f64() + tm.duration.as_secs_f64() + RUN_OVERHEAD_S),
         };
@@ -497,6 +541,45 @@ mod tests {
             let paths = crate::suite::runner::paths;
             assert_eq!(paths(log, Some(128)), paths(ka, Some(128)), "same load as L7 keep-alive");
         }
+    }
+
+    #[test]
+    fn only_parses_slugs_and_rejects_unknown_names() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            parse_only(&names(&["udp-frames", " udp-imix", "udp-frames", ""])),
+            Ok(vec![TestKind::UdpFrames, TestKind::UdpImix])
+        );
+        assert_eq!(parse_only(&[]), Ok(vec![]));
+        let err = parse_only(&names(&["udp-frames", "udp-jumbo"])).expect_err("unknown");
+        assert!(err.contains("\"udp-jumbo\"") && err.contains("udp-imix") && err.contains("l7-rps"), "{err}");
+    }
+
+    #[test]
+    fn only_keeps_the_named_tests_of_either_plan() {
+        let mut full = plan(false);
+        restrict(&mut full, &[TestKind::UdpImix, TestKind::UdpFrames]).expect("in the full plan");
+        let kinds: Vec<_> = full.tests.iter().map(|t| t.kind).collect();
+        assert_eq!(kinds, [TestKind::UdpFrames, TestKind::UdpImix], "plan order kept");
+        let mut quick = plan(true);
+        assert!(restrict(&mut quick, &[TestKind::UdpFrames]).expect_err("not quick").contains("quick plan"));
+        let mut quick = plan(true);
+        restrict(&mut quick, &[TestKind::L7Cps]).expect("in the quick plan");
+        assert_eq!(quick.tests.len(), 1);
+        let mut all = plan(true);
+        restrict(&mut all, &[]).expect("no filter");
+        assert_eq!(all.tests.len(), plan(true).tests.len());
+    }
+
+    #[test]
+    fn udp_estimate_counts_every_search_trial() {
+        let mut p = plan(false);
+        restrict(&mut p, &[TestKind::UdpFrames]).expect("planned");
+        let c = cells(&p, &[TargetKind::Switchyard], all_yes);
+        let est = estimate(&p, &c).as_secs_f64();
+        let per_cell = UDP_PROBE.as_secs_f64() + 8.0 * (1.0 + crate::load::DRAIN.as_secs_f64() + RUN_OVERHEAD_S);
+        let fixed = 5.0 * p.timing.limit_time.as_secs_f64() + 3.0 + START_S;
+        assert!((est - fixed - FRAME_SIZES.len() as f64 * per_cell).abs() < 0.01, "{est}");
     }
 
     #[test]

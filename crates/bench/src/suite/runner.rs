@@ -14,10 +14,15 @@ use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
 
-use super::plan::{Plan, Setup, TargetKind, TestPlan};
+use super::plan::{Plan, Setup, TargetKind, TestPlan, UDP_PROBE};
 use super::procs::{core_ticks, Proc};
 use crate::load::{LoadReport, LoadSpec, Pace, Protocol, TlsSpec, UdpSpec};
-use crate::results::{Limits, LoadPoint, Measurement, Outcome, RunFigures, TestKind};
+use crate::results::{Limits, LoadPoint, Measurement, Outcome, RunFigures, TestKind, UdpSearch};
+
+/// Flows (source sockets) of the UDP tests.
+const UDP_FLOWS: usize = 4;
+/// Lowest first rate of a UDP search (frames/s), should the probe see next to nothing.
+const UDP_MIN_START: f64 = 1_000.0;
 
 /// Key of a cell: (index into [`Plan::tests`], size, target).
 pub type CellKey = (usize, Option<u64>, TargetKind);
@@ -106,6 +111,7 @@ pub fn figures(r: &LoadReport, proxy_cpu_s: f64) -> RunFigures {
         generator_saturated: r.cpu_s >= 0.9 * secs,
         latency: r.latency,
         memory_per_connection_bytes: None,
+        udp_search: None,
     }
 }
 
@@ -162,6 +168,16 @@ impl CellRuns {
                 "load core ≥ 95 % busy in {} of {n} runs (generator and origins share it)",
                 self.core_busy
             ));
+        }
+        for s in self.runs.iter().filter_map(|r| r.udp_search.as_ref()) {
+            if s.generator_limited {
+                flags.push(
+                    "generator-limited: the generator could not offer more; the loss-free rate is at least this".into(),
+                );
+            }
+            if s.none_loss_free {
+                flags.push(format!("no loss-free rate found in {} trials", s.trials.len()));
+            }
         }
         for (i, r) in self.runs.iter().enumerate().filter(|(_, r)| r.errors > 0) {
             flags.push(format!("run {}: {} errors beside {} requests", i + 1, r.errors, r.requests));
@@ -349,40 +365,85 @@ fn idle_connections(l: &Live, n: usize) -> anyhow::Result<RunFigures> {
     })
 }
 
-/// One UDP run: a frame size (sweep) or an IMIX mix (`size` is the mix's mean frame).
+/// The frames a UDP cell cycles through: one size (sweep) or an IMIX mix (`size` is the
+/// mix's mean frame).
+fn udp_frames(t: &TestPlan, size: Option<u64>) -> anyhow::Result<Vec<usize>> {
+    if t.kind != TestKind::UdpImix {
+        return Ok(vec![size.unwrap_or(64) as usize]);
+    }
+    let mix = (0..super::plan::IMIX.len())
+        .find(|&m| Some(super::plan::imix_mean(m)) == size)
+        .ok_or_else(|| anyhow::anyhow!("unknown IMIX mean {size:?}"))?;
+    Ok(super::plan::imix_frames(mix))
+}
+
+/// CPU seconds spent by the proxy and by this process over one trial.
+#[derive(Clone, Copy, Default)]
+struct TrialCpu {
+    proxy: f64,
+    generator: f64,
+}
+
+/// One UDP cell: a short closed-loop probe, then the RFC 2544-style search for the
+/// loss-free rate over open-loop trials starting at 4 × the probe's rate. The figures are
+/// those of the best loss-free trial: frames/s, frame bytes/s (payload + headers, see
+/// [`crate::load::FRAME_OVERHEAD`]) and the proxy's CPU per frame at that rate.
 fn udp_run(ctx: &Ctx, t: &TestPlan, size: Option<u64>, l: &Live) -> anyhow::Result<RunFigures> {
-    let frames = if t.kind == TestKind::UdpImix {
-        let mix = (0..super::plan::IMIX.len())
-            .find(|&m| Some(super::plan::imix_mean(m)) == size)
-            .ok_or_else(|| anyhow::anyhow!("unknown IMIX mean {size:?}"))?;
-        super::plan::imix_frames(mix)
-    } else {
-        vec![size.unwrap_or(64) as usize]
+    use crate::load::search::{search, SearchParams, Trial};
+    let frames = udp_frames(t, size)?;
+    let tm = &ctx.plan.timing;
+    let probe = UdpSpec { target: l.addr, frame_sizes: frames.clone(), flows: UDP_FLOWS, duration: UDP_PROBE };
+    let p = crate::load::run_udp(&probe)?;
+    let probe_rate = p.received as f64 / p.elapsed.as_secs_f64().max(1e-9);
+    let params = SearchParams {
+        start: (probe_rate * 4.0).max(UDP_MIN_START),
+        max_trials: tm.udp_trials,
+        ..SearchParams::default()
     };
-    let spec = UdpSpec { target: l.addr, frame_sizes: frames, flows: 4, duration: ctx.plan.timing.duration };
-    let cpu0 = l.proc.map(Proc::cpu_s);
-    let self0 = own_cpu_s();
-    let r = crate::load::run_udp(&spec)?;
-    let cpu = match (l.proc, cpu0) {
-        (Some(p), Some(c0)) => (p.cpu_s() - c0).max(0.0),
-        _ => 0.0,
-    };
-    let gen = (own_cpu_s() - self0).max(0.0);
-    let secs = r.elapsed.as_secs_f64().max(1e-9);
-    let got = r.received as f64;
+    let spec = UdpSpec { duration: tm.udp_trial, ..probe };
+    let mut cpu = Vec::new();
+    let found = search(&params, |rate| {
+        let (cpu0, self0) = (l.proc.map(Proc::cpu_s), own_cpu_s());
+        let r = crate::load::run_udp_open(&spec, rate)?;
+        let proxy = match (l.proc, cpu0) {
+            (Some(p), Some(c0)) => (p.cpu_s() - c0).max(0.0),
+            _ => 0.0,
+        };
+        cpu.push(TrialCpu { proxy, generator: (own_cpu_s() - self0).max(0.0) });
+        Ok::<_, std::io::Error>(Trial {
+            offered: rate,
+            sent: r.sent,
+            received: r.received,
+            secs: r.elapsed.as_secs_f64(),
+        })
+    })?;
+    let mean_frame = frames.iter().map(|&f| crate::load::payload_len(f) + crate::load::FRAME_OVERHEAD).sum::<usize>()
+        as f64
+        / frames.len() as f64;
+    let best = found.best.map(|i| (found.trials[i], cpu.get(i).copied().unwrap_or_default()));
+    let (trial, c) = best.unwrap_or_default();
+    let (secs, got) = (trial.secs.max(1e-9), trial.received as f64);
+    let rate = found.rate();
     Ok(RunFigures {
-        requests: r.received,
-        connections: 4,
-        errors: r.sent.saturating_sub(r.received),
+        requests: trial.received,
+        connections: UDP_FLOWS as u64,
+        errors: trial.lost(),
         duration_s: secs,
-        rps: got / secs,
-        bytes_per_s: r.bytes as f64 / secs,
-        proxy_cpu_s: cpu,
-        proxy_cpu_us_per_request: if r.received > 0 { cpu * 1e6 / got } else { 0.0 },
-        requests_per_cpu_s: if cpu > 0.0 { got / cpu } else { 0.0 },
-        generator_cpu_s: gen,
-        generator_saturated: gen >= 0.9 * secs,
-        latency: r.latency,
+        rps: rate,
+        bytes_per_s: rate * mean_frame,
+        proxy_cpu_s: c.proxy,
+        proxy_cpu_us_per_request: if trial.received > 0 { c.proxy * 1e6 / got } else { 0.0 },
+        requests_per_cpu_s: if c.proxy > 0.0 { got / c.proxy } else { 0.0 },
+        generator_cpu_s: c.generator,
+        generator_saturated: found.generator_limited || c.generator >= 0.9 * secs,
+        latency: p.latency,
+        udp_search: Some(UdpSearch {
+            loss_tolerance: params.loss_tolerance,
+            trial_s: tm.udp_trial.as_secs_f64(),
+            trials: found.trials.iter().map(|t| (t.offered, t.achieved(), t.lost())).collect(),
+            none_loss_free: found.best.is_none(),
+            generator_limited: found.generator_limited,
+        }),
         ..RunFigures::default()
     })
 }

@@ -23,8 +23,10 @@ use tokio::net::UdpSocket;
 use super::hist::Latency;
 use super::spec::{UdpReport, UdpSpec};
 
-/// Ethernet (14 + 4 FCS), IPv4 (20) and UDP (8) header bytes of a frame.
-pub const FRAME_OVERHEAD: usize = 42;
+/// Ethernet (14 + 4 FCS), IPv4 (20) and UDP (8) header bytes of a frame: RFC 2544 frame
+/// sizes include the FCS, so a 1518-byte frame carries 1472 bytes of UDP payload (a
+/// 1500-byte IP packet).
+pub const FRAME_OVERHEAD: usize = 46;
 /// How long a datagram's echo is awaited before it counts as lost.
 pub const ECHO_TIMEOUT: Duration = Duration::from_secs(1);
 /// Smallest payload sent (room for the sequence number).
@@ -359,9 +361,9 @@ mod tests {
 
     #[test]
     fn payloads() {
-        assert_eq!(payload_len(64), 22);
-        assert_eq!(payload_len(512), 470);
-        assert_eq!(payload_len(1518), 1476);
+        assert_eq!(payload_len(64), 18);
+        assert_eq!(payload_len(512), 466);
+        assert_eq!(payload_len(1518), 1472);
         assert_eq!(payload_len(10), MIN_PAYLOAD);
     }
 }

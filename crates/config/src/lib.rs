@@ -19,6 +19,7 @@
 
 mod diagnostic;
 mod diff;
+mod health;
 mod l4;
 pub mod model;
 mod ops;

@@ -467,6 +467,37 @@ pub struct Pool {
     pub persistence: Option<Persistence>,
     /// PROXY protocol header sent to servers first, carrying the client's address.
     pub send_proxy: Option<ProxyVersion>,
+    /// Active health probe of the pool's servers; `None` is no probing (all healthy).
+    pub health_check: Option<HealthCheck>,
+}
+
+/// An active health probe of every server of a pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// What is sent and what counts as a good reply.
+    pub kind: CheckKind,
+    /// Time between two probes of one server.
+    pub interval: Duration,
+    /// How long a probe waits for its reply; less than `interval`.
+    pub timeout: Duration,
+    /// Consecutive successes that bring a down server back up.
+    pub rise: u32,
+    /// Consecutive failures that take an up server down.
+    pub fall: u32,
+    /// Port probed instead of each server's own port.
+    pub port: Option<u16>,
+}
+
+/// The kind of a health probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckKind {
+    /// One datagram sent; a reply datagram containing `expect` (any reply when `None`) is a success.
+    Udp {
+        /// Payload sent, at least one byte.
+        send: Vec<u8>,
+        /// Bytes the reply must contain.
+        expect: Option<Vec<u8>>,
+    },
 }
 
 /// Persistence (stickiness) of a pool: which server a returning client gets.

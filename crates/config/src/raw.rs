@@ -211,6 +211,8 @@ pub struct RawPool {
     pub persistence: Option<S<RawPersistence>>,
     /// `send_proxy`: the PROXY protocol version sent to servers.
     pub send_proxy: Option<S<String>>,
+    /// `health_check`
+    pub health_check: Option<S<RawHealthCheck>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells. Validation does not also report
     /// these as missing.
@@ -294,6 +296,30 @@ pub struct RawPersistence {
     pub idle_timeout: Option<S<String>>,
     /// `capacity` of a stick table.
     pub capacity: Option<S<i64>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells.
+    pub broken: Vec<String>,
+}
+
+/// A pool's `health_check` table.
+#[derive(Debug, Clone, Default)]
+pub struct RawHealthCheck {
+    /// `type`: the probe kind.
+    pub kind: Option<S<String>>,
+    /// `send`: the payload.
+    pub send: Option<S<String>>,
+    /// `expect`: a substring of the reply.
+    pub expect: Option<S<String>>,
+    /// `interval`, a duration string.
+    pub interval: Option<S<String>>,
+    /// `timeout`, a duration string.
+    pub timeout: Option<S<String>>,
+    /// `rise`
+    pub rise: Option<S<i64>>,
+    /// `fall`
+    pub fall: Option<S<i64>>,
+    /// `port`
+    pub port: Option<S<i64>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells.
     pub broken: Vec<String>,

@@ -52,7 +52,8 @@ const SNI_ROUTE_KEYS: &[&str] = &["name", "pool"];
 const TIMEOUT_KEYS: &[&str] = &["client_header", "client_idle", "connect", "server_response", "server_idle"];
 const LIMIT_KEYS: &[&str] = &["max_header_bytes", "max_headers", "max_body_bytes"];
 const POOL_KEYS: &[&str] =
-    &["name", "balance", "hash_key", "max_idle_per_server", "servers", "persistence", "send_proxy"];
+    &["name", "balance", "hash_key", "max_idle_per_server", "servers", "persistence", "send_proxy", "health_check"];
+const HEALTH_CHECK_KEYS: &[&str] = &["type", "send", "expect", "interval", "timeout", "rise", "fall", "port"];
 const SERVER_KEYS: &[&str] = &["address", "name", "weight", "backup", "max_connections"];
 const ADMIN_KEYS: &[&str] = &["listen", "tokens"];
 const TOKEN_KEYS: &[&str] = &["token", "role"];
@@ -343,6 +344,9 @@ fn read_pool(r: &mut Report<'_>, table: &DeTable<'_>) -> RawPool {
                 raw.persistence = table_of(r, name, value).map(|t| S::new(value.span(), read_persistence(r, t)))
             }
             "send_proxy" => raw.send_proxy = string(r, name, value),
+            "health_check" => {
+                raw.health_check = table_of(r, name, value).map(|t| S::new(value.span(), read_health_check(r, t)))
+            }
             _ => raw.broken.extend(unknown_key(r, key, POOL_KEYS, "in [[pool]]")),
         }
         if r.error_count() > errors_before {
@@ -447,6 +451,29 @@ fn read_persistence(r: &mut Report<'_>, table: &DeTable<'_>) -> RawPersistence {
             "idle_timeout" => raw.idle_timeout = duration(r, name, value),
             "capacity" => raw.capacity = integer(r, name, value),
             _ => raw.broken.extend(unknown_key(r, key, PERSISTENCE_KEYS, "in `persistence`")),
+        }
+        if r.error_count() > errors_before {
+            raw.broken.push(name.to_string());
+        }
+    }
+    raw
+}
+
+fn read_health_check(r: &mut Report<'_>, table: &DeTable<'_>) -> RawHealthCheck {
+    let mut raw = RawHealthCheck::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        let errors_before = r.error_count();
+        match name {
+            "type" => raw.kind = string(r, name, value),
+            "send" => raw.send = string(r, name, value),
+            "expect" => raw.expect = string(r, name, value),
+            "interval" => raw.interval = duration(r, name, value),
+            "timeout" => raw.timeout = duration(r, name, value),
+            "rise" => raw.rise = integer(r, name, value),
+            "fall" => raw.fall = integer(r, name, value),
+            "port" => raw.port = integer(r, name, value),
+            _ => raw.broken.extend(unknown_key(r, key, HEALTH_CHECK_KEYS, "in `health_check`")),
         }
         if r.error_count() > errors_before {
             raw.broken.push(name.to_string());

@@ -15,6 +15,7 @@ use std::ops::{Range, RangeInclusive};
 use std::time::Duration;
 
 use crate::diagnostic::Report;
+use crate::health::validate_health_check;
 use crate::l4::{check_udp_pools, parse_mode, parse_send_proxy, validate_layer4};
 use crate::model::*;
 use crate::ops::{validate_access_log, validate_admin};
@@ -415,6 +416,7 @@ fn validate_pool(cx: &mut Ctx<'_, '_>, raw: &S<RawPool>) -> Pool {
         max_idle_per_server,
         send_proxy: raw.send_proxy.as_ref().and_then(|v| parse_send_proxy(cx, v)),
         persistence: raw.persistence.as_ref().and_then(|p| validate_persistence(cx, p)),
+        health_check: raw.health_check.as_ref().and_then(|h| validate_health_check(cx, h)),
     }
 }
 

@@ -9,6 +9,7 @@
 pub mod access_log;
 pub mod control;
 pub mod error;
+pub mod health;
 pub mod http;
 pub mod l4;
 pub mod live;
@@ -138,5 +139,8 @@ pub fn start(config: Config, workers: Option<usize>) -> Result<Handle, StartErro
     }
     tracing::info!(workers, "engine started");
     let control = Arc::new(Control::new(generation, senders, bound, stop, key));
+    // Weak: the prober must not keep the control plane (and its stop sender) alive.
+    let weak = Arc::downgrade(&control);
+    threads.push(health::spawn(move || weak.upgrade().map(|c| c.generation()), stop_rx).map_err(StartError::Thread)?);
     Ok(Handle { control, threads })
 }

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -73,6 +73,9 @@ pub struct ServerLive {
     /// Requests in flight towards the server, across all workers.
     pub active: AtomicU32,
     state: AtomicU8,
+    /// Whether the pool's health probe last judged the server up; always
+    /// true for a pool without a probe.
+    healthy: AtomicBool,
     /// Effective weight: the configured one unless the operator changed it.
     weight: AtomicU32,
     /// The weight the configuration gave, to tell an operator's override
@@ -90,6 +93,7 @@ impl ServerLive {
             addr: server.addr,
             active: AtomicU32::new(0),
             state: AtomicU8::new(AdminState::Up.to_u8()),
+            healthy: AtomicBool::new(true),
             weight: AtomicU32::new(server.weight),
             configured: AtomicU32::new(server.weight),
             metrics: ServerMetrics::new(workers),
@@ -104,6 +108,26 @@ impl ServerLive {
     /// Changes the operator's state.
     pub fn set_state(&self, state: AdminState) {
         self.state.store(state.to_u8(), Ordering::Relaxed);
+    }
+
+    /// Whether the health probe judges the server up (true without a probe).
+    pub fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Records the health probe's verdict.
+    pub fn set_healthy(&self, healthy: bool) {
+        self.healthy.store(healthy, Ordering::Relaxed);
+    }
+
+    /// The state shown to operators: "down" when the probe failed it,
+    /// otherwise the operator's state.
+    pub fn status(&self) -> &'static str {
+        if self.healthy() {
+            self.state().as_str()
+        } else {
+            "down"
+        }
     }
 
     /// Whether new requests may go to this server.

@@ -36,6 +36,7 @@ fn pool(name: &str, servers: &[&str], persistence: Persistence) -> Pool {
         hash_key: HashKey::ClientAddr,
         servers,
         max_idle_per_server: 8,
+        health_check: None,
         persistence: Some(persistence),
         send_proxy: None,
     }

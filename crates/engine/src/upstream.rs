@@ -41,7 +41,9 @@ impl ServerState for PickView<'_> {
         let (Some(server), Some(live)) = (self.pool.servers.get(i), self.live.servers.get(i)) else {
             return false;
         };
-        live.takes_new() && server.max_connections.is_none_or(|max| live.active.load(Ordering::Relaxed) < max)
+        live.takes_new()
+            && live.healthy()
+            && server.max_connections.is_none_or(|max| live.active.load(Ordering::Relaxed) < max)
     }
 
     fn active(&self, i: usize) -> u32 {

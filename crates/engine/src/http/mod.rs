@@ -688,7 +688,7 @@ async fn send_proxy_header(
 }
 
 /// Whether the server persistence chose can take this request: anything but
-/// maintenance (a draining server keeps its persistent users), under its
+/// maintenance or down (a draining server keeps its persistent users), under its
 /// connection limit, and not already tried for this request.
 fn sticky_usable(live: &PoolLive, pool: &switchyard_config::Pool, server: usize, tried: u64) -> bool {
     let (Some(s), Some(cfg)) = (live.servers.get(server), pool.servers.get(server)) else {
@@ -696,6 +696,7 @@ fn sticky_usable(live: &PoolLive, pool: &switchyard_config::Pool, server: usize,
     };
     (server >= 64 || tried & (1 << server) == 0)
         && s.state() != AdminState::Maintenance
+        && s.healthy()
         && cfg.max_connections.is_none_or(|max| s.active.load(std::sync::atomic::Ordering::Relaxed) < max)
 }
 

@@ -149,7 +149,7 @@ async fn relay_to_pool(
     let mut tried = 0u64;
     for _ in 0..cfg.servers.len().max(1) {
         let usable = |s: usize| {
-            live.servers.get(s).is_some_and(|l| l.state() != AdminState::Maintenance)
+            live.servers.get(s).is_some_and(|l| l.state() != AdminState::Maintenance && l.healthy())
                 && (s >= 64 || tried & (1 << s) == 0)
         };
         let picked = match sticky.filter(|&s| usable(s)) {

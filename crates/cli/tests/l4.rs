@@ -184,6 +184,17 @@ fn udp_config(listen: SocketAddr, servers: &[SocketAddr], extra: &str) -> String
     )
 }
 
+/// Starts a `udp_config`: the proxy is ready once its HTTP probe service (the
+/// last `listen` of the file) accepts connections.
+fn start_udp(config: &str) -> Proxy {
+    let probe: SocketAddr = config
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("listen = \"")?.strip_suffix('"')?.parse().ok())
+        .expect("probe");
+    Proxy::start(config, probe)
+}
+
 fn ask(socket: &UdpSocket, to: SocketAddr, payload: &str) -> Option<String> {
     socket.set_read_timeout(Some(Duration::from_secs(2))).ok();
     socket.send_to(payload.as_bytes(), to).ok()?;
@@ -193,16 +204,11 @@ fn ask(socket: &UdpSocket, to: SocketAddr, payload: &str) -> Option<String> {
 }
 
 #[test]
-fn udp_flows_are_sticky_and_spread_and_a_full_table_refuses_new_clients() {
+fn udp_flows_are_sticky_and_spread_over_the_servers() {
     let (a, b) = (udp_named("a"), udp_named("b"));
     let listen = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
     let config = udp_config(listen, &[a, b], "");
-    let probe: SocketAddr = config
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("listen = \"")?.strip_suffix('"')?.parse().ok())
-        .expect("probe");
-    let _proxy = Proxy::start(&config, probe);
+    let _proxy = start_udp(&config);
     let mut seen = std::collections::HashSet::new();
     for client in 0..6 {
         let socket = UdpSocket::bind("127.0.0.1:0").expect("client");
@@ -224,12 +230,7 @@ fn a_full_udp_flow_table_refuses_new_clients_only() {
     let admin = proxy_addr();
     let config = udp_config(listen, &[a], "udp = { max_flows = 1, flow_idle = \"30s\" }")
         .replace("workers = 2", &format!("workers = 1\n[admin]\nlisten = \"{admin}\"\n"));
-    let probe: SocketAddr = config
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("listen = \"")?.strip_suffix('"')?.parse().ok())
-        .expect("probe");
-    let _proxy = Proxy::start(&config, probe);
+    let _proxy = start_udp(&config);
     let first = UdpSocket::bind("127.0.0.1:0").expect("client");
     wait_for("the first flow", || ask(&first, listen, "x"));
     let second = UdpSocket::bind("127.0.0.1:0").expect("client");

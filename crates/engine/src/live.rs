@@ -258,6 +258,20 @@ impl PoolLive {
         PoolLive { servers }
     }
 
+    /// Whether the server persistence chose for a client can take its
+    /// request: healthy, not in maintenance (a draining server keeps its
+    /// persistent clients), under its connection limit, and not already tried
+    /// for this request (bit `server` of `tried`). One rule for every mode.
+    pub fn takes_sticky(&self, pool: &Pool, server: usize, tried: u64) -> bool {
+        let (Some(s), Some(cfg)) = (self.servers.get(server), pool.servers.get(server)) else {
+            return false;
+        };
+        (server >= 64 || tried & (1 << server) == 0)
+            && s.state() != AdminState::Maintenance
+            && s.healthy()
+            && cfg.max_connections.is_none_or(|max| s.active.load(Ordering::Relaxed) < max)
+    }
+
     /// The index of the server called `name`.
     pub fn server_index(&self, name: &str) -> Option<usize> {
         self.servers.iter().position(|s| *s.name == *name)

@@ -469,20 +469,7 @@ mod tests {
         assert_eq!(l7.sizes.len(), SIZES.len());
         assert_eq!(l7.requests_per_connection, Some(10));
         assert!(l7.headline && l7.repeats == 3);
-        for k in [
-            TestKind::L4Cps,
-            TestKind::L4Throughput,
-            TestKind::L7Throughput,
-            TestKind::L7CookiePersistence,
-            TestKind::TlsHandshakeRsa2048,
-            TestKind::TlsHandshakeEcdsaP256,
-            TestKind::TlsBulk,
-            TestKind::CompressionGzip,
-            TestKind::CacheHit,
-            TestKind::ConcurrentConnections,
-            TestKind::UdpFrames,
-            TestKind::UdpImix,
-        ] {
+        for k in TestKind::ALL {
             assert!(p.tests.iter().any(|t| t.kind == k), "{k:?} missing");
         }
     }

@@ -37,7 +37,6 @@ use self::log::{keep_meta, log, micros, CloseGuard, Trace};
 use self::parse::{Connection, Field, Framing, HeadLimits, RequestHead, Version};
 use self::rewrite::Forwarding;
 use crate::error::{Kind, ProxyError};
-use crate::live::{AdminState, PoolLive};
 use crate::persist::Facts;
 use crate::upstream::{self, ActiveGuard, PickView, UpstreamConn};
 use crate::worker::{Local, Worker};
@@ -486,7 +485,7 @@ async fn forward(
     let mut last_error = None;
     let mut fresh_only = false;
     loop {
-        let picked = match routed.sticky.filter(|&s| sticky_usable(live, pool_cfg, s, tried)) {
+        let picked = match routed.sticky.filter(|&s| live.takes_sticky(pool_cfg, s, tried)) {
             Some(server) => Some(server),
             None => {
                 let view = PickView { pool: pool_cfg, live, tried };
@@ -685,19 +684,6 @@ async fn send_proxy_header(
         Ok(()) => Ok(conn),
         Err(_) => Err(ProxyError::retryable(Kind::ServerClosed)),
     }
-}
-
-/// Whether the server persistence chose can take this request: anything but
-/// maintenance or down (a draining server keeps its persistent users), under its
-/// connection limit, and not already tried for this request.
-fn sticky_usable(live: &PoolLive, pool: &switchyard_config::Pool, server: usize, tried: u64) -> bool {
-    let (Some(s), Some(cfg)) = (live.servers.get(server), pool.servers.get(server)) else {
-        return false;
-    };
-    (server >= 64 || tried & (1 << server) == 0)
-        && s.state() != AdminState::Maintenance
-        && s.healthy()
-        && cfg.max_connections.is_none_or(|max| s.active.load(std::sync::atomic::Ordering::Relaxed) < max)
 }
 
 /// The header a header-keyed persistence table uses ("" for other kinds).

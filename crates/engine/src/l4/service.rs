@@ -22,7 +22,7 @@ use tokio::net::{TcpStream, UdpSocket};
 
 use super::proxy_protocol::{self, Parsed};
 use super::sni::{self, Peek};
-use crate::live::{AdminState, Proto};
+use crate::live::Proto;
 use crate::metrics::{Record, Timings, Upstream};
 use crate::persist::Facts;
 use crate::relay::{self, RelayOptions, UdpOptions, UdpRelay};
@@ -148,11 +148,7 @@ async fn relay_to_pool(
     let key = upstream::hash_key(&cfg.hash_key, client.ip(), b"", None);
     let mut tried = 0u64;
     for _ in 0..cfg.servers.len().max(1) {
-        let usable = |s: usize| {
-            live.servers.get(s).is_some_and(|l| l.state() != AdminState::Maintenance && l.healthy())
-                && (s >= 64 || tried & (1 << s) == 0)
-        };
-        let picked = match sticky.filter(|&s| usable(s)) {
+        let picked = match sticky.filter(|&s| live.takes_sticky(cfg, s, tried)) {
             Some(s) => Some(s),
             None => local.pools[pool.0].balancer.borrow_mut().pick(Some(key), &PickView { pool: cfg, live, tried }),
         };

@@ -158,6 +158,58 @@ fn a_full_service_refuses_or_makes_new_connections_wait() {
     assert_eq!(&b, b"ping");
 }
 
+/// A TCP server that greets every connection with its one-byte name.
+fn tcp_named(name: u8) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let _ = stream.write_all(&[name]);
+        }
+    });
+    addr
+}
+
+/// The server a new connection from `source` lands on.
+fn greeting_from(source: [u8; 4], to: SocketAddr) -> u8 {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    socket.bind(&SocketAddr::from((source, 0)).into()).expect("bind the client's source address");
+    socket.connect(&to.into()).expect("connect");
+    let mut stream = TcpStream::from(socket);
+    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    let mut name = [0u8; 1];
+    stream.read_exact(&mut name).expect("greeting through the relay");
+    name[0]
+}
+
+#[test]
+fn source_persistence_keeps_each_client_address_on_one_server() {
+    let servers = [tcp_named(b'a'), tcp_named(b'b'), tcp_named(b'c')];
+    let (sticky, plain) = (proxy_addr(), proxy_addr());
+    let list: Vec<String> = servers.iter().map(|a| format!("{{ address = \"{a}\" }}")).collect();
+    let list = list.join(", ");
+    let config = format!(
+        "workers = 1\n\n[[service]]\nname = \"sticky\"\nmode = \"tcp\"\nlisten = \"{sticky}\"\npool = \"s\"\n\n\
+         [[service]]\nname = \"plain\"\nmode = \"tcp\"\nlisten = \"{plain}\"\npool = \"p\"\n\n\
+         [[pool]]\nname = \"s\"\npersistence = {{ source = true, capacity = 100 }}\nservers = [{list}]\n\n\
+         [[pool]]\nname = \"p\"\nservers = [{list}]\n"
+    );
+    let _proxy = Proxy::start(&config, sticky);
+    // Without persistence, round robin spreads one address's connections.
+    let spread: std::collections::HashSet<u8> = (0..6).map(|_| greeting_from([127, 0, 0, 1], plain)).collect();
+    assert!(spread.len() > 1, "round robin without persistence spreads: {spread:?}");
+    // With it, every connection of an address goes where its first one went.
+    let mut firsts = std::collections::HashSet::new();
+    for source in [[127, 0, 0, 2], [127, 0, 0, 3], [127, 0, 0, 4]] {
+        let first = greeting_from(source, sticky);
+        for _ in 0..8 {
+            assert_eq!(greeting_from(source, sticky), first, "{source:?} sticks to server {}", first as char);
+        }
+        firsts.insert(first);
+    }
+    assert!(firsts.len() > 1, "new addresses are still balanced: {firsts:?}");
+}
+
 /// A UDP server that answers every datagram with `name:payload`.
 fn udp_named(name: &'static str) -> SocketAddr {
     let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");

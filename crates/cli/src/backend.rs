@@ -141,12 +141,7 @@ impl Backend for EngineBackend {
                 let t = m.snapshot();
                 ServiceView {
                     name: service.name.clone(),
-                    mode: match service.mode {
-                        Mode::Http => "http".into(),
-                        Mode::Tcp => "tcp".into(),
-                        Mode::Udp => "udp".into(),
-                        Mode::TlsPassthrough => "tls-passthrough".into(),
-                    },
+                    mode: service.mode.name().into(),
                     listeners: service.listeners.iter().map(|a| a.to_string()).collect(),
                     connections_current: t.connections_current,
                     connections_total: t.connections_opened,

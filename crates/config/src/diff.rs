@@ -203,6 +203,8 @@ fn same_service(old_cfg: &Config, a: &Service, new_cfg: &Config, b: &Service) ->
         l4,
         accept_proxy,
         sni_routes,
+        tls,
+        http2,
     } = a;
     let pool_a = |id: &PoolId| old_cfg.pools.get(id.0).map(|p| &p.name);
     let pool_b = |id: &PoolId| new_cfg.pools.get(id.0).map(|p| &p.name);
@@ -224,6 +226,8 @@ fn same_service(old_cfg: &Config, a: &Service, new_cfg: &Config, b: &Service) ->
         && *forwarded == b.forwarded
         && *l4 == b.l4
         && *accept_proxy == b.accept_proxy
+        && *tls == b.tls
+        && *http2 == b.http2
         && sni_routes.len() == b.sni_routes.len()
         && sni_routes
             .iter()

@@ -40,17 +40,12 @@ pub(crate) struct Layer4 {
 
 /// The mode as written in the file.
 pub(crate) fn mode_name(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Http => "http",
-        Mode::Tcp => "tcp",
-        Mode::Udp => "udp",
-        Mode::TlsPassthrough => "tls-passthrough",
-    }
+    mode.name()
 }
 
 /// "an `http`", "a `tcp`", … for messages.
 fn a_mode(mode: Mode) -> String {
-    let article = if mode == Mode::Http { "an" } else { "a" };
+    let article = if matches!(mode, Mode::Http | Mode::Https) { "an" } else { "a" };
     format!("{article} `{}`", mode_name(mode))
 }
 

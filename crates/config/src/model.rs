@@ -125,6 +125,21 @@ pub enum Mode {
     Udp,
     /// Layer 4 TLS routed by the ClientHello's server name, without decrypting.
     TlsPassthrough,
+    /// Layer 7 with TLS termination: HTTP/1.1 and HTTP/2 (ALPN) over TLS.
+    Https,
+}
+
+impl Mode {
+    /// The mode as written in the configuration file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Http => "http",
+            Mode::Https => "https",
+            Mode::Tcp => "tcp",
+            Mode::Udp => "udp",
+            Mode::TlsPassthrough => "tls-passthrough",
+        }
+    }
 }
 
 /// A virtual service (frontend): listeners, rules, a default pool.
@@ -155,6 +170,10 @@ pub struct Service {
     /// `tls-passthrough` routes: the first whose pattern matches the ClientHello's
     /// server name chooses the pool; no match (or no name) uses the default pool.
     pub sni_routes: Vec<SniRoute>,
+    /// TLS termination: `Some` exactly for `https` services.
+    pub tls: Option<ServerTls>,
+    /// HTTP/2 towards clients (`http` and `https` services).
+    pub http2: Http2,
 }
 
 /// A `tls-passthrough` route.
@@ -320,6 +339,8 @@ pub enum Condition {
     },
     /// The client address is in one of these networks.
     ClientAddr(Vec<Cidr>),
+    /// The client certificate (mTLS) is in this state.
+    ClientCert(ClientCertState),
 }
 
 /// How a string is compared.
@@ -443,6 +464,14 @@ pub enum Action {
         /// `Content-Type` of the body.
         content_type: String,
     },
+    /// Answer with a redirect to the same host and target over `https`
+    /// (HTTP to HTTPS), on the default port or `port`.
+    RedirectHttps {
+        /// Status code (301, 302, 303, 307 or 308; default 301).
+        status: u16,
+        /// Port in the `Location`; `None`: the scheme's default (443).
+        port: Option<u16>,
+    },
     /// Refuse the request with this status (403 by default).
     Deny {
         /// Status code.
@@ -469,6 +498,10 @@ pub struct Pool {
     pub send_proxy: Option<ProxyVersion>,
     /// Active health probe of the pool's servers; `None` is no probing (all healthy).
     pub health_check: Option<HealthCheck>,
+    /// TLS towards the servers (re-encryption); `None`: clear text.
+    pub tls: Option<UpstreamTls>,
+    /// HTTP version spoken to the servers (HTTP pools).
+    pub protocol: UpstreamProtocol,
 }
 
 /// An active health probe of every server of a pool.
@@ -591,4 +624,132 @@ pub struct Server {
     pub backup: bool,
     /// Most concurrent requests towards this server; `None` is unlimited.
     pub max_connections: Option<u32>,
+}
+
+// ---- TLS and HTTP/2 (issue 6) ----
+
+/// A PEM file's path and the bytes read from it when the configuration was
+/// validated. Reading at validation makes a reload pick up new certificate
+/// files even when their paths did not change, and makes `==` (and
+/// [`crate::diff`]) see the change.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PemFile {
+    /// Where it was read from, as written in the configuration.
+    pub path: std::path::PathBuf,
+    /// The file's contents (PEM text).
+    pub pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for PemFile {
+    /// Never prints the contents: a key file's PEM is a secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PemFile({}, {} bytes)", self.path.display(), self.pem.len())
+    }
+}
+
+/// A certificate chain and its private key, checked to belong together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertKey {
+    /// The certificate chain, leaf first.
+    pub certificate: PemFile,
+    /// The leaf's private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PemFile,
+    /// DNS names the leaf is valid for (subject alternative names, lower
+    /// case, wildcards as `*.suffix`); the server name indication chooses by them.
+    pub names: Vec<String>,
+}
+
+/// Lowest TLS version a listener accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TlsVersion {
+    /// TLS 1.2 (and 1.3).
+    V1_2,
+    /// TLS 1.3 only.
+    V1_3,
+}
+
+/// TLS termination of an `https` service (`tls`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerTls {
+    /// Certificates, at least one. The first is the default (no server name,
+    /// or no certificate valid for it); the others are chosen by server name.
+    pub certificates: Vec<CertKey>,
+    /// Lowest version accepted (default TLS 1.2).
+    pub min_version: TlsVersion,
+    /// Cipher suites offered, by rustls name (`TLS13_AES_128_GCM_SHA256`,
+    /// `TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256`, ...); empty: the modern defaults.
+    pub ciphers: Vec<String>,
+    /// Key-exchange groups, by name (`x25519`, `secp256r1`, `secp384r1`,
+    /// `x25519mlkem768`); empty: the defaults.
+    pub groups: Vec<String>,
+    /// Stateless resumption with session tickets (rotating keys); default true.
+    pub tickets: bool,
+    /// Stateful resumption: entries of the server-side session cache; 0 disables it.
+    pub session_cache: usize,
+    /// Client certificates (mTLS); `None`: not asked for.
+    pub client_auth: Option<ClientAuth>,
+}
+
+/// Verification of client certificates (mTLS) on a listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientAuth {
+    /// CA certificates client certificates must chain to.
+    pub ca: PemFile,
+    /// Refuse the handshake without a valid certificate (`true`), or accept
+    /// clients without one and let rules and headers tell them apart.
+    pub required: bool,
+}
+
+/// HTTP/2 towards clients (`http2`): ALPN `h2` on `https` services and
+/// prior-knowledge cleartext (h2c) on `http` services.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http2 {
+    /// Offer and accept HTTP/2 (default true).
+    pub enabled: bool,
+    /// Most concurrent streams per connection (default 100).
+    pub max_concurrent_streams: u32,
+    /// Stream resets by the client tolerated per connection within 10 s
+    /// before the connection is closed with GOAWAY (rapid reset defence; default 200).
+    pub max_resets: u32,
+}
+
+impl Default for Http2 {
+    fn default() -> Self {
+        Http2 { enabled: true, max_concurrent_streams: 100, max_resets: 200 }
+    }
+}
+
+/// Protocol spoken to a pool's servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 with keep-alive (default).
+    #[default]
+    Http1,
+    /// HTTP/2, requests multiplexed over few connections.
+    Http2,
+}
+
+/// TLS towards a pool's servers (re-encryption), `tls` on a pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamTls {
+    /// Verify the server's certificate (default true); `false` disables
+    /// verification explicitly.
+    pub verify: bool,
+    /// CA certificates the servers' certificates must chain to; `None`: the
+    /// system's trust store.
+    pub ca: Option<PemFile>,
+    /// Name sent as SNI and verified in the certificate; `None`: the server's
+    /// address (an IP address is verified against the certificate's IP names).
+    pub server_name: Option<String>,
+    /// Client certificate presented to servers.
+    pub client_cert: Option<CertKey>,
+}
+
+/// A condition on the client certificate of an mTLS connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientCertState {
+    /// A certificate was presented and verified.
+    Verified,
+    /// No certificate was presented (optional client auth, or plain HTTP).
+    Absent,
 }

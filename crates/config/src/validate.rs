@@ -205,6 +205,8 @@ fn validate_service(cx: &mut Ctx<'_, '_>, service: &S<RawService>, listeners: &m
         l4: layer4.l4,
         accept_proxy: layer4.accept_proxy,
         sni_routes: layer4.sni_routes,
+        tls: None,
+        http2: Http2::default(),
     }
 }
 
@@ -417,6 +419,8 @@ fn validate_pool(cx: &mut Ctx<'_, '_>, raw: &S<RawPool>) -> Pool {
         send_proxy: raw.send_proxy.as_ref().and_then(|v| parse_send_proxy(cx, v)),
         persistence: raw.persistence.as_ref().and_then(|p| validate_persistence(cx, p)),
         health_check: raw.health_check.as_ref().and_then(|h| validate_health_check(cx, h)),
+        tls: None,
+        protocol: UpstreamProtocol::default(),
     }
 }
 

@@ -3,7 +3,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use proptest::prelude::*;
-use switchyard_config::{Algorithm, HashKey, Server};
+use switchyard_config::{Algorithm, HashKey, Server, UpstreamProtocol};
 
 use super::*;
 
@@ -39,6 +39,8 @@ fn pool(name: &str, servers: &[&str], persistence: Persistence) -> Pool {
         health_check: None,
         persistence: Some(persistence),
         send_proxy: None,
+        tls: None,
+        protocol: UpstreamProtocol::Http1,
     }
 }
 

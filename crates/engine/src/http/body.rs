@@ -166,7 +166,8 @@ pub enum RelayError {
 }
 
 /// A socket half (or whole socket) the relay can write to, with a
-/// non-blocking first attempt that spares arming a timer.
+/// non-blocking first attempt that spares arming a timer. Streams that
+/// cannot write without waiting (TLS) answer `WouldBlock` to both attempts.
 pub trait Sink: AsyncWrite + Unpin {
     /// Writes what the socket takes now without waiting.
     fn try_write_now(&self, data: &[u8]) -> io::Result<usize>;
@@ -398,7 +399,12 @@ pub async fn write_all<W: Sink>(dst: &mut W, data: &[u8], idle: Duration) -> Res
     if written == data.len() {
         return Ok(());
     }
-    match timeout(idle, dst.write_all(&data[written..])).await {
+    // The flush matters for streams that buffer (TLS records): a plain socket's is a no-op.
+    let rest = async {
+        dst.write_all(&data[written..]).await?;
+        dst.flush().await
+    };
+    match timeout(idle, rest).await {
         Err(_) => Err(RelayError::WriteTimeout),
         Ok(Err(e)) => Err(RelayError::Write(e)),
         Ok(Ok(())) => Ok(()),

@@ -50,7 +50,7 @@ pub(super) fn micros(d: std::time::Duration) -> u64 {
 
 /// Phase 9: log the request: metrics of its service and server, the access
 /// log line, and failures at `warn` with their reason and side.
-pub(super) fn log(client: &Client, service: &Service, status: u16, error: Option<&ProxyError>, started: Instant) {
+pub(super) fn log<S>(client: &Client<S>, service: &Service, status: u16, error: Option<&ProxyError>, started: Instant) {
     let total_us = micros(started.elapsed());
     if let Some(e) = error {
         tracing::warn!(
@@ -105,7 +105,7 @@ pub(super) fn log(client: &Client, service: &Service, status: u16, error: Option
 
 /// Copies the header values the access log reports into `client.meta`,
 /// while the head is still in the buffer.
-pub(super) fn keep_meta(client: &mut Client, head: &RequestHead) {
+pub(super) fn keep_meta<S>(client: &mut Client<S>, head: &RequestHead) {
     client.meta.clear();
     client.meta_at = [None; 3];
     let buf = &client.buf[..head.len];
@@ -130,7 +130,7 @@ pub(super) fn keep_meta(client: &mut Client, head: &RequestHead) {
     }
 }
 
-fn meta(client: &Client, slot: usize) -> Option<&[u8]> {
+fn meta<S>(client: &Client<S>, slot: usize) -> Option<&[u8]> {
     let (start, end) = client.meta_at[slot]?;
     client.meta.get(start as usize..end as usize)
 }

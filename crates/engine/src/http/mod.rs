@@ -21,6 +21,7 @@ mod log;
 pub mod parse;
 pub mod rewrite;
 pub mod route;
+pub mod stream;
 
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
@@ -29,13 +30,13 @@ use std::time::Instant;
 use bytes::{Buf, BytesMut};
 use switchyard_config::{Action, HeaderEdits, Persistence, PoolId, Service};
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::net::TcpStream;
 use tokio::time::timeout_at;
 
 use self::body::{relay, write_all, Body, RelayError};
 use self::log::{keep_meta, log, micros, CloseGuard, Trace};
 use self::parse::{Connection, Field, Framing, HeadLimits, RequestHead, Version};
 use self::rewrite::Forwarding;
+pub use self::stream::{ClientStream, Transport};
 use crate::error::{Kind, ProxyError};
 use crate::persist::Facts;
 use crate::upstream::{self, ActiveGuard, PickView, UpstreamConn};
@@ -67,8 +68,8 @@ pub struct Scratch {
 }
 
 /// One client connection's state.
-struct Client {
-    stream: TcpStream,
+struct Client<S> {
+    stream: S,
     peer: SocketAddr,
     /// Bytes read from the client and not yet consumed.
     buf: BytesMut,
@@ -99,6 +100,8 @@ struct Client {
     meta_at: [Option<(u32, u32)>; 3],
     /// The header value a header-keyed stick table is updated with.
     stick_key: Vec<u8>,
+    /// TLS facts of the connection.
+    transport: Transport,
 }
 
 /// What the route phase decided, detached from the request buffer.
@@ -108,6 +111,8 @@ struct Routed<'a> {
     hash: Option<u64>,
     /// The server persistence names for this client, if any (index in the pool).
     sticky: Option<usize>,
+    /// `Location` of an HTTP-to-HTTPS redirect.
+    https_location: Option<String>,
 }
 
 /// Facts about the current request the later phases need.
@@ -141,13 +146,14 @@ struct Failed {
 /// reload between two requests applies to the next one. A connection whose
 /// service a reload removed finishes its request in progress and closes.
 /// `pre` holds bytes already read from the connection (after a PROXY protocol header).
-pub async fn serve(
-    stream: TcpStream,
+pub async fn serve<S: ClientStream>(
+    stream: S,
     peer: SocketAddr,
     pre: BytesMut,
     local: Rc<Local>,
     service: usize,
     worker: Rc<Worker>,
+    transport: Transport,
 ) {
     let Some(name) = local.gen.config.services.get(service).map(|s| s.name.clone()) else {
         return;
@@ -170,6 +176,7 @@ pub async fn serve(
         meta: Vec::new(),
         meta_at: [None; 3],
         stick_key: Vec::new(),
+        transport,
     };
     let metrics = client.local.gen.services[service].clone();
     metrics.connection_opened(worker.id);
@@ -211,7 +218,7 @@ pub async fn serve(
 }
 
 /// Lends the connection a scratch set from the worker's pool.
-fn lend(client: &mut Client, worker: &Worker) {
+fn lend<S>(client: &mut Client<S>, worker: &Worker) {
     if client.buf.capacity() > 0 {
         return;
     }
@@ -228,7 +235,7 @@ fn lend(client: &mut Client, worker: &Worker) {
 }
 
 /// Returns an idle connection's scratch set to the worker's pool.
-fn stash(client: &mut Client, worker: &Worker) {
+fn stash<S>(client: &mut Client<S>, worker: &Worker) {
     if !client.buf.is_empty() || client.buf.capacity() == 0 {
         return;
     }
@@ -249,8 +256,8 @@ fn stash(client: &mut Client, worker: &Worker) {
 
 /// Phase 1: reads until `client.buf` starts with a complete request head.
 /// `Ok(None)`: the connection ended cleanly (closed, idle, draining).
-async fn read_head(
-    client: &mut Client,
+async fn read_head<S: ClientStream>(
+    client: &mut Client<S>,
     service: &Service,
     worker: &Worker,
     name: &str,
@@ -281,7 +288,7 @@ async fn read_head(
                 return Ok(None);
             }
             let ready = tokio::select! {
-                r = timeout_at(deadline, client.stream.readable()) => r,
+                r = timeout_at(deadline, client.stream.ready()) => r,
                 () = worker.drain.notified() => return Ok(None),
                 () = worker.reloaded.notified() => continue,
             };
@@ -306,8 +313,8 @@ async fn read_head(
 
 /// Phases 2–9 for one request whose head is at the start of `client.buf`.
 /// Returns whether the client connection stays open for another request.
-async fn handle(
-    client: &mut Client,
+async fn handle<S: ClientStream>(
+    client: &mut Client<S>,
     head: RequestHead,
     service: &Service,
     worker: &Worker,
@@ -364,6 +371,7 @@ async fn handle(
             head: buf,
             fields: &client.fields,
             client: client.ip,
+            client_cert: client.transport.client_cert_verified,
         };
         let decision = route::evaluate(&service.rules, &view);
         pool_for_hash = match decision.action {
@@ -391,7 +399,11 @@ async fn handle(
             }
             p.lookup(&view, worker.clock.get())
         });
-        Routed { action: decision.action, edits: decision.edits, hash, sticky }
+        let https_location = match decision.action {
+            Some(Action::RedirectHttps { port, .. }) => Some(https_location(host, *port, origin_target)),
+            _ => None,
+        };
+        Routed { action: decision.action, edits: decision.edits, hash, sticky, https_location }
     };
     let pool = match routed.action {
         Some(Action::Redirect { status, location }) => {
@@ -400,6 +412,11 @@ async fn handle(
         }
         Some(Action::Respond { status, body, content_type }) => {
             let reply = Reply { status: *status, location: None, content_type, body: body.as_bytes() };
+            return answer(client, service, info, head.len, reply, started).await;
+        }
+        Some(Action::RedirectHttps { status, .. }) => {
+            let location = routed.https_location.as_deref();
+            let reply = Reply { status: *status, location, content_type: "text/plain", body: b"" };
             return answer(client, service, info, head.len, reply, started).await;
         }
         Some(Action::Deny { status }) => {
@@ -423,7 +440,7 @@ async fn handle(
     let fwd = Forwarding {
         client: client.ip,
         client_text: &client.ip_text,
-        proto: "http",
+        proto: if client.transport.secure { "https" } else { "http" },
         headers: service.forwarded,
         upgrade,
     };
@@ -467,8 +484,8 @@ async fn handle(
 /// Phase 5 with its retry policy: pick a server, get a connection, run the
 /// exchange; on a connect failure try another server, and replay an
 /// idempotent bodiless request once when a reused connection turns out dead.
-async fn forward(
-    client: &mut Client,
+async fn forward<S: ClientStream>(
+    client: &mut Client<S>,
     service: &Service,
     worker: &Worker,
     local: &Local,
@@ -569,8 +586,8 @@ async fn forward(
 /// APIs, an early 413), and waiting for the body first would deadlock once
 /// every socket buffer on the path is full.
 #[allow(clippy::too_many_arguments)]
-async fn exchange(
-    client: &mut Client,
+async fn exchange<S: ClientStream>(
+    client: &mut Client<S>,
     conn: &mut UpstreamConn,
     service: &Service,
     worker: &Worker,
@@ -627,7 +644,7 @@ async fn exchange(
 
     // Phases 6–8 in full duplex: the rest of the body goes up while the response comes down.
     let (done, complete) = {
-        let (mut client_rd, mut client_wr) = client.stream.split();
+        let (mut client_rd, mut client_wr) = client.stream.halves();
         let (mut server_rd, mut server_wr) = conn.stream.split();
         let up = body::pump(&mut client_rd, &mut client.buf, &mut server_wr, &mut upload, t.client_idle);
         let down =
@@ -663,13 +680,13 @@ async fn exchange(
 
 /// Writes the pool's PROXY protocol header (the client's address) on a new
 /// server connection.
-async fn send_proxy_header(
+async fn send_proxy_header<S: ClientStream>(
     mut conn: UpstreamConn,
     pool: &switchyard_config::Pool,
-    client: &Client,
+    client: &Client<S>,
 ) -> Result<UpstreamConn, ProxyError> {
     use tokio::io::AsyncWriteExt;
-    let local = client.stream.local_addr().unwrap_or(client.peer);
+    let local = client.stream.local().unwrap_or(client.peer);
     let mut head = Vec::with_capacity(64);
     match pool.send_proxy {
         Some(switchyard_config::ProxyVersion::V1) => {
@@ -697,7 +714,7 @@ fn stick_header(pool: &switchyard_config::Pool) -> &str {
 /// After a relayed protocol switch (WebSocket): bytes already read on either
 /// side go across first, then both directions are copied until one side
 /// closes (its FIN is passed on) or fails. No HTTP framing applies any more.
-async fn tunnel(client: &mut Client, conn: &mut UpstreamConn) {
+async fn tunnel<S: ClientStream>(client: &mut Client<S>, conn: &mut UpstreamConn) {
     use tokio::io::AsyncWriteExt;
     if !conn.buf.is_empty() && client.stream.write_all(&conn.buf).await.is_err() {
         return;
@@ -871,8 +888,8 @@ struct Reply<'a> {
 
 /// A direct answer from a rule (redirect, respond, deny). The connection stays
 /// open only when the request had no body to skip.
-async fn answer(
-    client: &mut Client,
+async fn answer<S: ClientStream>(
+    client: &mut Client<S>,
     service: &Service,
     info: RequestInfo,
     head_len: usize,
@@ -893,7 +910,7 @@ async fn answer(
 
 /// Sends the error's status (when it has one) with a short body, logs it, and
 /// leaves the connection to be closed by the caller.
-async fn fail(client: &mut Client, service: &Service, error: &ProxyError, started: Instant) {
+async fn fail<S: ClientStream>(client: &mut Client<S>, service: &Service, error: &ProxyError, started: Instant) {
     if let Some(status) = error.status() {
         let body = format!("{status} {}\n", crate::error::reason_phrase(status));
         let close = Connection { close: true, ..Connection::default() };
@@ -918,6 +935,17 @@ fn split_target(target: &[u8]) -> (&[u8], Option<&[u8]>) {
         // cannot borrow from the target, so keep "/" and lose nothing routable.
         Some(i) => (b"/", Some(&rest[..i])),
         None => (b"/", Some(rest)),
+    }
+}
+
+/// `https://host[:port]/target` for an HTTP-to-HTTPS redirect.
+fn https_location(host: &str, port: Option<u16>, target: &[u8]) -> String {
+    let target = String::from_utf8_lossy(target);
+    let bare_v6 = host.contains(':') && !host.starts_with('[');
+    let host = if bare_v6 { format!("[{host}]") } else { host.to_string() };
+    match port {
+        Some(port) if port != 443 => format!("https://{host}:{port}{target}"),
+        _ => format!("https://{host}{target}"),
     }
 }
 
@@ -949,5 +977,13 @@ mod tests {
         assert_eq!(split_target(b"http://h:8/a?b"), (&b"/a?b"[..], Some(&b"h:8"[..])));
         assert_eq!(split_target(b"HTTPS://h"), (&b"/"[..], Some(&b"h"[..])));
         assert_eq!(split_query(b"/p?x=1"), (&b"/p"[..], Some(&b"x=1"[..])));
+    }
+
+    #[test]
+    fn https_redirects_keep_host_and_target() {
+        assert_eq!(https_location("example.com", None, b"/a?b=1"), "https://example.com/a?b=1");
+        assert_eq!(https_location("example.com", Some(443), b"/"), "https://example.com/");
+        assert_eq!(https_location("example.com", Some(8443), b"/x"), "https://example.com:8443/x");
+        assert_eq!(https_location("[::1]", Some(8443), b"/"), "https://[::1]:8443/");
     }
 }

@@ -9,7 +9,7 @@
 
 use std::net::IpAddr;
 
-use switchyard_config::{Action, Condition, HeaderEdits, Rule, StrMatch};
+use switchyard_config::{Action, ClientCertState, Condition, HeaderEdits, Rule, StrMatch};
 
 use super::parse::Field;
 
@@ -30,6 +30,8 @@ pub struct RequestView<'a> {
     pub fields: &'a [Field],
     /// The client's address.
     pub client: IpAddr,
+    /// A client certificate was presented and verified (mTLS).
+    pub client_cert: bool,
 }
 
 impl crate::persist::RequestFacts for RequestView<'_> {
@@ -105,6 +107,7 @@ fn holds(condition: &Condition, req: &RequestView<'_>) -> bool {
             req.query_values(name).any(|v| matcher.as_ref().is_none_or(|m: &StrMatch| m.matches(v)))
         }
         Condition::ClientAddr(nets) => nets.iter().any(|n| n.contains(req.client)),
+        Condition::ClientCert(state) => req.client_cert == (*state == ClientCertState::Verified),
     }
 }
 
@@ -146,6 +149,7 @@ mod tests {
             head,
             fields,
             client: "10.1.2.3".parse().expect("ip"),
+            client_cert: false,
         }
     }
 

@@ -22,6 +22,7 @@ use tokio::net::{TcpStream, UdpSocket};
 
 use super::proxy_protocol::{self, Parsed};
 use super::sni::{self, Peek};
+use crate::http::Transport;
 use crate::live::Proto;
 use crate::metrics::{Record, Timings, Upstream};
 use crate::persist::Facts;
@@ -50,7 +51,9 @@ pub async fn serve_stream(stream: TcpStream, peer: SocketAddr, local: Rc<Local>,
     // largest state, and an idle HTTP keep-alive connection should not pay
     // for a relay's.
     match svc.mode {
-        Mode::Http => crate::http::serve(stream, client, pre, local, service, worker).await,
+        Mode::Http => crate::http::serve(stream, client, pre, local, service, worker, Transport::default()).await,
+        // TLS termination is not built yet: validation refuses `https`.
+        Mode::Https => {}
         Mode::Tcp => Box::pin(relay_to_pool(stream, client, pre, &local, service, &worker, None)).await,
         Mode::TlsPassthrough => Box::pin(passthrough(stream, client, pre, &local, service, &worker)).await,
         Mode::Udp => {}

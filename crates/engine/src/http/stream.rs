@@ -1,0 +1,67 @@
+//! What the HTTP/1.1 pipeline needs from a client connection: bytes both
+//! ways, a borrowed split for full-duplex relaying, and a wait for readability
+//! that holds no buffer (so an idle keep-alive connection costs no scratch).
+//!
+//! A plain [`TcpStream`] implements it with zero-cost borrowed halves; TLS
+//! connections implement it in [`crate::tls`].
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::tcp::{ReadHalf, WriteHalf};
+use tokio::net::TcpStream;
+
+use super::body::Sink;
+
+/// Facts about the connection's transport the pipeline reports and routes on.
+#[derive(Debug, Clone, Default)]
+pub struct Transport {
+    /// The connection is TLS (scheme `https` in forwarding headers).
+    pub secure: bool,
+    /// Whether a client certificate was presented and verified (mTLS).
+    pub client_cert_verified: bool,
+    /// Subject of the verified client certificate (RFC 4514 text), for the
+    /// `X-Client-Cert-Subject` header; empty when none.
+    pub client_cert_subject: String,
+}
+
+/// A client connection the HTTP/1.1 pipeline can serve.
+pub trait ClientStream: AsyncRead + AsyncWrite + Sink + Unpin {
+    /// The read half of [`ClientStream::halves`].
+    type Rd<'a>: AsyncRead + Unpin
+    where
+        Self: 'a;
+    /// The write half of [`ClientStream::halves`].
+    type Wr<'a>: Sink
+    where
+        Self: 'a;
+
+    /// Borrows both directions at once (full-duplex body relay).
+    fn halves(&mut self) -> (Self::Rd<'_>, Self::Wr<'_>);
+
+    /// Resolves when a read would make progress (data, end of stream or an
+    /// error), without reading.
+    fn ready(&self) -> impl Future<Output = io::Result<()>>;
+
+    /// The local address the client connected to.
+    fn local(&self) -> io::Result<SocketAddr>;
+}
+
+impl ClientStream for TcpStream {
+    type Rd<'a> = ReadHalf<'a>;
+    type Wr<'a> = WriteHalf<'a>;
+
+    fn halves(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {
+        self.split()
+    }
+
+    fn ready(&self) -> impl Future<Output = io::Result<()>> {
+        self.readable()
+    }
+
+    fn local(&self) -> io::Result<SocketAddr> {
+        self.local_addr()
+    }
+}

@@ -679,11 +679,20 @@ enum FlagOr<'a, 'i> {
 fn flag_or_table<'a, 'i>(r: &mut Report<'_>, key: &str, value: &'a Value<'i>) -> Option<FlagOr<'a, 'i>> {
     match value.get_ref() {
         DeValue::Table(t) => Some(FlagOr::Table(t)),
-        DeValue::Boolean(_) | DeValue::String(_) => boolean(r, key, value).map(FlagOr::Flag),
+        _ if is_boolean_text(value) => boolean(r, key, value).map(FlagOr::Flag),
         _ => {
             type_error(r, key, value, "a boolean or a table");
             None
         }
+    }
+}
+
+/// A boolean, or a string `boolean` explains (`"true"`, `"false"`).
+fn is_boolean_text(value: &Value<'_>) -> bool {
+    match value.get_ref() {
+        DeValue::Boolean(_) => true,
+        DeValue::String(s) => matches!(s.as_ref(), "true" | "false"),
+        _ => false,
     }
 }
 
@@ -711,7 +720,7 @@ fn cache_size(r: &mut Report<'_>, key: &str, value: &Value<'_>) -> Option<S<RawC
         DeValue::Integer(_) => {
             integer(r, key, value).map(|n| S::new(value.span(), RawCacheSize::Entries(*n.get_ref())))
         }
-        DeValue::Boolean(_) | DeValue::String(_) => {
+        _ if is_boolean_text(value) => {
             boolean(r, key, value).map(|b| S::new(value.span(), RawCacheSize::Flag(*b.get_ref())))
         }
         _ => {
@@ -726,7 +735,7 @@ fn redirect_https(r: &mut Report<'_>, key: &str, value: &Value<'_>) -> Option<S<
         DeValue::Integer(_) => {
             integer(r, key, value).map(|n| S::new(value.span(), RawRedirectHttps::Port(*n.get_ref())))
         }
-        DeValue::Boolean(_) | DeValue::String(_) => {
+        _ if is_boolean_text(value) => {
             boolean(r, key, value).map(|b| S::new(value.span(), RawRedirectHttps::Flag(*b.get_ref())))
         }
         _ => {

@@ -58,6 +58,7 @@ pub(crate) fn validate_rule(cx: &mut Ctx<'_, '_>, raw: &S<RawRule>, scope: &Rule
         || raw.add_response_headers.is_some()
         || raw.remove_response_headers.is_some()
         || raw.hsts.as_ref().is_some_and(|h| h.get_ref().enabled.as_ref().is_none_or(|e| *e.get_ref()))
+        || broken(&raw.broken, "hsts")
         || EDIT_KEYS.iter().any(|k| broken(&raw.broken, k));
     let has_action_keys = written("pool", raw.pool.is_some())
         || written("redirect", raw.redirect.is_some())

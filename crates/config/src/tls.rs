@@ -167,8 +167,10 @@ fn ciphers(cx: &mut Ctx<'_, '_>, list: &S<Vec<S<String>>>, min: TlsVersion) -> V
     for item in list.get_ref() {
         let name = item.get_ref().trim().to_ascii_uppercase();
         let Some(suite) = cipher_suite(&name) else {
-            let hint = match crate::units::closest(&name, known.iter().copied()) {
-                Some(c) => format!("did you mean `{c}`?"),
+            // `closest` compares in lower case.
+            let lower: Vec<String> = known.iter().map(|k| k.to_ascii_lowercase()).collect();
+            let hint = match crate::units::closest(&name, lower.iter().map(String::as_str)) {
+                Some(c) => format!("did you mean `{}`?", c.to_ascii_uppercase()),
                 None => format!("cipher suites are: {}", known.join(", ")),
             };
             cx.r.error_hint(&item.span(), format!("unknown cipher suite `{}`", item.get_ref()), hint);

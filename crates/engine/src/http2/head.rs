@@ -47,10 +47,10 @@ pub fn request_head(
 ) -> Result<RequestBody, &'static str> {
     let method = parts.method.as_str();
     // CONNECT has no path: its authority is the target, which the pipeline refuses.
-    let target = match (parts.uri.path_and_query(), parts.uri.authority()) {
-        _ if parts.method == http::Method::CONNECT => parts.uri.authority().map_or("", |a| a.as_str()),
-        (Some(pq), _) => pq.as_str(),
-        (None, _) => "/",
+    let target = if parts.method == http::Method::CONNECT {
+        parts.uri.authority().map_or("", |a| a.as_str())
+    } else {
+        parts.uri.path_and_query().map_or("/", |pq| pq.as_str())
     };
     if breaks_line(target.as_bytes()) || target.bytes().any(|b| b == b' ') {
         return Err("invalid :path");

@@ -206,7 +206,7 @@ fn a_rapid_reset_burst_closes_only_that_connection() {
         let error = ended.expect("task").expect_err("closed with an error");
         assert_eq!(error.reason(), Some(Reason::ENHANCE_YOUR_CALM), "{error}");
         assert!(error.is_go_away(), "{error}");
-        assert!((200..2000).contains(&sent), "{sent} streams sent before GOAWAY");
+        assert!(sent > 200, "GOAWAY after only {sent} resets");
         // The other connection is untouched.
         let (parts, _) = send(&bystander, get(listen, "/"), None).await.expect("bystander still served");
         assert_eq!(parts.status, 200);
@@ -230,7 +230,9 @@ fn an_unpaced_reset_burst_is_cut_by_the_pending_accept_limit() {
         }
         let ended = tokio::time::timeout(Duration::from_secs(20), attacker_conn).await.expect("connection ends");
         let error = ended.expect("task").expect_err("closed with an error");
-        assert_eq!(error.reason(), Some(Reason::ENHANCE_YOUR_CALM), "{error}");
+        // The client may still be writing when the proxy closes: it can see its write fail
+        // before it reads the GOAWAY.
+        assert!(error.reason() == Some(Reason::ENHANCE_YOUR_CALM) || error.is_io(), "{error}");
         let (fresh, _conn) = connect(listen).await;
         let (parts, _) = send(&fresh, get(listen, "/"), None).await.expect("a new connection is served");
         assert_eq!(parts.status, 200);
@@ -370,4 +372,54 @@ fn http1_still_works_on_the_same_listener_including_a_p_method() {
     c.send(b"OST /?echo=1 HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\n\r\nhi").expect("send");
     let r = c.read_response().expect("response");
     assert_eq!((r.status, r.text().as_str()), (200, "hi"));
+}
+
+#[test]
+fn an_idle_connection_gets_a_graceful_goaway() {
+    let origin = Origin::start("main");
+    let listen = proxy_addr();
+    let _proxy = Proxy::start(&simple_config(listen, &[origin.addr], "timeouts = { client_idle = \"1s\" }"), listen);
+    runtime().block_on(async {
+        let (client, conn) = connect(listen).await;
+        let (parts, _) = send(&client, get(listen, "/"), None).await.expect("response");
+        assert_eq!(parts.status, 200);
+        let ended = tokio::time::timeout(Duration::from_secs(15), conn).await.expect("closed when idle");
+        match ended.expect("task") {
+            Ok(()) => {}
+            Err(e) => assert_eq!(e.reason(), Some(Reason::NO_ERROR), "{e}"),
+        }
+    });
+}
+
+#[test]
+fn a_drain_lets_the_stream_in_flight_finish() {
+    let origin = Origin::start("main");
+    let listen = proxy_addr();
+    let mut proxy = Proxy::start(&simple_config(listen, &[origin.addr], ""), listen);
+    runtime().block_on(async {
+        let (client, conn) = connect(listen).await;
+        let slow = {
+            let client = client.clone();
+            tokio::spawn(async move { send(&client, get(listen, "/?delay_ms=700&size=3000"), None).await })
+        };
+        wait_for_async(|| origin.requests() == 1).await;
+        proxy.sigterm();
+        let (parts, body) = slow.await.expect("task").expect("the stream in flight completes");
+        assert_eq!((parts.status.as_u16(), body.len()), (200, 3000));
+        let ended = tokio::time::timeout(Duration::from_secs(15), conn).await.expect("closed after the drain");
+        if let Err(e) = ended.expect("task") {
+            assert_eq!(e.reason(), Some(Reason::NO_ERROR), "{e}");
+        }
+    });
+    assert!(proxy.wait_exit(Duration::from_secs(10)).is_some(), "{}", proxy.log());
+}
+
+async fn wait_for_async(mut ready: impl FnMut() -> bool) {
+    for _ in 0..1500 {
+        if ready() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("condition never held");
 }

@@ -50,7 +50,8 @@ const VECTORS: &[(&str, &[u8])] = &[
     ("space in target", b"GET /a b HTTP/1.1\r\nhost: x\r\n\r\n"),
     ("missing host", b"GET / HTTP/1.1\r\n\r\n"),
     ("two hosts", b"GET / HTTP/1.1\r\nhost: a\r\nhost: b\r\n\r\n"),
-    ("HTTP/2 preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+    // Not the full HTTP/2 preface (that starts h2c: see `the_http2_preface_starts_h2c_and_reaches_no_origin`).
+    ("PRI request line", b"PRI * HTTP/2.0\r\nhost: x\r\n\r\n"),
 ];
 
 #[test]
@@ -84,6 +85,22 @@ fn smuggling_vectors_get_400_and_never_reach_the_origin() {
         }
     }
     assert!(failures.is_empty(), "vectors not refused properly:\n{}", failures.join("\n"));
+}
+
+/// With `http2` enabled (the default) the preface opens an HTTP/2 connection: the proxy
+/// answers with its SETTINGS frame and nothing reaches the origin as an HTTP/1.1 request.
+#[test]
+fn the_http2_preface_starts_h2c_and_reaches_no_origin() {
+    use std::io::Read;
+    let origin = Origin::start("origin");
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&simple_config(listen, &[origin.addr], ""), listen);
+    let mut c = proxy.connect();
+    c.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").expect("send");
+    let mut frame_head = [0u8; 9];
+    c.stream.read_exact(&mut frame_head).expect("a frame");
+    assert_eq!(frame_head[3], 4, "first frame is SETTINGS: {frame_head:?}");
+    assert_eq!(origin.requests(), 0);
 }
 
 #[test]

@@ -11,6 +11,7 @@ pub mod control;
 pub mod error;
 pub mod health;
 pub mod http;
+pub mod http2;
 pub mod l4;
 pub mod live;
 pub mod metrics;

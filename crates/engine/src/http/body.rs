@@ -175,6 +175,16 @@ pub trait Sink: AsyncWrite + Unpin {
     fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize>;
 }
 
+impl<T: Sink + ?Sized> Sink for &mut T {
+    fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
+        (**self).try_write_now(data)
+    }
+
+    fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
+        (**self).try_write_two_now(a, b)
+    }
+}
+
 impl Sink for TcpStream {
     fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
         self.try_write(data)

@@ -36,7 +36,14 @@ pub(super) const META_USER_AGENT: usize = 1;
 pub(super) const META_REFERER: usize = 2;
 
 /// Counts the connection closed in its service's metrics when it ends.
-pub(super) struct CloseGuard<'a>(pub(super) &'a crate::metrics::ServiceMetrics, pub(super) usize);
+pub(crate) struct CloseGuard<'a>(pub(super) &'a crate::metrics::ServiceMetrics, pub(super) usize);
+
+impl<'a> CloseGuard<'a> {
+    /// Counts a connection of worker `w` closed in `metrics` when dropped.
+    pub(crate) fn new(metrics: &'a crate::metrics::ServiceMetrics, w: usize) -> Self {
+        CloseGuard(metrics, w)
+    }
+}
 
 impl Drop for CloseGuard<'_> {
     fn drop(&mut self) {
@@ -75,7 +82,11 @@ pub(super) fn log<S>(client: &Client<S>, service: &Service, status: u16, error: 
         client: client.peer,
         method: method.as_bytes(),
         target: target.as_bytes(),
-        version: if t.http10 { "HTTP/1.0" } else { "HTTP/1.1" },
+        version: match (client.transport.http2, t.http10) {
+            (true, _) => "HTTP/2",
+            (false, true) => "HTTP/1.0",
+            (false, false) => "HTTP/1.1",
+        },
         host: meta(client, META_HOST),
         status,
         bytes_in: t.bytes_in,

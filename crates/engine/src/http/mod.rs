@@ -33,6 +33,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::timeout_at;
 
 use self::body::{relay, write_all, Body, RelayError};
+pub(crate) use self::log::CloseGuard as ConnectionGuard;
 use self::log::{keep_meta, log, micros, CloseGuard, Trace};
 use self::parse::{Connection, Field, Framing, HeadLimits, RequestHead, Version};
 use self::rewrite::Forwarding;
@@ -146,7 +147,10 @@ struct Failed {
 /// reload between two requests applies to the next one. A connection whose
 /// service a reload removed finishes its request in progress and closes.
 /// `pre` holds bytes already read from the connection (after a PROXY protocol header).
-pub async fn serve<S: ClientStream>(
+///
+/// A cleartext connection that opens with the HTTP/2 preface (prior
+/// knowledge, h2c) is handed to [`crate::http2`] when the service allows it.
+pub async fn serve<S: ClientStream + 'static>(
     stream: S,
     peer: SocketAddr,
     pre: BytesMut,
@@ -179,15 +183,26 @@ pub async fn serve<S: ClientStream>(
         transport,
     };
     let metrics = client.local.gen.services[service].clone();
-    metrics.connection_opened(worker.id);
-    let _closed = CloseGuard(&metrics, worker.id);
+    // A request of an HTTP/2 stream is not a connection of its own.
+    let counted = !client.transport.http2;
+    if counted {
+        metrics.connection_opened(worker.id);
+    }
+    let _closed = counted.then(|| CloseGuard(&metrics, worker.id));
     let mut first = true;
     loop {
         // Phases 1 and 2: read and parse the head.
         client.trace = Trace::default();
         let (local, index) = (client.local.clone(), client.service);
         let head = match read_head(&mut client, &local.gen.config.services[index], &worker, &name, first).await {
-            Ok(Some(head)) => head,
+            Ok(Some(Head::Request(head))) => head,
+            Ok(Some(Head::Http2)) => {
+                let Client { stream, peer, buf, local, service, transport, .. } = client;
+                let conn = crate::http2::Conn { peer, local_addr: stream.local().ok(), counted: true };
+                let io = crate::http2::io::Prefixed::new(buf, stream);
+                Box::pin(crate::http2::run(io, conn, local, service, worker, transport)).await;
+                return;
+            }
             Ok(None) => return,
             Err(error) => {
                 fail(&mut client, &local.gen.config.services[index], &error, Instant::now()).await;
@@ -254,7 +269,16 @@ fn stash<S>(client: &mut Client<S>, worker: &Worker) {
     }
 }
 
-/// Phase 1: reads until `client.buf` starts with a complete request head.
+/// What the read-head phase found at the start of the buffer.
+enum Head {
+    /// A complete HTTP/1.x request head.
+    Request(RequestHead),
+    /// The HTTP/2 connection preface (h2c with prior knowledge).
+    Http2,
+}
+
+/// Phase 1: reads until `client.buf` starts with a complete request head, or
+/// with the HTTP/2 preface on a connection that may speak h2c.
 /// `Ok(None)`: the connection ended cleanly (closed, idle, draining).
 async fn read_head<S: ClientStream>(
     client: &mut Client<S>,
@@ -262,16 +286,28 @@ async fn read_head<S: ClientStream>(
     worker: &Worker,
     name: &str,
     first: bool,
-) -> Result<Option<RequestHead>, ProxyError> {
+) -> Result<Option<Head>, ProxyError> {
     let limits = HeadLimits { max_bytes: service.limits.max_header_bytes, max_fields: service.limits.max_headers };
     let t = &service.timeouts;
     let wait = if first { t.client_header } else { t.client_idle };
     let mut deadline = tokio::time::Instant::now() + wait;
     let mut started = !client.buf.is_empty();
+    // Only the first bytes of a cleartext client connection can be the
+    // preface; without HTTP/2 it is refused as a request (400).
+    let mut sniff = first && service.http2.enabled && !client.transport.secure && !client.transport.http2;
     loop {
         if !client.buf.is_empty() {
-            if let Some(head) = parse::parse_request(&client.buf, limits, &mut client.fields)? {
-                return Ok(Some(head));
+            if sniff {
+                match crate::http2::preface(&client.buf) {
+                    Some(true) => return Ok(Some(Head::Http2)),
+                    Some(false) => {}
+                    None => sniff = false,
+                }
+            }
+            if sniff {
+                // A partial preface: wait for the rest.
+            } else if let Some(head) = parse::parse_request(&client.buf, limits, &mut client.fields)? {
+                return Ok(Some(Head::Request(head)));
             }
             if !started {
                 // The head's own clock starts with its first byte.

@@ -25,6 +25,9 @@ pub struct Transport {
     /// Subject of the verified client certificate (RFC 4514 text), for the
     /// `X-Client-Cert-Subject` header; empty when none.
     pub client_cert_subject: String,
+    /// The request arrived on an HTTP/2 stream ([`crate::http2`]): logged as
+    /// `HTTP/2`, and the stream is not counted as a connection of its own.
+    pub http2: bool,
 }
 
 /// A client connection the HTTP/1.1 pipeline can serve.

@@ -1,0 +1,294 @@
+//! HTTP/2 towards clients: cleartext with prior knowledge (h2c, sniffed by
+//! the HTTP/1.1 pipeline's read-head phase) and over TLS after ALPN `h2`
+//! ([`serve`]).
+//!
+//! There is one request pipeline. Each HTTP/2 stream becomes one HTTP/1.1
+//! request served by [`crate::http::serve`] over an in-memory [`io::Pipe`]
+//! ([`bridge`]), so routing, persistence, rewriting, picking, forwarding and
+//! logging behave exactly as for HTTP/1.1.
+//!
+//! Protections, per connection: the `h2` crate enforces
+//! `max_concurrent_streams`, the header list limit (`limits.max_header_bytes`,
+//! which also bounds CONTINUATION floods) and its own limits on streams reset
+//! before they were accepted and on streams reset for protocol errors. On top,
+//! more than `http2.max_resets` client resets within [`RESET_WINDOW`] close
+//! the connection with GOAWAY(ENHANCE_YOUR_CALM) — the rapid-reset defence.
+//! A connection with no open stream for `client_idle`, or on a draining
+//! worker, gets a graceful GOAWAY: streams in flight finish.
+//!
+//! Invariants: no peer input can panic this code; a misbehaving connection
+//! closes only itself.
+
+mod bridge;
+pub mod head;
+pub mod io;
+
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use h2::Reason;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use self::bridge::Ended;
+use self::io::Prefixed;
+use crate::http::Transport;
+use crate::worker::{Local, Worker};
+
+/// The client connection preface of HTTP/2 (RFC 9113 3.4).
+pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// The window within which client stream resets are counted.
+pub const RESET_WINDOW: Duration = Duration::from_secs(10);
+
+/// Flow-control window of each stream: what a client may send before the
+/// pipeline has taken it.
+const STREAM_WINDOW: u32 = 256 * 1024;
+/// Flow-control window of the whole connection.
+const CONNECTION_WINDOW: u32 = 1024 * 1024;
+/// Response bytes buffered per stream before the bridge waits for the client.
+const SEND_BUFFER: usize = 64 * 1024;
+/// Streams the client resets before they are accepted, pending at once.
+const PENDING_ACCEPT_RESETS: usize = 20;
+
+/// Whether `buf` starts the HTTP/2 preface: `Some(true)` when it holds the
+/// whole preface, `Some(false)` while it is a strict prefix of it, `None`
+/// when it is something else (HTTP/1.x).
+pub fn preface(buf: &[u8]) -> Option<bool> {
+    if buf.len() >= PREFACE.len() {
+        buf.starts_with(PREFACE).then_some(true)
+    } else {
+        PREFACE.starts_with(buf).then_some(false)
+    }
+}
+
+/// Serves one HTTP/2 client connection until it closes, fails, idles out or
+/// the worker drains. `pre` holds bytes already read from `io` (the preface
+/// or part of it, for h2c; empty after a TLS handshake).
+///
+/// This is the entry point after ALPN `h2`; `transport` describes the TLS
+/// session as for HTTP/1.1.
+pub async fn serve<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
+    io: IO,
+    peer: SocketAddr,
+    local: Rc<Local>,
+    service: usize,
+    worker: Rc<Worker>,
+    transport: Transport,
+    pre: BytesMut,
+) {
+    let conn = Conn { peer, local_addr: None, counted: false };
+    run(Prefixed::new(pre, io), conn, local, service, worker, transport).await;
+}
+
+/// Facts about a client connection handed over to HTTP/2.
+pub(crate) struct Conn {
+    /// The client's address (after a PROXY protocol header).
+    pub peer: SocketAddr,
+    /// The address the client connected to, when known.
+    pub local_addr: Option<SocketAddr>,
+    /// The connection is already counted in its service's metrics (h2c
+    /// sniffed by the HTTP/1.1 pipeline).
+    pub counted: bool,
+}
+
+/// What every stream of a connection shares.
+pub(super) struct Shared {
+    peer: SocketAddr,
+    local_addr: Option<SocketAddr>,
+    worker: Rc<Worker>,
+    transport: Transport,
+    /// The generation and service index new streams are served on.
+    serving: RefCell<(Rc<Local>, usize)>,
+    name: String,
+    /// Streams in progress, and since when none has been.
+    open: Cell<usize>,
+    idle_since: Cell<Instant>,
+    /// Wakes the connection loop: a stream ended, or resets crossed the limit.
+    wake: Notify,
+    resets: Resets,
+}
+
+impl Shared {
+    /// The generation and service a new stream runs on: the worker's
+    /// current one when the service still exists there.
+    fn current(&self) -> (Rc<Local>, usize) {
+        let now = self.worker.local();
+        let mut serving = self.serving.borrow_mut();
+        if now.gen.number != serving.0.gen.number {
+            if let Some(i) = now.gen.service_index(&self.name) {
+                *serving = (now, i);
+            }
+        }
+        serving.clone()
+    }
+}
+
+/// Client stream resets counted over a sliding window of [`RESET_WINDOW`].
+pub struct Resets {
+    max: u32,
+    since: Cell<Instant>,
+    count: Cell<u32>,
+    tripped: Cell<bool>,
+}
+
+impl Resets {
+    /// At most `max` resets per window are tolerated.
+    pub fn new(max: u32, now: Instant) -> Self {
+        Resets { max, since: Cell::new(now), count: Cell::new(0), tripped: Cell::new(false) }
+    }
+
+    /// Counts one reset at `now`; true once the limit is exceeded.
+    pub fn record(&self, now: Instant) -> bool {
+        if now.duration_since(self.since.get()) > RESET_WINDOW {
+            self.since.set(now);
+            self.count.set(0);
+        }
+        self.count.set(self.count.get().saturating_add(1));
+        if self.count.get() > self.max {
+            self.tripped.set(true);
+        }
+        self.tripped.get()
+    }
+
+    /// Whether the limit was exceeded.
+    pub fn tripped(&self) -> bool {
+        self.tripped.get()
+    }
+}
+
+/// Serves an HTTP/2 connection whose preface (if already read) is in `io`'s prefix.
+pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
+    io: IO,
+    conn: Conn,
+    local: Rc<Local>,
+    service: usize,
+    worker: Rc<Worker>,
+    transport: Transport,
+) {
+    let Some(svc) = local.gen.config.services.get(service) else {
+        return;
+    };
+    let (settings, timeouts, name) = (svc.http2, svc.timeouts, svc.name.clone());
+    let metrics = local.gen.services[service].clone();
+    let _closed = (!conn.counted).then(|| {
+        metrics.connection_opened(worker.id);
+        crate::http::ConnectionGuard::new(&metrics, worker.id)
+    });
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(settings.max_concurrent_streams)
+        .max_header_list_size(u32::try_from(svc.limits.max_header_bytes).unwrap_or(u32::MAX))
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_send_buffer_size(SEND_BUFFER)
+        .max_pending_accept_reset_streams(PENDING_ACCEPT_RESETS)
+        .max_local_error_reset_streams(Some(settings.max_resets as usize));
+    let handshake = tokio::time::timeout(timeouts.client_header, builder.handshake::<_, Bytes>(io)).await;
+    let mut h2 = match handshake {
+        Ok(Ok(h2)) => h2,
+        Ok(Err(e)) => {
+            tracing::debug!(service = %name, client = %conn.peer, error = %e, "HTTP/2 handshake failed");
+            return;
+        }
+        Err(_) => return,
+    };
+    let shared = Rc::new(Shared {
+        peer: conn.peer,
+        local_addr: conn.local_addr,
+        worker: worker.clone(),
+        transport: Transport { http2: true, ..transport },
+        serving: RefCell::new((local, service)),
+        name,
+        open: Cell::new(0),
+        idle_since: Cell::new(Instant::now()),
+        wake: Notify::new(),
+        resets: Resets::new(settings.max_resets, Instant::now()),
+    });
+    let mut going_away = false;
+    let mut calmed = false;
+    loop {
+        if !going_away && (worker.draining.get() || worker.local().gen.service_index(&shared.name).is_none()) {
+            h2.graceful_shutdown();
+            going_away = true;
+        }
+        if !calmed && shared.resets.tripped() {
+            tracing::warn!(service = %shared.name, client = %shared.peer, reason = "rapid-reset", "HTTP/2 connection closed");
+            h2.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+            (calmed, going_away) = (true, true);
+        }
+        let idle = shared.open.get() == 0 && !going_away;
+        let idle_at = shared.idle_since.get() + timeouts.client_idle;
+        tokio::select! {
+            accepted = h2.accept() => match accepted {
+                Some(Ok((req, respond))) => {
+                    shared.open.set(shared.open.get() + 1);
+                    tokio::task::spawn_local(stream(req, respond, shared.clone()));
+                }
+                Some(Err(e)) => {
+                    tracing::debug!(service = %shared.name, client = %shared.peer, error = %e, "HTTP/2 connection error");
+                    break;
+                }
+                None => break,
+            },
+            () = shared.wake.notified() => {}
+            () = worker.drain.notified() => {}
+            () = worker.reloaded.notified() => {}
+            () = tokio::time::sleep_until(idle_at), if idle => {
+                h2.graceful_shutdown();
+                going_away = true;
+            }
+        }
+    }
+}
+
+/// One stream's task: the bridge, then the connection's bookkeeping.
+async fn stream(req: http::Request<h2::RecvStream>, respond: h2::server::SendResponse<Bytes>, shared: Rc<Shared>) {
+    let ended = bridge::stream(req, respond, shared.clone()).await;
+    let now = Instant::now();
+    if ended == Ended::ClientReset && shared.resets.record(now) {
+        shared.wake.notify_one();
+    }
+    shared.open.set(shared.open.get().saturating_sub(1));
+    if shared.open.get() == 0 {
+        shared.idle_since.set(now);
+        shared.wake.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preface_is_recognised_whole_partial_or_not() {
+        assert_eq!(preface(PREFACE), Some(true));
+        assert_eq!(preface(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00"), Some(true));
+        assert_eq!(preface(b"PRI * HTTP/2"), Some(false));
+        assert_eq!(preface(b"P"), Some(false));
+        assert_eq!(preface(b"GET / HTTP/1.1\r\n"), None);
+        assert_eq!(preface(b"PRI * HTTP/1.1\r\n\r\nSM\r\n\r\n"), None);
+        assert_eq!(preface(b"POST"), None);
+    }
+
+    #[test]
+    fn resets_beyond_the_limit_within_the_window_trip() {
+        let t0 = Instant::now();
+        let r = Resets::new(3, t0);
+        assert!(!(0..3).any(|_| r.record(t0)));
+        assert!(r.record(t0 + Duration::from_secs(1)));
+        assert!(r.tripped());
+    }
+
+    #[test]
+    fn resets_spread_over_windows_do_not_trip() {
+        let t0 = Instant::now();
+        let r = Resets::new(3, t0);
+        for i in 0..30u64 {
+            assert!(!r.record(t0 + Duration::from_secs(4 * i)), "reset {i}");
+        }
+    }
+}

@@ -25,6 +25,9 @@ pub struct Transport {
     /// Subject of the verified client certificate (RFC 4514 text), for the
     /// `X-Client-Cert-Subject` header; empty when none.
     pub client_cert_subject: String,
+    /// The application protocol ALPN chose (`h2` or `http/1.1`); `None`
+    /// without TLS or when the client offered none.
+    pub alpn: Option<&'static str>,
 }
 
 /// A client connection the HTTP/1.1 pipeline can serve.
@@ -47,6 +50,12 @@ pub trait ClientStream: AsyncRead + AsyncWrite + Sink + Unpin {
 
     /// The local address the client connected to.
     fn local(&self) -> io::Result<SocketAddr>;
+
+    /// Ends the connection politely once the pipeline is done with it (TLS:
+    /// `close_notify`). A plain socket just closes when dropped.
+    fn close(&mut self) -> impl Future<Output = ()> {
+        std::future::ready(())
+    }
 }
 
 impl ClientStream for TcpStream {

@@ -79,8 +79,17 @@ fn origin() -> SocketAddr {
                             break;
                         }
                     }
-                    let reply = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{head}", head.len());
-                    if stream.write_all(reply.as_bytes()).is_err() {
+                    let lower = head.to_ascii_lowercase();
+                    let length = lower.lines().find_map(|l| l.strip_prefix("content-length:")?.trim().parse().ok());
+                    let mut body = vec![0; length.unwrap_or(0)];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    // `GET /big` gets a megabyte after the head, so the response spans many TLS records.
+                    let padding = if head.starts_with("GET /big ") { 1 << 20 } else { 0 };
+                    let text = format!("{head}received {}\n", body.len());
+                    let reply = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{text}", text.len() + padding);
+                    if stream.write_all(reply.as_bytes()).is_err() || stream.write_all(&vec![b'x'; padding]).is_err() {
                         return;
                     }
                 }
@@ -134,13 +143,21 @@ fn connect(addr: SocketAddr, config: &Arc<ClientConfig>, name: &str) -> std::io:
 fn get(tls: &mut Tls, extra: &str) -> std::io::Result<String> {
     write!(tls, "GET / HTTP/1.1\r\nhost: a.example\r\n{extra}\r\n")?;
     tls.flush()?;
+    read_response(tls)
+}
+
+fn read_head(tls: &mut Tls) -> std::io::Result<String> {
     let mut head = Vec::new();
     let mut byte = [0u8];
     while !head.ends_with(b"\r\n\r\n") {
         tls.read_exact(&mut byte)?;
         head.push(byte[0]);
     }
-    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    Ok(String::from_utf8_lossy(&head).to_ascii_lowercase())
+}
+
+fn read_response(tls: &mut Tls) -> std::io::Result<String> {
+    let head = read_head(tls)?;
     assert!(head.starts_with("http/1.1 200"), "{head}");
     let len: usize = head
         .lines()
@@ -193,6 +210,31 @@ fn https_requests_reach_the_server_and_a_reload_serves_the_new_certificate_with_
     broken.certificates[0].key.pem = b"garbage".to_vec();
     assert!(engine.apply(Change::Reload(Box::new(config(listen, server, broken)))).is_err());
     assert!(get(&mut connect(listen, &client, "a.example").expect("handshake"), "").is_ok());
+    engine.shutdown();
+    engine.join();
+}
+
+#[test]
+fn bodies_and_interim_answers_cross_tls_whole() {
+    let ca = Ca::new();
+    let (listen, server) = (free_addr(), origin());
+    let engine =
+        switchyard_engine::start(config(listen, server, tls(vec![ca.server("a.example").0])), Some(1)).expect("start");
+    let mut c = connect(listen, &ca.client_config(None), "a.example").expect("handshake");
+    // 100-continue is answered by the proxy before the body is sent; the
+    // body then goes up while the response may already come down.
+    let body = vec![b'b'; 300_000];
+    write!(c, "POST / HTTP/1.1\r\nhost: a\r\ncontent-length: {}\r\nexpect: 100-continue\r\n\r\n", body.len())
+        .expect("head");
+    c.flush().expect("flush");
+    assert!(read_head(&mut c).expect("interim").starts_with("http/1.1 100"));
+    c.write_all(&body).expect("body");
+    c.flush().expect("flush");
+    assert!(read_response(&mut c).expect("response").contains("received 300000"));
+    write!(c, "GET /big HTTP/1.1\r\nhost: a\r\n\r\n").expect("request");
+    c.flush().expect("flush");
+    assert!(read_response(&mut c).expect("a megabyte").len() > 1 << 20);
+    assert!(get(&mut c, "").is_ok(), "the connection is still in step");
     engine.shutdown();
     engine.join();
 }

@@ -179,6 +179,7 @@ impl Backend for EngineBackend {
                 reloads_failed: failed,
                 access_log_dropped: gen.access_log.as_ref().map_or(0, |l| l.dropped()),
             },
+            tls: Some(&gen.tls_handshakes),
             ..ExpositionView::default()
         };
         view.services = gen.config.services.iter().zip(&gen.services).map(|(s, m)| (s.name.as_str(), &**m)).collect();

@@ -17,6 +17,7 @@ pub mod live;
 pub mod metrics;
 pub mod persist;
 pub mod relay;
+pub mod tls;
 pub mod upstream;
 pub mod worker;
 
@@ -51,6 +52,9 @@ pub enum StartError {
     /// The access log could not be opened.
     #[error("cannot open the access log: {0}")]
     AccessLog(std::io::Error),
+    /// A service's TLS configuration could not be built.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
     /// A worker thread could not be spawned.
     #[error("cannot start worker thread: {0}")]
     Thread(std::io::Error),
@@ -124,7 +128,7 @@ pub fn start(config: Config, workers: Option<usize>) -> Result<Handle, StartErro
         None => None,
     };
     let key = switchyard_balance::cookie::CookieKey::generate().map_err(|e| StartError::Key(e.to_string()))?;
-    let generation = Arc::new(Generation::new(1, config, None, workers, access_log, &key));
+    let generation = Arc::new(Generation::new(1, config, None, workers, access_log, &key)?);
     let (stop, stop_rx) = watch::channel(false);
     let mut senders = Vec::with_capacity(workers);
     let mut threads = Vec::with_capacity(workers);

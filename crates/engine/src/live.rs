@@ -21,8 +21,9 @@ use switchyard_config::{Config, Mode, Pool, Server, Service};
 use switchyard_balance::cookie::CookieKey;
 
 use crate::access_log::AccessLog;
-use crate::metrics::{ServerMetrics, ServiceMetrics};
+use crate::metrics::{ServerMetrics, ServiceMetrics, TlsMetrics};
 use crate::persist::PoolPersistence;
+use crate::tls::{Terminator, TlsError};
 
 /// What the operator decided for a server (health checks add "down" later).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,7 +164,7 @@ impl ServerLive {
 /// The transport a listener speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Proto {
-    /// TCP (modes http, tcp, tls-passthrough).
+    /// TCP (modes http, https, tcp, tls-passthrough).
     Tcp,
     /// UDP (mode udp).
     Udp,
@@ -303,11 +304,18 @@ pub struct Generation {
     pub persistence: Vec<Option<PoolPersistence>>,
     /// Worker count the live objects are sized for.
     pub workers: usize,
+    /// TLS termination per service (`Some` for `https` services), indexed
+    /// like `config.services`; rebuilt by every reload, so certificates are
+    /// read again.
+    pub tls: Vec<Option<Arc<Terminator>>>,
+    /// TLS handshake counters of the process, carried across reloads.
+    pub tls_handshakes: Arc<TlsMetrics>,
 }
 
 impl Generation {
     /// Builds generation `number` for `config`, carrying the live state of
     /// `previous` over where services, pools and servers still exist.
+    /// Fails, changing nothing, when a service's TLS configuration cannot be built.
     pub fn new(
         number: u64,
         config: Config,
@@ -315,7 +323,10 @@ impl Generation {
         workers: usize,
         access_log: Option<AccessLog>,
         key: &CookieKey,
-    ) -> Self {
+    ) -> Result<Self, TlsError> {
+        // First: the steps below adopt live objects of `previous`.
+        let tls = crate::tls::terminators(&config, previous)?;
+        let tls_handshakes = previous.map_or_else(|| Arc::new(TlsMetrics::new(workers)), |g| g.tls_handshakes.clone());
         let pools = config
             .pools
             .iter()
@@ -363,7 +374,20 @@ impl Generation {
                 None => Arc::new(UdpBoard::new(workers)),
             })
             .collect();
-        Generation { number, config, pools, listeners, gates, udp, services, access_log, persistence, workers }
+        Ok(Generation {
+            number,
+            config,
+            pools,
+            listeners,
+            gates,
+            udp,
+            services,
+            access_log,
+            persistence,
+            workers,
+            tls,
+            tls_handshakes,
+        })
     }
 
     /// The index of the pool called `name`.
@@ -402,15 +426,17 @@ mod tests {
     #[test]
     fn reload_keeps_live_servers_and_operator_state() {
         let key = CookieKey::from_bytes([7; 32]);
-        let first = Generation::new(1, config(&[("a", 1), ("b", 1)]), None, 1, None, &key);
+        let first = Generation::new(1, config(&[("a", 1), ("b", 1)]), None, 1, None, &key).expect("generation");
         first.pools[0].servers[0].set_state(AdminState::Draining);
         first.pools[0].servers[1].set_weight(7);
-        let second = Generation::new(2, config(&[("a", 1), ("b", 1), ("c", 1)]), Some(&first), 1, None, &key);
+        let second = Generation::new(2, config(&[("a", 1), ("b", 1), ("c", 1)]), Some(&first), 1, None, &key)
+            .expect("generation");
         assert!(Arc::ptr_eq(&first.pools[0].servers[0], &second.pools[0].servers[0]));
         assert_eq!(second.pools[0].servers[0].state(), AdminState::Draining);
         assert_eq!(second.pools[0].servers[1].weight(), 7, "an override survives an unchanged configured weight");
         assert_eq!(second.pools[0].servers[2].state(), AdminState::Up);
-        let third = Generation::new(3, config(&[("a", 1), ("b", 5)]), Some(&second), 1, None, &key);
+        let third =
+            Generation::new(3, config(&[("a", 1), ("b", 5)]), Some(&second), 1, None, &key).expect("generation");
         assert_eq!(third.pools[0].servers[1].weight(), 5, "a configured weight change replaces the override");
     }
 }

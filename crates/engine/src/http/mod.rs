@@ -189,24 +189,39 @@ pub async fn serve<S: ClientStream + 'static>(
         metrics.connection_opened(worker.id);
     }
     let _closed = counted.then(|| CloseGuard(&metrics, worker.id));
+    if let Ended::Http2 = requests(&mut client, &worker, &name).await {
+        let Client { stream, peer, buf, local, service, transport, .. } = client;
+        let conn = crate::http2::Conn { peer, local_addr: stream.local().ok(), counted: true };
+        let io = crate::http2::io::Prefixed::new(buf, stream);
+        Box::pin(crate::http2::run(io, conn, local, service, worker, transport)).await;
+        return;
+    }
+    client.stream.close().await;
+}
+
+/// Why [`requests`] returned.
+enum Ended {
+    /// The connection is done (closed, failed, not kept alive, draining).
+    Closed,
+    /// The connection opened with the HTTP/2 preface: it goes to [`crate::http2`].
+    Http2,
+}
+
+/// Serves requests on the connection until it closes, fails, is no longer
+/// kept alive, or the worker drains, or until it turns out to speak HTTP/2.
+async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, name: &str) -> Ended {
     let mut first = true;
     loop {
         // Phases 1 and 2: read and parse the head.
         client.trace = Trace::default();
         let (local, index) = (client.local.clone(), client.service);
-        let head = match read_head(&mut client, &local.gen.config.services[index], &worker, &name, first).await {
+        let head = match read_head(client, &local.gen.config.services[index], worker, name, first).await {
             Ok(Some(Head::Request(head))) => head,
-            Ok(Some(Head::Http2)) => {
-                let Client { stream, peer, buf, local, service, transport, .. } = client;
-                let conn = crate::http2::Conn { peer, local_addr: stream.local().ok(), counted: true };
-                let io = crate::http2::io::Prefixed::new(buf, stream);
-                Box::pin(crate::http2::run(io, conn, local, service, worker, transport)).await;
-                return;
-            }
-            Ok(None) => return,
+            Ok(Some(Head::Http2)) => return Ended::Http2,
+            Ok(None) => return Ended::Closed,
             Err(error) => {
-                fail(&mut client, &local.gen.config.services[index], &error, Instant::now()).await;
-                return;
+                fail(client, &local.gen.config.services[index], &error, Instant::now()).await;
+                return Ended::Closed;
             }
         };
         first = false;
@@ -216,7 +231,7 @@ pub async fn serve<S: ClientStream + 'static>(
         if now.gen.number != client.local.gen.number {
             // A service removed by a reload while this request was arriving
             // still serves it from the generation the connection belongs to.
-            if let Some(i) = now.gen.service_index(&name) {
+            if let Some(i) = now.gen.service_index(name) {
                 (client.local, client.service) = (now, i);
             }
         }
@@ -224,11 +239,11 @@ pub async fn serve<S: ClientStream + 'static>(
         // Boxed so that an idle connection's task holds only the small
         // read-head state, not the whole request pipeline's.
         let keep_alive =
-            Box::pin(handle(&mut client, head, &local.gen.config.services[index], &worker, &local, started)).await;
+            Box::pin(handle(client, head, &local.gen.config.services[index], worker, &local, started)).await;
         if !keep_alive || worker.draining.get() {
-            return;
+            return Ended::Closed;
         }
-        stash(&mut client, &worker);
+        stash(client, worker);
     }
 }
 
@@ -479,6 +494,10 @@ async fn handle<S: ClientStream>(
         proto: if client.transport.secure { "https" } else { "http" },
         headers: service.forwarded,
         upgrade,
+        client_cert: service.tls.as_ref().and_then(|t| t.client_auth.as_ref()).map(|_| {
+            let t = &client.transport;
+            (t.client_cert_verified, t.client_cert_subject.as_str())
+        }),
     };
     // Only HTTP/1.0 requests may lack a Host; they get the server's address.
     let server_host = match head.host {
@@ -752,7 +771,10 @@ fn stick_header(pool: &switchyard_config::Pool) -> &str {
 /// closes (its FIN is passed on) or fails. No HTTP framing applies any more.
 async fn tunnel<S: ClientStream>(client: &mut Client<S>, conn: &mut UpstreamConn) {
     use tokio::io::AsyncWriteExt;
-    if !conn.buf.is_empty() && client.stream.write_all(&conn.buf).await.is_err() {
+    // The flush matters for TLS (records buffered in rustls); a socket's is a no-op.
+    if !conn.buf.is_empty()
+        && (client.stream.write_all(&conn.buf).await.is_err() || client.stream.flush().await.is_err())
+    {
         return;
     }
     conn.buf.clear();

@@ -28,6 +28,14 @@ pub struct Forwarding<'a> {
     /// The `Upgrade` value to pass on when the client asks for a protocol
     /// switch the proxy relays (WebSocket); otherwise `Upgrade` is hop-by-hop.
     pub upgrade: Option<&'a [u8]>,
+    /// On services that ask for client certificates (mTLS): whether one was
+    /// verified, and its subject. The client's own `X-Client-Verify` and
+    /// `X-Client-Cert-Subject` are then replaced by the proxy's.
+    pub client_cert: Option<(bool, &'a str)>,
+}
+
+fn is_client_cert_field(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"x-client-verify") || name.eq_ignore_ascii_case(b"x-client-cert-subject")
 }
 
 fn is_hop_by_hop(name: &[u8]) -> bool {
@@ -103,6 +111,7 @@ pub fn request_head(
             || (fwd.headers.x_forwarded_proto && name.eq_ignore_ascii_case(b"x-forwarded-proto"))
             || (!edits.is_empty() && edited_away(edits, name, false))
             || (authority.is_some() && name.eq_ignore_ascii_case(b"host"))
+            || (fwd.client_cert.is_some() && is_client_cert_field(name))
         {
             continue;
         }
@@ -133,6 +142,14 @@ pub fn request_head(
         // RFC 7239: an IPv6 address is bracketed and the value quoted.
         let (open, close) = if fwd.client.is_ipv6() { ("\"[", "]\"") } else { ("", "") };
         let _ = write!(out, "forwarded: for={open}{}{close};proto={}\r\n", fwd.client_text, fwd.proto);
+    }
+    match fwd.client_cert {
+        Some((true, subject)) => {
+            out.extend_from_slice(b"x-client-verify: SUCCESS\r\n");
+            write_field(out, b"x-client-cert-subject", subject.as_bytes());
+        }
+        Some((false, _)) => out.extend_from_slice(b"x-client-verify: NONE\r\n"),
+        None => {}
     }
     if let Some(protocol) = fwd.upgrade {
         out.extend_from_slice(b"connection: upgrade\r\n");
@@ -249,6 +266,15 @@ mod tests {
     const LIMITS: HeadLimits = HeadLimits { max_bytes: 8192, max_fields: 100 };
 
     fn rewrite(raw: &[u8], edits: &[&HeaderEdits], headers: Forwarded) -> String {
+        rewrite_with_cert(raw, edits, headers, None)
+    }
+
+    fn rewrite_with_cert(
+        raw: &[u8],
+        edits: &[&HeaderEdits],
+        headers: Forwarded,
+        client_cert: Option<(bool, &str)>,
+    ) -> String {
         let mut fields = Vec::new();
         let head = parse_request(raw, LIMITS, &mut fields).expect("valid").expect("complete");
         let mut out = Vec::new();
@@ -258,6 +284,7 @@ mod tests {
             proto: "http",
             headers,
             upgrade: None,
+            client_cert,
         };
         let target = raw[head.target.clone()].to_vec();
         request_head(&mut out, raw, &head, &fields, &target, None, b"backend", edits, &fwd);
@@ -280,6 +307,21 @@ mod tests {
         let raw = b"GET / HTTP/1.0\r\nX-Forwarded-Proto: https\r\n\r\n";
         let out = rewrite(raw, &[], Forwarded { x_forwarded_for: false, x_forwarded_proto: false, forwarded: false });
         assert_eq!(out, "GET / HTTP/1.1\r\nX-Forwarded-Proto: https\r\nhost: backend\r\n\r\n");
+    }
+
+    #[test]
+    fn client_certificate_facts_replace_what_the_client_sent() {
+        let raw = b"GET / HTTP/1.1\r\nHost: h\r\nX-Client-Verify: SUCCESS\r\nx-client-cert-subject: CN=forged\r\n\r\n";
+        let off = Forwarded { x_forwarded_for: false, x_forwarded_proto: false, forwarded: false };
+        let verified = rewrite_with_cert(raw, &[], off, Some((true, "CN=alice, O=Example")));
+        assert_eq!(
+            verified,
+            "GET / HTTP/1.1\r\nHost: h\r\nx-client-verify: SUCCESS\r\nx-client-cert-subject: CN=alice, O=Example\r\n\r\n"
+        );
+        let absent = rewrite_with_cert(raw, &[], off, Some((false, "")));
+        assert_eq!(absent, "GET / HTTP/1.1\r\nHost: h\r\nx-client-verify: NONE\r\n\r\n");
+        // Services without client authentication pass the fields on untouched.
+        assert!(rewrite(raw, &[], off).contains("x-client-cert-subject: CN=forged"));
     }
 
     #[test]

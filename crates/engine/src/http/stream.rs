@@ -28,6 +28,9 @@ pub struct Transport {
     /// The request arrived on an HTTP/2 stream ([`crate::http2`]): logged as
     /// `HTTP/2`, and the stream is not counted as a connection of its own.
     pub http2: bool,
+    /// The application protocol ALPN chose (`h2` or `http/1.1`); `None`
+    /// without TLS or when the client offered none.
+    pub alpn: Option<&'static str>,
 }
 
 /// A client connection the HTTP/1.1 pipeline can serve.
@@ -50,6 +53,12 @@ pub trait ClientStream: AsyncRead + AsyncWrite + Sink + Unpin {
 
     /// The local address the client connected to.
     fn local(&self) -> io::Result<SocketAddr>;
+
+    /// Ends the connection politely once the pipeline is done with it (TLS:
+    /// `close_notify`). A plain socket just closes when dropped.
+    fn close(&mut self) -> impl Future<Output = ()> {
+        std::future::ready(())
+    }
 }
 
 impl ClientStream for TcpStream {

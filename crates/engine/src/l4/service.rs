@@ -47,13 +47,12 @@ pub async fn serve_stream(stream: TcpStream, peer: SocketAddr, local: Rc<Local>,
     } else {
         (peer, BytesMut::new())
     };
-    // The layer-4 branches are boxed: a task's future is as large as its
-    // largest state, and an idle HTTP keep-alive connection should not pay
-    // for a relay's.
+    // The layer-4 and TLS branches are boxed: a task's future is as large as
+    // its largest state, and an idle HTTP keep-alive connection should not
+    // pay for a relay's or a TLS session's.
     match svc.mode {
         Mode::Http => crate::http::serve(stream, client, pre, local, service, worker, Transport::default()).await,
-        // TLS termination is not built yet: validation refuses `https`.
-        Mode::Https => {}
+        Mode::Https => Box::pin(crate::tls::serve(stream, client, pre, local, service, worker)).await,
         Mode::Tcp => Box::pin(relay_to_pool(stream, client, pre, &local, service, &worker, None)).await,
         Mode::TlsPassthrough => Box::pin(passthrough(stream, client, pre, &local, service, &worker)).await,
         Mode::Udp => {}

@@ -123,6 +123,9 @@ pub enum ApplyError {
     /// The new access log could not be opened.
     #[error("cannot open the access log: {0}")]
     AccessLog(std::io::Error),
+    /// A pool's TLS towards its servers cannot be set up.
+    #[error(transparent)]
+    UpstreamTls(#[from] crate::upstream::tls::TlsSetupError),
     /// The engine is stopping or a worker did not answer.
     #[error("engine unavailable: {0}")]
     Unavailable(String),
@@ -245,7 +248,7 @@ impl Control {
             self.worker_count,
             access_log,
             &self.cookie_key,
-        ));
+        )?);
         let removed: Vec<(Proto, SocketAddr)> =
             bound.iter().filter(|a| !gen.listeners.contains_key(a)).copied().collect();
         let (done_tx, done_rx) = std::sync::mpsc::channel();

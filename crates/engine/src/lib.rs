@@ -53,6 +53,9 @@ pub enum StartError {
     /// A worker thread could not be spawned.
     #[error("cannot start worker thread: {0}")]
     Thread(std::io::Error),
+    /// A pool's TLS towards its servers cannot be set up (unusable certificate or key).
+    #[error(transparent)]
+    UpstreamTls(#[from] upstream::tls::TlsSetupError),
 }
 
 /// A running engine.
@@ -123,7 +126,7 @@ pub fn start(config: Config, workers: Option<usize>) -> Result<Handle, StartErro
         None => None,
     };
     let key = switchyard_balance::cookie::CookieKey::generate().map_err(|e| StartError::Key(e.to_string()))?;
-    let generation = Arc::new(Generation::new(1, config, None, workers, access_log, &key));
+    let generation = Arc::new(Generation::new(1, config, None, workers, access_log, &key)?);
     let (stop, stop_rx) = watch::channel(false);
     let mut senders = Vec::with_capacity(workers);
     let mut threads = Vec::with_capacity(workers);

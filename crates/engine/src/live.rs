@@ -23,6 +23,7 @@ use switchyard_balance::cookie::CookieKey;
 use crate::access_log::AccessLog;
 use crate::metrics::{ServerMetrics, ServiceMetrics};
 use crate::persist::PoolPersistence;
+use crate::upstream::tls::{PoolTls, TlsSetupError};
 
 /// What the operator decided for a server (health checks add "down" later).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -301,6 +302,9 @@ pub struct Generation {
     /// Persistence per pool (`None`: the pool has none), indexed like
     /// `config.pools`; stick tables are carried across reloads.
     pub persistence: Vec<Option<PoolPersistence>>,
+    /// TLS towards the servers per pool (`None`: clear text), indexed like
+    /// `config.pools`.
+    pub upstream_tls: Vec<Option<PoolTls>>,
     /// Worker count the live objects are sized for.
     pub workers: usize,
 }
@@ -308,6 +312,7 @@ pub struct Generation {
 impl Generation {
     /// Builds generation `number` for `config`, carrying the live state of
     /// `previous` over where services, pools and servers still exist.
+    /// Fails only on key material (TLS towards servers) that cannot be used.
     pub fn new(
         number: u64,
         config: Config,
@@ -315,7 +320,18 @@ impl Generation {
         workers: usize,
         access_log: Option<AccessLog>,
         key: &CookieKey,
-    ) -> Self {
+    ) -> Result<Self, TlsSetupError> {
+        let upstream_tls = config
+            .pools
+            .iter()
+            .map(|pool| {
+                let before = previous.and_then(|g| {
+                    let i = g.pool_index(&pool.name)?;
+                    Some((g.config.pools[i].tls.as_ref()?, g.upstream_tls.get(i)?.as_ref()?))
+                });
+                PoolTls::for_pool(pool, before)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let pools = config
             .pools
             .iter()
@@ -363,7 +379,19 @@ impl Generation {
                 None => Arc::new(UdpBoard::new(workers)),
             })
             .collect();
-        Generation { number, config, pools, listeners, gates, udp, services, access_log, persistence, workers }
+        Ok(Generation {
+            number,
+            config,
+            pools,
+            listeners,
+            gates,
+            udp,
+            services,
+            access_log,
+            persistence,
+            upstream_tls,
+            workers,
+        })
     }
 
     /// The index of the pool called `name`.
@@ -402,15 +430,17 @@ mod tests {
     #[test]
     fn reload_keeps_live_servers_and_operator_state() {
         let key = CookieKey::from_bytes([7; 32]);
-        let first = Generation::new(1, config(&[("a", 1), ("b", 1)]), None, 1, None, &key);
+        let first = Generation::new(1, config(&[("a", 1), ("b", 1)]), None, 1, None, &key).expect("generation");
         first.pools[0].servers[0].set_state(AdminState::Draining);
         first.pools[0].servers[1].set_weight(7);
-        let second = Generation::new(2, config(&[("a", 1), ("b", 1), ("c", 1)]), Some(&first), 1, None, &key);
+        let second = Generation::new(2, config(&[("a", 1), ("b", 1), ("c", 1)]), Some(&first), 1, None, &key)
+            .expect("generation");
         assert!(Arc::ptr_eq(&first.pools[0].servers[0], &second.pools[0].servers[0]));
         assert_eq!(second.pools[0].servers[0].state(), AdminState::Draining);
         assert_eq!(second.pools[0].servers[1].weight(), 7, "an override survives an unchanged configured weight");
         assert_eq!(second.pools[0].servers[2].state(), AdminState::Up);
-        let third = Generation::new(3, config(&[("a", 1), ("b", 5)]), Some(&second), 1, None, &key);
+        let third =
+            Generation::new(3, config(&[("a", 1), ("b", 5)]), Some(&second), 1, None, &key).expect("generation");
         assert_eq!(third.pools[0].servers[1].weight(), 5, "a configured weight change replaces the override");
     }
 }

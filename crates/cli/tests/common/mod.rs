@@ -268,8 +268,21 @@ impl Origin {
 
     /// An origin on a given address.
     pub fn start_at(addr: SocketAddr, name: &str) -> io::Result<Origin> {
+        Origin::start_with(addr, name, None)
+    }
+
+    /// An HTTPS origin on a fresh port of 127.0.0.1, with a server configuration from
+    /// `switchyard_bench::origin::tls_config`.
+    pub fn start_tls(name: &str, tls: Arc<rustls::ServerConfig>) -> Origin {
+        Origin::start_with("127.0.0.1:0".parse().expect("address"), name, Some(tls)).expect("start origin")
+    }
+
+    fn start_with(addr: SocketAddr, name: &str, tls: Option<Arc<rustls::ServerConfig>>) -> io::Result<Origin> {
         let rt = origin_runtime();
-        let origin = rt.block_on(switchyard_bench::origin::Origin::bind(addr, name))?;
+        let mut origin = rt.block_on(switchyard_bench::origin::Origin::bind(addr, name))?;
+        if let Some(tls) = tls {
+            origin = origin.with_tls(tls);
+        }
         let addr = origin.local_addr();
         let stats = origin.stats();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -292,6 +305,11 @@ impl Origin {
     /// Request body bytes received.
     pub fn bytes_received(&self) -> u64 {
         self.stats.bytes_received()
+    }
+
+    /// TLS handshakes completed, and how many of them resumed a session.
+    pub fn tls_handshakes(&self) -> (u64, u64) {
+        (self.stats.tls_handshakes(), self.stats.tls_resumed())
     }
 }
 

@@ -13,7 +13,7 @@ use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use common::{proxy_addr, simple_config, Client, Origin, Response};
+use common::{free_port, proxy_addr, simple_config, temp_dir, Client, Origin, OriginProcess, Response};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use switchyard_config::{CertKey, Config, PemFile, UpstreamTls};
 use switchyard_engine::{Change, Handle};
@@ -257,4 +257,21 @@ fn a_reload_reads_new_certificate_contents() {
     // Same path, new contents: the reload builds a new client configuration.
     engine.reload(config(engine.addr, &[origin.addr], verified_by(&pki, None)));
     assert_eq!(engine.get("/").status, 200);
+}
+
+#[test]
+fn the_origin_command_serves_tls_from_pem_files() {
+    let pki = Pki::new("test CA");
+    let (cert, key) = pki.leaf(&["127.0.0.1"]);
+    let dir = temp_dir("origin-tls");
+    let (cert_file, key_file) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_file, cert).expect("write cert");
+    std::fs::write(&key_file, key).expect("write key");
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let args = ["--tls-cert".as_ref(), cert_file.as_os_str(), "--tls-key".as_ref(), key_file.as_os_str()];
+    let _origin = OriginProcess::start_with(addr, "files", &args);
+    let engine = Engine::start(&[addr], verified_by(&pki, None));
+    let r = engine.get("/__origin/stats");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["tls_handshakes"], 1);
 }

@@ -331,8 +331,14 @@ pub struct OriginProcess {
 impl OriginProcess {
     /// Spawns `switchyard origin --listen ADDR --name NAME` and waits until it accepts.
     pub fn start(addr: SocketAddr, name: &str) -> OriginProcess {
+        OriginProcess::start_with(addr, name, &[])
+    }
+
+    /// Like [`OriginProcess::start`], with extra arguments (`--tls-cert FILE`...).
+    pub fn start_with(addr: SocketAddr, name: &str, extra: &[&std::ffi::OsStr]) -> OriginProcess {
         let child = Command::new(binary())
             .args(["origin", "--listen", &addr.to_string(), "--name", name])
+            .args(extra)
             .env("SWITCHYARD_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

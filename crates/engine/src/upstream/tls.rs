@@ -24,6 +24,8 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+#[cfg(test)]
+use switchyard_config::CertKey;
 use switchyard_config::{PemFile, Pool, UpstreamTls};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
@@ -213,5 +215,81 @@ impl ServerCertVerifier for AnyCertificate {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(tls: UpstreamTls) -> Pool {
+        let text = "[[service]]\nname = \"s\"\nlisten = \"127.0.0.1:1\"\npool = \"p\"\n[[pool]]\nname = \"p\"\n\
+                    servers = [{ address = \"127.0.0.1:9001\" }, { address = \"[::1]:9002\" }]\n";
+        let mut config = switchyard_config::parse(text, "t.toml").expect("valid");
+        let mut pool = config.pools.remove(0);
+        pool.tls = Some(tls);
+        pool
+    }
+
+    fn pem(text: &str) -> PemFile {
+        PemFile { path: "test.pem".into(), pem: text.as_bytes().to_vec() }
+    }
+
+    fn ca_pem() -> String {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.self_signed(&key).expect("CA").pem()
+    }
+
+    fn tls(ca: Option<PemFile>, server_name: Option<&str>) -> UpstreamTls {
+        UpstreamTls { verify: true, ca, server_name: server_name.map(String::from), client_cert: None }
+    }
+
+    #[test]
+    fn names_are_the_server_name_or_each_servers_ip() {
+        let by_ip = PoolTls::for_pool(&pool(tls(Some(pem(&ca_pem())), None)), None).expect("builds").expect("tls");
+        assert_eq!(by_ip.names[0], ServerName::from(std::net::IpAddr::from([127, 0, 0, 1])));
+        assert_eq!(by_ip.names[1], ServerName::from(std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST)));
+        let named =
+            PoolTls::for_pool(&pool(tls(Some(pem(&ca_pem())), Some("api.test"))), None).expect("builds").expect("tls");
+        assert!(named.names.iter().all(|n| n.to_str() == "api.test"));
+        assert_eq!(named.config.alpn_protocols, vec![b"http/1.1".to_vec()]);
+    }
+
+    #[test]
+    fn unchanged_settings_keep_the_client_configuration_and_its_sessions() {
+        let settings = tls(Some(pem(&ca_pem())), None);
+        let first = PoolTls::for_pool(&pool(settings.clone()), None).expect("builds").expect("tls");
+        let kept = PoolTls::for_pool(&pool(settings.clone()), Some((&settings, &first))).expect("builds").expect("tls");
+        assert!(Arc::ptr_eq(&first.config, &kept.config));
+        // New CA contents under the same path: a new configuration.
+        let changed = tls(Some(pem(&ca_pem())), None);
+        let rebuilt = PoolTls::for_pool(&pool(changed), Some((&settings, &first))).expect("builds").expect("tls");
+        assert!(!Arc::ptr_eq(&first.config, &rebuilt.config));
+    }
+
+    #[test]
+    fn unusable_key_material_is_refused_with_the_pool_and_file() {
+        let bad_ca = tls(Some(pem("not a certificate")), None);
+        let e = PoolTls::for_pool(&pool(bad_ca), None).expect_err("no certificate");
+        assert!(e.to_string().contains("pool `p`") && e.to_string().contains("test.pem"), "{e}");
+        let cert = rcgen::generate_simple_self_signed(vec!["proxy.test".to_string()]).expect("cert");
+        let other_key = rcgen::KeyPair::generate().expect("key");
+        let mismatched = CertKey {
+            certificate: pem(&cert.cert.pem()),
+            key: pem(&other_key.serialize_pem()),
+            names: vec!["proxy.test".into()],
+        };
+        let with_cert = UpstreamTls { client_cert: Some(mismatched), ..tls(Some(pem(&ca_pem())), None) };
+        assert!(PoolTls::for_pool(&pool(with_cert), None).is_err(), "key does not match the certificate");
+        let bad_name = tls(Some(pem(&ca_pem())), Some("not a name!"));
+        assert!(PoolTls::for_pool(&pool(bad_name), None).is_err());
+    }
+
+    #[test]
+    fn verify_false_needs_no_trust_store() {
+        let off = UpstreamTls { verify: false, ca: None, server_name: None, client_cert: None };
+        assert!(PoolTls::for_pool(&pool(off), None).expect("builds").is_some());
     }
 }

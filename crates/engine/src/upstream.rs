@@ -110,7 +110,13 @@ impl IdleStacks {
 
     /// Stacks for a reloaded pool: the idle connections of `old`'s servers
     /// that `pool` still has at the same address move over; the rest close.
+    /// None move when the pool's TLS settings changed: a connection made
+    /// under other trust, name or client certificate (or in clear text) must
+    /// not carry requests the new settings govern.
     pub fn carried(pool: &Pool, old_pool: &Pool, old: &mut IdleStacks) -> Self {
+        if pool.tls != old_pool.tls {
+            return IdleStacks::new(pool);
+        }
         let stacks = pool
             .servers
             .iter()
@@ -231,5 +237,36 @@ pub fn hash_key(key: &HashKey, client: IpAddr, uri: &[u8], header: Option<&[u8]>
                 None => switchyard_balance::hash_bytes(&v6.octets()),
             },
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool() -> Pool {
+        let text = "[[service]]\nname = \"s\"\nlisten = \"127.0.0.1:1\"\npool = \"p\"\n[[pool]]\nname = \"p\"\n\
+                    servers = [{ address = \"127.0.0.1:9001\" }]\n";
+        switchyard_config::parse(text, "t.toml").expect("valid").pools.remove(0)
+    }
+
+    #[tokio::test]
+    async fn idle_connections_survive_a_reload_only_under_the_same_tls_settings() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (before, now) = (pool(), Instant::now());
+        let mut stacks = IdleStacks::new(&before);
+        for _ in 0..2 {
+            let stream = TcpStream::connect(addr).await.expect("connect");
+            let conn = UpstreamConn { stream: ServerStream::Plain(stream), buf: BytesMut::new(), served: 1 };
+            stacks.put(0, conn, 8, now);
+        }
+        let mut same = IdleStacks::carried(&pool(), &before, &mut stacks);
+        assert!(same.take(0, Duration::from_secs(30), now).is_some(), "unchanged pool keeps its connections");
+        let mut secured = pool();
+        secured.tls =
+            Some(switchyard_config::UpstreamTls { verify: false, ca: None, server_name: None, client_cert: None });
+        let mut tls = IdleStacks::carried(&secured, &before, &mut same);
+        assert!(tls.take(0, Duration::from_secs(30), now).is_none(), "clear connections never serve a TLS pool");
     }
 }

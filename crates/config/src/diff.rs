@@ -9,7 +9,10 @@
 //! "Changed" means any field differs, with one exception: pool references
 //! ([`PoolId`], an index) compare by the name of the pool they point to, so
 //! inserting or reordering pools changes no service that still names the same
-//! pools. Lists keep file order: the new file's for added, changed and
+//! pools. TLS settings compare by the contents of the PEM files read at
+//! validation ([`crate::PemFile`]), not only their paths: a certificate
+//! renewed in place changes its service (or pool), so a reload picks it up.
+//! Lists keep file order: the new file's for added, changed and
 //! unchanged, the old file's for removed.
 
 use std::collections::HashMap;

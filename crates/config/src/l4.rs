@@ -1,7 +1,8 @@
 //! Validation of the service mode and the layer-4 keywords.
 //!
 //! A service's `mode` decides which of its keys mean something: the HTTP keys
-//! (`rules`, `timeouts`, `limits`, the forwarding headers) only in `http`;
+//! (`rules`, `timeouts`, `limits`, the forwarding headers, `http2`) only in
+//! `http` and `https`; `tls` only in `https`;
 //! `idle_timeout`, `max_connections`, `when_full` and `zero_copy` in `tcp` and
 //! `tls-passthrough`; `udp` only in `udp`; `sni` only in `tls-passthrough`;
 //! `accept_proxy` everywhere but `udp`. A key written for another mode is an
@@ -25,7 +26,7 @@ use crate::raw::{RawPool, RawService, RawSniRoute, RawUdp, S};
 use crate::units::{parse_cidr, suggest, Problem};
 use crate::validate::{broken, Ctx};
 
-const MODES: &[&str] = &["http", "tcp", "udp", "tls-passthrough"];
+const MODES: &[&str] = &["http", "https", "tcp", "udp", "tls-passthrough"];
 const WHEN_FULL: &[&str] = &["wait", "refuse"];
 const PROXY_VERSIONS: &[&str] = &["v1", "v2"];
 const NAME_HINT: &str =
@@ -67,15 +68,7 @@ pub(crate) fn parse_mode(cx: &mut Ctx<'_, '_>, mode: &S<String>) -> Option<Mode>
         "tcp" => Mode::Tcp,
         "udp" => Mode::Udp,
         "tls-passthrough" => Mode::TlsPassthrough,
-        "https" => {
-            cx.r.error_hint(
-                &mode.span(),
-                "mode `https` is not supported yet",
-                "TLS termination is not built yet; to relay TLS to servers that decrypt it themselves, \
-                 write mode = \"tls-passthrough\"",
-            );
-            return None;
-        }
+        "https" => Mode::Https,
         other => {
             let hint = suggest(&other.replace('_', "-"), MODES, "modes are");
             cx.r.error_hint(&mode.span(), format!("unknown mode `{other}`"), hint);
@@ -156,10 +149,13 @@ fn networks(cx: &mut Ctx<'_, '_>, list: &[S<String>]) -> Vec<Cidr> {
 /// The modes a service key applies to; `None` for keys of every mode.
 fn modes_of(key: &str) -> Option<&'static [Mode]> {
     Some(match key {
-        "x_forwarded_for" | "x_forwarded_proto" | "forwarded" | "timeouts" | "limits" | "rules" => &[Mode::Http],
+        "x_forwarded_for" | "x_forwarded_proto" | "forwarded" | "timeouts" | "limits" | "rules" | "http2" => {
+            &[Mode::Http, Mode::Https]
+        }
+        "tls" => &[Mode::Https],
         "idle_timeout" | "max_connections" | "when_full" | "zero_copy" => &[Mode::Tcp, Mode::TlsPassthrough],
         "udp" => &[Mode::Udp],
-        "accept_proxy" => &[Mode::Http, Mode::Tcp, Mode::TlsPassthrough],
+        "accept_proxy" => &[Mode::Http, Mode::Https, Mode::Tcp, Mode::TlsPassthrough],
         "sni" => &[Mode::TlsPassthrough],
         _ => return None,
     })
@@ -181,6 +177,8 @@ fn written_keys(raw: &RawService) -> Vec<(&'static str, Range<usize>)> {
         ("udp", raw.udp.as_ref().map(S::span)),
         ("accept_proxy", raw.accept_proxy.as_ref().map(S::span)),
         ("sni", raw.sni.as_ref().map(S::span)),
+        ("tls", raw.tls.as_ref().map(S::span)),
+        ("http2", raw.http2.as_ref().map(S::span)),
     ]
     .into_iter()
     .filter_map(|(key, span)| Some((key, span?)))
@@ -195,13 +193,15 @@ fn check_keys(cx: &mut Ctx<'_, '_>, raw: &RawService, mode: Mode) {
         };
         let mut hint = format!("`{key}` applies only to {}", mode_list(modes));
         hint.push_str(match (key, mode) {
-            ("idle_timeout", Mode::Http) => "; an http service has `timeouts`",
+            ("idle_timeout", Mode::Http | Mode::Https) => "; an http service has `timeouts`",
             ("idle_timeout" | "max_connections" | "when_full" | "zero_copy", Mode::Udp) => {
                 "; a udp service is tuned in `udp = { ... }`"
             }
             ("accept_proxy", Mode::Udp) => "; a PROXY protocol header arrives over TCP",
             ("timeouts", _) => "; a layer-4 relay has `idle_timeout`",
             ("rules", Mode::TlsPassthrough) => "; route by server name with `sni`",
+            ("tls", Mode::Http) => "; write mode = \"https\" to terminate TLS",
+            ("tls", Mode::TlsPassthrough) => "; a `tls-passthrough` service relays TLS without decrypting it",
             _ => "",
         });
         let message = format!("`{key}` does not apply to {} service", a_mode(mode));
@@ -213,7 +213,7 @@ fn check_keys(cx: &mut Ctx<'_, '_>, raw: &RawService, mode: Mode) {
 /// there is no response to answer with when nothing chose a pool.
 fn check_destination(cx: &mut Ctx<'_, '_>, service: &S<RawService>, mode: Mode) {
     let raw = service.get_ref();
-    if mode == Mode::Http || raw.pool.is_some() || broken(&raw.broken, "pool") {
+    if matches!(mode, Mode::Http | Mode::Https) || raw.pool.is_some() || broken(&raw.broken, "pool") {
         return;
     }
     if mode == Mode::TlsPassthrough {

@@ -23,26 +23,31 @@ mod health;
 mod l4;
 pub mod model;
 mod ops;
+mod pem;
 mod persistence;
 mod raw;
 mod read;
 mod rule;
+mod tls;
 mod units;
 mod validate;
 
 pub use diagnostic::{Diagnostic, Diagnostics, Severity};
 pub use diff::{diff, Changes, Diff, PoolChange};
 pub use model::*;
+pub use tls::{cipher_suite, kx_group, DEFAULT_SESSION_CACHE, GROUP_NAMES};
 
 use std::path::Path;
 
 /// Reads and validates the file at `path`. Diagnostics name the file as
-/// `path.display()` shows it.
+/// `path.display()` shows it. Relative paths in it (certificates, keys) are
+/// relative to the file's directory.
 pub fn load(path: &Path) -> Result<Config, Diagnostics> {
     into_result(load_with_warnings(path))
 }
 
-/// Validates `source`; `file_name` is only used in diagnostics.
+/// Validates `source`; `file_name` is only used in diagnostics. Relative
+/// paths in it (certificates, keys) are relative to the working directory.
 pub fn parse(source: &str, file_name: &str) -> Result<Config, Diagnostics> {
     into_result(parse_with_warnings(source, file_name))
 }
@@ -53,7 +58,7 @@ pub fn parse(source: &str, file_name: &str) -> Result<Config, Diagnostics> {
 pub fn load_with_warnings(path: &Path) -> (Option<Config>, Diagnostics) {
     let file = path.display().to_string();
     match std::fs::read_to_string(path) {
-        Ok(source) => parse_with_warnings(&source, &file),
+        Ok(source) => check(&source, &file, &pem::Files::beside(path)),
         Err(e) => {
             let diag = Diagnostic {
                 file,
@@ -71,6 +76,10 @@ pub fn load_with_warnings(path: &Path) -> (Option<Config>, Diagnostics) {
 /// Like [`parse`], but also returns the warnings of a valid file. The
 /// configuration is `Some` exactly when no diagnostic is an error.
 pub fn parse_with_warnings(source: &str, file_name: &str) -> (Option<Config>, Diagnostics) {
+    check(source, file_name, &pem::Files::working_directory())
+}
+
+fn check(source: &str, file_name: &str, files: &pem::Files) -> (Option<Config>, Diagnostics) {
     let mut report = diagnostic::Report::new(source, file_name);
     let document = match toml::de::DeTable::parse(source) {
         Ok(document) => document,
@@ -82,7 +91,7 @@ pub fn parse_with_warnings(source: &str, file_name: &str) -> (Option<Config>, Di
         }
     };
     let raw = read::read_config(&mut report, document.get_ref());
-    let config = validate::validate(&mut report, &raw);
+    let config = validate::validate(&mut report, &raw, files);
     let config = (!report.has_errors()).then_some(config);
     (config, report.finish())
 }

@@ -72,6 +72,10 @@ pub struct RawService {
     pub accept_proxy: Option<S<Vec<S<String>>>>,
     /// `sni`: the `tls-passthrough` routes, in order.
     pub sni: Option<S<Vec<S<RawSniRoute>>>>,
+    /// `tls`: TLS termination of an `https` service.
+    pub tls: Option<S<RawServerTls>>,
+    /// `http2`: a boolean (read as `enabled`) or a table.
+    pub http2: Option<S<RawHttp2>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells. Validation does not also report
     /// these as missing.
@@ -188,6 +192,12 @@ pub struct RawRule {
     pub status: Option<S<i64>>,
     /// `content_type` of a `respond` action.
     pub content_type: Option<S<String>>,
+    /// `redirect_https`: action, redirect to the same URL over https.
+    pub redirect_https: Option<S<RawRedirectHttps>>,
+    /// `hsts`: a boolean (read as `enabled`) or a table.
+    pub hsts: Option<S<RawHsts>>,
+    /// `client_cert`: condition on the client certificate.
+    pub client_cert: Option<S<String>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells. Validation does not also report
     /// these as missing.
@@ -213,6 +223,10 @@ pub struct RawPool {
     pub send_proxy: Option<S<String>>,
     /// `health_check`
     pub health_check: Option<S<RawHealthCheck>>,
+    /// `tls`: a boolean (read as `enabled`) or a table.
+    pub tls: Option<S<RawUpstreamTls>>,
+    /// `protocol`: the HTTP version spoken to the servers.
+    pub protocol: Option<S<String>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells. Validation does not also report
     /// these as missing.
@@ -346,4 +360,116 @@ pub struct RawSniRoute {
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells.
     pub broken: Vec<String>,
+}
+
+/// A service's `tls` table.
+#[derive(Debug, Clone, Default)]
+pub struct RawServerTls {
+    /// `certificate`: path of the default certificate chain.
+    pub certificate: Option<S<String>>,
+    /// `key`: path of the default certificate's key.
+    pub key: Option<S<String>>,
+    /// `certificates`: more certificates, chosen by server name.
+    pub certificates: Option<S<Vec<S<RawCertKey>>>>,
+    /// `min_version`: `"1.2"` or `"1.3"`.
+    pub min_version: Option<S<String>>,
+    /// `ciphers`: rustls cipher suite names.
+    pub ciphers: Option<S<Vec<S<String>>>>,
+    /// `groups`: key-exchange group names.
+    pub groups: Option<S<Vec<S<String>>>>,
+    /// `tickets`
+    pub tickets: Option<S<bool>>,
+    /// `session_cache`: a boolean or a number of entries.
+    pub session_cache: Option<S<RawCacheSize>>,
+    /// `client_auth`
+    pub client_auth: Option<S<RawClientAuth>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells.
+    pub broken: Vec<String>,
+}
+
+/// `session_cache`: a boolean or an integer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawCacheSize {
+    /// `true` (the default size) or `false` (none).
+    Flag(bool),
+    /// A number of entries.
+    Entries(i64),
+}
+
+/// One entry of `certificates`, or a pool's client certificate.
+#[derive(Debug, Clone, Default)]
+pub struct RawCertKey {
+    /// `certificate`: path of a certificate chain.
+    pub certificate: Option<S<String>>,
+    /// `key`: path of its private key.
+    pub key: Option<S<String>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells.
+    pub broken: Vec<String>,
+}
+
+/// `client_auth` of a service's `tls`.
+#[derive(Debug, Clone, Default)]
+pub struct RawClientAuth {
+    /// `ca`: path of the CA certificates.
+    pub ca: Option<S<String>>,
+    /// `required`
+    pub required: Option<S<bool>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells.
+    pub broken: Vec<String>,
+}
+
+/// A service's `http2`: `http2 = BOOL` is read as `enabled`.
+#[derive(Debug, Clone, Default)]
+pub struct RawHttp2 {
+    /// `enabled` (or the boolean itself).
+    pub enabled: Option<S<bool>>,
+    /// `max_concurrent_streams`
+    pub max_concurrent_streams: Option<S<i64>>,
+    /// `max_resets`
+    pub max_resets: Option<S<i64>>,
+}
+
+/// A pool's `tls`: `tls = BOOL` is read as `enabled`.
+#[derive(Debug, Clone, Default)]
+pub struct RawUpstreamTls {
+    /// `false` only for `tls = false`.
+    pub enabled: Option<S<bool>>,
+    /// `verify`
+    pub verify: Option<S<bool>>,
+    /// `ca`: path of the CA certificates.
+    pub ca: Option<S<String>>,
+    /// `server_name`
+    pub server_name: Option<S<String>>,
+    /// `certificate`: path of the client certificate chain.
+    pub certificate: Option<S<String>>,
+    /// `key`: path of the client certificate's key.
+    pub key: Option<S<String>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells.
+    pub broken: Vec<String>,
+}
+
+/// A rule's `redirect_https`: `true`/`false` or a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawRedirectHttps {
+    /// `true` (redirect to the default port) or `false` (no action).
+    Flag(bool),
+    /// The port to put in the `Location`.
+    Port(i64),
+}
+
+/// A rule's `hsts`: `hsts = BOOL` is read as `enabled`.
+#[derive(Debug, Clone, Default)]
+pub struct RawHsts {
+    /// `false` only for `hsts = false`.
+    pub enabled: Option<S<bool>>,
+    /// `max_age`, a duration string.
+    pub max_age: Option<S<String>>,
+    /// `include_subdomains`
+    pub include_subdomains: Option<S<bool>>,
+    /// `preload`
+    pub preload: Option<S<bool>>,
 }

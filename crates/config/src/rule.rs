@@ -1,10 +1,17 @@
 //! Validation of one rule: conditions, header edits and the terminal action.
 //!
 //! Conditions are collected in a fixed order (host, path, method, header,
-//! query, client) whatever the key order in the file; all must hold, so the
-//! order only matters for speed, and cheap comparisons come first. Host
-//! patterns are lower-cased here because the engine compares a lower-cased
-//! host.
+//! query, client, client_cert) whatever the key order in the file; all must
+//! hold, so the order only matters for speed, and cheap comparisons come
+//! first. Host patterns are lower-cased here because the engine compares a
+//! lower-cased host.
+//!
+//! `hsts` has no model type of its own: it becomes a `set_response` edit of
+//! `strict-transport-security`, so the engine applies it like any other
+//! header edit. Warnings tell about rules that cannot do what they say on
+//! their service: HSTS over plain http (browsers ignore it), a client
+//! certificate condition where none is asked for, a redirect to https on a
+//! service that already is https.
 
 use std::ops::Range;
 
@@ -24,13 +31,25 @@ const EDIT_KEYS: &[&str] = &[
     "remove_response_headers",
 ];
 
+/// What a rule needs to know about its service.
+pub(crate) struct RuleScope {
+    /// The service's mode; `None` when it is unusable (reported).
+    pub(crate) mode: Option<Mode>,
+    /// The service asks clients for certificates (`tls.client_auth`).
+    pub(crate) client_auth: bool,
+}
+
 /// Validates one rule, reporting every problem in it.
-pub(crate) fn validate_rule(cx: &mut Ctx<'_, '_>, raw: &S<RawRule>) -> Rule {
+pub(crate) fn validate_rule(cx: &mut Ctx<'_, '_>, raw: &S<RawRule>, scope: &RuleScope) -> Rule {
     let span = raw.span();
     let raw = raw.get_ref();
-    let conditions = conditions(cx, raw);
-    let edits = edits(cx, raw);
-    let action = action(cx, raw);
+    let mut conditions = conditions(cx, raw);
+    conditions.extend(raw.client_cert.as_ref().and_then(|c| client_cert(cx, c, scope)));
+    let mut edits = edits(cx, raw);
+    if let Some(hsts) = &raw.hsts {
+        edits.set_response.extend(hsts_header(cx, hsts, &edits, scope));
+    }
+    let action = action(cx, raw, scope);
     let written = |key: &str, present: bool| present || broken(&raw.broken, key);
     let has_edit_keys = raw.set_request_headers.is_some()
         || raw.add_request_headers.is_some()
@@ -38,16 +57,20 @@ pub(crate) fn validate_rule(cx: &mut Ctx<'_, '_>, raw: &S<RawRule>) -> Rule {
         || raw.set_response_headers.is_some()
         || raw.add_response_headers.is_some()
         || raw.remove_response_headers.is_some()
+        || raw.hsts.as_ref().is_some_and(|h| h.get_ref().enabled.as_ref().is_none_or(|e| *e.get_ref()))
+        || broken(&raw.broken, "hsts")
         || EDIT_KEYS.iter().any(|k| broken(&raw.broken, k));
     let has_action_keys = written("pool", raw.pool.is_some())
         || written("redirect", raw.redirect.is_some())
         || written("respond", raw.respond.is_some())
-        || written("deny", raw.deny.as_ref().is_some_and(|d| *d.get_ref()));
+        || written("deny", raw.deny.as_ref().is_some_and(|d| *d.get_ref()))
+        || written("redirect_https", raw.redirect_https.as_ref().is_some_and(redirect_https_set));
     if !has_edit_keys && !has_action_keys {
         cx.r.error_hint(
             &span,
             "this rule does nothing",
-            "give it an action (pool, redirect, respond or deny) or a header edit (set_request_headers, ...)",
+            "give it an action (pool, redirect, redirect_https, respond or deny) or a header edit \
+             (set_request_headers, ..., hsts)",
         );
     }
     Rule { name: raw.name.as_ref().map(|n| n.get_ref().clone()), conditions, edits, action }
@@ -275,11 +298,86 @@ fn names(cx: &mut Ctx<'_, '_>, key: &str, raw: &Option<S<Vec<S<String>>>>) -> Ve
     raw.iter().flat_map(|l| l.get_ref()).filter_map(|n| header_name(cx, key, n)).collect()
 }
 
+const CLIENT_CERT_STATES: &[&str] = &["verified", "absent"];
+
+fn client_cert(cx: &mut Ctx<'_, '_>, value: &S<String>, scope: &RuleScope) -> Option<Condition> {
+    let state = match value.get_ref().as_str() {
+        "verified" => ClientCertState::Verified,
+        "absent" => ClientCertState::Absent,
+        other => {
+            let hint = crate::units::suggest(other, CLIENT_CERT_STATES, "states are");
+            cx.r.error_hint(&value.span(), format!("unknown `client_cert` state `{other}`"), hint);
+            return None;
+        }
+    };
+    if !scope.client_auth && scope.mode.is_some() {
+        let hint = if scope.mode == Some(Mode::Https) {
+            "add client_auth = { ca = \"clients-ca.crt\" } to the service's `tls`"
+        } else {
+            "client certificates need mode = \"https\" with `client_auth` in its `tls`"
+        };
+        cx.r.warning(
+            &value.span(),
+            "this service does not ask for client certificates, so `client_cert` is always \"absent\"",
+            Some(hint.to_string()),
+        );
+    }
+    Some(Condition::ClientCert(state))
+}
+
+/// The `strict-transport-security` header an enabled `hsts` sets.
+fn hsts_header(
+    cx: &mut Ctx<'_, '_>,
+    hsts: &S<RawHsts>,
+    edits: &HeaderEdits,
+    scope: &RuleScope,
+) -> Option<(String, String)> {
+    const NAME: &str = "strict-transport-security";
+    let raw = hsts.get_ref();
+    if raw.enabled.as_ref().is_some_and(|e| !*e.get_ref()) {
+        return None;
+    }
+    let max_age = cx.duration(&raw.max_age, std::time::Duration::from_secs(365 * 86_400)).as_secs();
+    if let (0, Some(v)) = (max_age, &raw.max_age) {
+        cx.r.error(&v.span(), "`max_age` of `hsts` must be at least 1s");
+        return None;
+    }
+    if edits.set_response.iter().any(|(name, _)| name == NAME) {
+        cx.r.error_hint(
+            &hsts.span(),
+            "`hsts` and `set_response_headers` both set strict-transport-security",
+            "keep one of them",
+        );
+        return None;
+    }
+    if scope.mode == Some(Mode::Http) {
+        cx.r.warning(
+            &hsts.span(),
+            "`hsts` on an `http` service: browsers ignore Strict-Transport-Security received over plain http",
+            Some("set it on the https service; here, send clients there with redirect_https = true".to_string()),
+        );
+    }
+    let mut value = format!("max-age={max_age}");
+    if raw.include_subdomains.as_ref().is_some_and(|v| *v.get_ref()) {
+        value.push_str("; includeSubDomains");
+    }
+    if raw.preload.as_ref().is_some_and(|v| *v.get_ref()) {
+        value.push_str("; preload");
+    }
+    Some((NAME.to_string(), value))
+}
+
+/// Whether `redirect_https` asks for the action (`false` is no action).
+fn redirect_https_set(value: &S<RawRedirectHttps>) -> bool {
+    *value.get_ref() != RawRedirectHttps::Flag(false)
+}
+
 /// The terminal action, with its `status` and `content_type`.
-fn action(cx: &mut Ctx<'_, '_>, raw: &RawRule) -> Option<Action> {
+fn action(cx: &mut Ctx<'_, '_>, raw: &RawRule, scope: &RuleScope) -> Option<Action> {
     let present: Vec<(&str, Range<usize>)> = [
         ("pool", raw.pool.as_ref().map(|v| v.span())),
         ("redirect", raw.redirect.as_ref().map(|v| v.span())),
+        ("redirect_https", raw.redirect_https.as_ref().filter(|r| redirect_https_set(r)).map(|v| v.span())),
         ("respond", raw.respond.as_ref().map(|v| v.span())),
         ("deny", raw.deny.as_ref().filter(|d| *d.get_ref()).map(|v| v.span())),
     ]
@@ -330,7 +428,7 @@ fn action(cx: &mut Ctx<'_, '_>, raw: &RawRule) -> Option<Action> {
                     Some(_) => "`status` does not apply to `pool`".to_string(),
                     None => "`status` without an action".to_string(),
                 };
-                cx.r.error_hint(&s.span(), msg, "`status` goes with redirect, respond or deny");
+                cx.r.error_hint(&s.span(), msg, "`status` goes with redirect, redirect_https, respond or deny");
             }
             let name = raw.pool.as_ref()?;
             cx.resolve_pool(name).map(Action::Pool)
@@ -342,6 +440,25 @@ fn action(cx: &mut Ctx<'_, '_>, raw: &RawRule) -> Option<Action> {
                 cx.r.error(&location.span(), "`redirect` must be a non-empty URL without CR, LF or NUL");
             }
             Some(Action::Redirect { status, location: location.get_ref().clone() })
+        }
+        Some("redirect_https") => {
+            let value = raw.redirect_https.as_ref()?;
+            let status = status(cx, &[301, 302, 303, 307, 308], None, 301);
+            let port = match *value.get_ref() {
+                RawRedirectHttps::Port(n) => Some(
+                    cx.int_in("redirect_https", &S::new(value.span(), n), 1..=65_535)
+                        .and_then(|n| u16::try_from(n).ok())?,
+                ),
+                RawRedirectHttps::Flag(_) => None,
+            };
+            if scope.mode == Some(Mode::Https) && port.is_none() {
+                cx.r.warning(
+                    &value.span(),
+                    "`redirect_https` on an `https` service: these requests already arrived over https",
+                    Some("put the rule on the plain `http` service".to_string()),
+                );
+            }
+            Some(Action::RedirectHttps { status, port })
         }
         Some("respond") => {
             let body = raw.respond.as_ref()?;

@@ -28,9 +28,9 @@ impl Problem {
     }
 }
 
-const DURATION_HINT: &str = r#"write a number and a unit: "500ms", "10s", "2m" or "1h""#;
+const DURATION_HINT: &str = r#"write a number and a unit: "500ms", "10s", "2m", "1h" or "365d""#;
 
-/// Parses `"500ms"`, `"10s"`, `"2m"`, `"1h"`. Zero is refused: every duration
+/// Parses `"500ms"`, `"10s"`, `"2m"`, `"1h"`, `"365d"`. Zero is refused: every duration
 /// in the configuration is a timeout, and a zero timeout is a mistake.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, Problem> {
     let text = text.trim();
@@ -46,6 +46,7 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, Problem> {
         "s" => 1_000,
         "m" => 60_000,
         "h" => 3_600_000,
+        "d" => 86_400_000,
         _ => return Err(bad()),
     };
     let millis = n.checked_mul(millis_per).ok_or_else(|| Problem::new(format!("`{text}` is too long")))?;
@@ -234,6 +235,7 @@ mod tests {
         assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(2 * 86_400)));
         assert_eq!(parse_duration(" 3 s "), Ok(Duration::from_secs(3)));
         for bad in ["", "s", "10", "10 seconds", "1.5s", "-1s", "10S", "99999999999999999999s"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} accepted");

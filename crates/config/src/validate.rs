@@ -19,9 +19,11 @@ use crate::health::validate_health_check;
 use crate::l4::{check_udp_pools, parse_mode, parse_send_proxy, validate_layer4};
 use crate::model::*;
 use crate::ops::{validate_access_log, validate_admin};
+use crate::pem::Files;
 use crate::persistence::validate_persistence;
 use crate::raw::*;
-use crate::rule::validate_rule;
+use crate::rule::{validate_rule, RuleScope};
+use crate::tls::{check_layer4_pools, parse_protocol, validate_http2, validate_server_tls, validate_upstream_tls};
 use crate::units::{closest, is_token, parse_duration, parse_size, parse_socket_addr, suggest, Problem};
 
 const BALANCE_METHODS: &[&str] =
@@ -36,6 +38,8 @@ pub(crate) struct Ctx<'r, 's> {
     /// Per pool (by id): whether a service or rule uses it, and its line.
     used: Vec<bool>,
     pool_lines: Vec<usize>,
+    /// Where relative file paths start, and the time certificates are checked at.
+    pub(crate) files: &'r Files,
 }
 
 impl Ctx<'_, '_> {
@@ -104,8 +108,9 @@ pub(crate) fn broken(broken: &[String], key: &str) -> bool {
 
 /// Validates a whole raw configuration. The result is meaningful only when
 /// `r` holds no error afterwards.
-pub(crate) fn validate(r: &mut Report<'_>, raw: &RawConfig) -> Config {
-    let mut cx = Ctx { r, pools: HashMap::new(), pool_names: Vec::new(), used: Vec::new(), pool_lines: Vec::new() };
+pub(crate) fn validate(r: &mut Report<'_>, raw: &RawConfig, files: &Files) -> Config {
+    let mut cx =
+        Ctx { r, pools: HashMap::new(), pool_names: Vec::new(), used: Vec::new(), pool_lines: Vec::new(), files };
     let workers =
         raw.workers.as_ref().and_then(|w| cx.int_in("workers", w, 1..=1024)).and_then(|w| usize::try_from(w).ok());
     let drain_timeout = cx.duration(&raw.drain_timeout, Duration::from_secs(30));
@@ -140,6 +145,7 @@ pub(crate) fn validate(r: &mut Report<'_>, raw: &RawConfig) -> Config {
     }
     check_listeners(cx.r, &listeners);
     check_udp_pools(&mut cx, &raw.pools, &pools, &services);
+    check_layer4_pools(&mut cx, &raw.pools, &services);
     let admin = raw.admin.as_ref().map(|a| validate_admin(&mut cx, a, &listeners));
     let access_log = raw.access_log.as_ref().map(|l| validate_access_log(&mut cx, l));
 
@@ -191,7 +197,17 @@ fn validate_service(cx: &mut Ctx<'_, '_>, service: &S<RawService>, listeners: &m
     };
     let timeouts = raw.timeouts.as_ref().map_or_else(Timeouts::default, |t| validate_timeouts(cx, t.get_ref()));
     let limits = raw.limits.as_ref().map_or_else(Limits::default, |l| validate_limits(cx, l.get_ref()));
-    let rules = raw.rules.iter().map(|rule| validate_rule(cx, rule)).collect();
+    let tls = raw.tls.as_ref().and_then(|t| validate_server_tls(cx, t));
+    if mode == Some(Mode::Https) && raw.tls.is_none() && !broken(&raw.broken, "tls") {
+        cx.r.error_hint(
+            &span,
+            "this `https` service has no `tls`",
+            "add tls = { certificate = \"site.crt\", key = \"site.key\" } (PEM files)",
+        );
+    }
+    let http2 = raw.http2.as_ref().map_or_else(Http2::default, |h| validate_http2(cx, h.get_ref()));
+    let scope = RuleScope { mode, client_auth: tls.as_ref().is_some_and(|t| t.client_auth.is_some()) };
+    let rules = raw.rules.iter().map(|rule| validate_rule(cx, rule, &scope)).collect();
     let layer4 = validate_layer4(cx, service, mode);
     Service {
         name,
@@ -205,8 +221,8 @@ fn validate_service(cx: &mut Ctx<'_, '_>, service: &S<RawService>, listeners: &m
         l4: layer4.l4,
         accept_proxy: layer4.accept_proxy,
         sni_routes: layer4.sni_routes,
-        tls: None,
-        http2: Http2::default(),
+        tls: tls.filter(|_| mode == Some(Mode::Https)),
+        http2,
     }
 }
 
@@ -419,8 +435,8 @@ fn validate_pool(cx: &mut Ctx<'_, '_>, raw: &S<RawPool>) -> Pool {
         send_proxy: raw.send_proxy.as_ref().and_then(|v| parse_send_proxy(cx, v)),
         persistence: raw.persistence.as_ref().and_then(|p| validate_persistence(cx, p)),
         health_check: raw.health_check.as_ref().and_then(|h| validate_health_check(cx, h)),
-        tls: None,
-        protocol: UpstreamProtocol::default(),
+        tls: raw.tls.as_ref().and_then(|t| validate_upstream_tls(cx, t)),
+        protocol: raw.protocol.as_ref().map_or_else(UpstreamProtocol::default, |p| parse_protocol(cx, p)),
     }
 }
 

@@ -1,0 +1,279 @@
+//! TLS keywords read into the model: certificate files, names, defaults,
+//! and the diff a changed file makes. The error and warning texts are in the
+//! golden files; this checks what lands in the model.
+//!
+//! The PEM files under `tests/fixtures` are test keys, made by
+//! `cargo test -p switchyard-config --test tls -- --ignored regenerate_fixtures`.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+use switchyard_config::*;
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+
+/// A configuration with one `https` service, `extra` added to it, loaded from
+/// a file in the fixtures directory so relative paths resolve there.
+fn https(extra: &str) -> Result<Config, Diagnostics> {
+    let text = format!(
+        "[[service]]\nname = \"site\"\nmode = \"https\"\nlisten = \"127.0.0.1:8443\"\npool = \"main\"\n{extra}\n\
+         [[pool]]\nname = \"main\"\nservers = [ {{ address = \"127.0.0.1:9001\" }} ]\n"
+    );
+    let dir = std::env::temp_dir().join(format!("switchyard-config-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(format!("{:x}.toml", text.len() * 31 + extra.bytes().map(usize::from).sum::<usize>()));
+    std::fs::write(&file, text.replace("FIXTURES", FIXTURES)).unwrap();
+    let loaded = load(&file);
+    std::fs::remove_file(&file).unwrap();
+    loaded
+}
+
+#[test]
+fn an_https_service_reads_its_certificate_and_defaults() {
+    let c = https(r#"tls = { certificate = "FIXTURES/rsa.crt", key = "FIXTURES/rsa.key" }"#).unwrap();
+    let s = &c.services[0];
+    assert_eq!(s.mode, Mode::Https);
+    let tls = s.tls.as_ref().unwrap();
+    assert_eq!(tls.certificates.len(), 1);
+    assert_eq!(tls.certificates[0].names, ["example.com", "www.example.com"]);
+    assert!(tls.certificates[0].certificate.pem.starts_with(b"-----BEGIN CERTIFICATE-----"));
+    assert_eq!(tls.certificates[0].key.path, Path::new(FIXTURES).join("rsa.key"));
+    assert_eq!((tls.min_version, tls.tickets, tls.session_cache), (TlsVersion::V1_2, true, 20_480));
+    assert!(tls.ciphers.is_empty() && tls.groups.is_empty() && tls.client_auth.is_none());
+    assert_eq!(s.http2, Http2::default());
+    assert!(!format!("{tls:?}").contains("PRIVATE"), "Debug must not print the key");
+}
+
+#[test]
+fn every_server_tls_key() {
+    let c = https(
+        r#"http2 = { enabled = false, max_concurrent_streams = 50, max_resets = 10 }
+[service.tls]
+certificate = "FIXTURES/rsa.crt"
+key = "FIXTURES/rsa.key"
+certificates = [ { certificate = "FIXTURES/ecdsa.crt", key = "FIXTURES/ecdsa.key" },
+                 { certificate = "FIXTURES/cn-only.crt", key = "FIXTURES/ecdsa.key" } ]
+min_version = "1.3"
+ciphers = ["tls13_aes_256_gcm_sha384", "TLS13_CHACHA20_POLY1305_SHA256"]
+groups = ["X25519", "x25519mlkem768"]
+tickets = false
+session_cache = 100
+client_auth = { ca = "FIXTURES/ca.crt", required = false }
+"#,
+    )
+    .unwrap();
+    let s = &c.services[0];
+    let tls = s.tls.as_ref().unwrap();
+    let names: Vec<&[String]> = tls.certificates.iter().map(|c| c.names.as_slice()).collect();
+    assert_eq!(
+        names,
+        [&["example.com", "www.example.com"][..], &["*.example.org", "example.org"], &["legacy.example.net"]]
+    );
+    assert_eq!(tls.min_version, TlsVersion::V1_3);
+    assert_eq!(tls.ciphers, ["TLS13_AES_256_GCM_SHA384", "TLS13_CHACHA20_POLY1305_SHA256"]);
+    assert_eq!(tls.groups, ["x25519", "x25519mlkem768"]);
+    assert_eq!((tls.tickets, tls.session_cache), (false, 100));
+    let auth = tls.client_auth.as_ref().unwrap();
+    assert!(!auth.required);
+    assert!(auth.ca.pem.starts_with(b"-----BEGIN CERTIFICATE-----"));
+    assert_eq!(s.http2, Http2 { enabled: false, max_concurrent_streams: 50, max_resets: 10 });
+    for name in tls.ciphers.iter() {
+        assert!(cipher_suite(name).is_some());
+    }
+    for name in tls.groups.iter() {
+        assert!(kx_group(name).is_some());
+    }
+}
+
+#[test]
+fn the_bench_configuration_validates() {
+    let c = https(
+        r#"tls = { certificate = "FIXTURES/ecdsa.crt", key = "FIXTURES/ecdsa.key", session_cache = false, tickets = false }"#,
+    )
+    .unwrap();
+    let tls = c.services[0].tls.as_ref().unwrap();
+    assert_eq!((tls.session_cache, tls.tickets), (0, false));
+}
+
+#[test]
+fn a_chain_is_kept_leaf_first() {
+    let c = https(r#"tls = { certificate = "FIXTURES/chain.crt", key = "FIXTURES/chain.key" }"#).unwrap();
+    let pem = &c.services[0].tls.as_ref().unwrap().certificates[0].certificate.pem;
+    assert_eq!(pem.windows(27).filter(|w| w == b"-----BEGIN CERTIFICATE-----").count(), 2);
+}
+
+#[test]
+fn relative_paths_of_parse_start_in_the_working_directory() {
+    // `cargo test` runs in the crate directory.
+    let src = r#"
+[[service]]
+name = "site"
+mode = "https"
+listen = "127.0.0.1:8443"
+pool = "main"
+tls = { certificate = "tests/fixtures/rsa.crt", key = "tests/fixtures/rsa.key" }
+[[pool]]
+name = "main"
+servers = [ { address = "127.0.0.1:9001" } ]
+"#;
+    let c = parse(src, "inline.toml").unwrap();
+    assert_eq!(
+        c.services[0].tls.as_ref().unwrap().certificates[0].certificate.path,
+        Path::new("tests/fixtures/rsa.crt")
+    );
+}
+
+#[test]
+fn rules_hsts_redirect_https_and_client_cert() {
+    let c = https(
+        r#"tls = { certificate = "FIXTURES/rsa.crt", key = "FIXTURES/rsa.key", client_auth = { ca = "FIXTURES/ca.crt" } }
+rules = [
+  { client_cert = "absent", path_prefix = "/admin", deny = true },
+  { hsts = true },
+  { path = "/x", hsts = { max_age = "1d", include_subdomains = true, preload = true }, set_response_headers = { "x-a" = "1" } },
+  { host = "old.example.com", redirect_https = 8443, status = 308 },
+]"#,
+    )
+    .unwrap();
+    let rules = &c.services[0].rules;
+    assert_eq!(rules[0].conditions[1], Condition::ClientCert(ClientCertState::Absent));
+    assert_eq!(
+        rules[1].edits.set_response,
+        [("strict-transport-security".to_string(), "max-age=31536000".to_string())]
+    );
+    assert_eq!(
+        rules[2].edits.set_response,
+        [
+            ("x-a".to_string(), "1".to_string()),
+            ("strict-transport-security".to_string(), "max-age=86400; includeSubDomains; preload".to_string())
+        ]
+    );
+    assert_eq!(rules[3].action, Some(Action::RedirectHttps { status: 308, port: Some(8443) }));
+}
+
+#[test]
+fn pool_tls_and_protocol() {
+    let c = https(
+        r#"tls = { certificate = "FIXTURES/rsa.crt", key = "FIXTURES/rsa.key" }
+rules = [ { path_prefix = "/a", pool = "a" }, { path_prefix = "/b", pool = "b" }, { path_prefix = "/c", pool = "c" } ]
+[[pool]]
+name = "a"
+tls = true
+protocol = "h2"
+servers = [ { address = "127.0.0.1:9002" } ]
+[[pool]]
+name = "b"
+tls = { verify = false, server_name = "API.internal" }
+servers = [ { address = "127.0.0.1:9003" } ]
+[[pool]]
+name = "c"
+tls = { ca = "FIXTURES/ca.crt", certificate = "FIXTURES/chain.crt", key = "FIXTURES/chain.key" }
+servers = [ { address = "127.0.0.1:9004" } ]
+"#,
+    )
+    .unwrap();
+    let pool = |n: &str| c.pool(c.pool_by_name(n).unwrap());
+    assert_eq!((pool("main").tls.as_ref(), pool("main").protocol), (None, UpstreamProtocol::Http1));
+    assert_eq!(pool("a").tls, Some(UpstreamTls { verify: true, ca: None, server_name: None, client_cert: None }));
+    assert_eq!(pool("a").protocol, UpstreamProtocol::Http2);
+    let b = pool("b").tls.as_ref().unwrap();
+    assert_eq!((b.verify, b.server_name.as_deref()), (false, Some("api.internal")));
+    let cc = pool("c").tls.as_ref().unwrap();
+    assert!(cc.ca.is_some() && cc.verify);
+    assert_eq!(cc.client_cert.as_ref().unwrap().names, ["client.example.com"]);
+}
+
+#[test]
+fn a_renewed_certificate_changes_its_service_and_pool() {
+    let dir = std::env::temp_dir().join(format!("switchyard-config-renew-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["rsa.crt", "rsa.key", "ecdsa.crt", "ecdsa.key"] {
+        std::fs::copy(Path::new(FIXTURES).join(f), dir.join(f)).unwrap();
+    }
+    let file = dir.join("switchyard.toml");
+    std::fs::write(
+        &file,
+        r#"
+[[service]]
+name = "site"
+mode = "https"
+listen = "127.0.0.1:8443"
+pool = "main"
+tls = { certificate = "site.crt", key = "site.key" }
+[[service]]
+name = "plain"
+listen = "127.0.0.1:8080"
+pool = "other"
+[[pool]]
+name = "main"
+tls = { certificate = "site.crt", key = "site.key" }
+servers = [ { address = "127.0.0.1:9001" } ]
+[[pool]]
+name = "other"
+servers = [ { address = "127.0.0.1:9002" } ]
+"#,
+    )
+    .unwrap();
+    let install = |which: &str| {
+        std::fs::copy(dir.join(format!("{which}.crt")), dir.join("site.crt")).unwrap();
+        std::fs::copy(dir.join(format!("{which}.key")), dir.join("site.key")).unwrap();
+        load(&file).unwrap()
+    };
+    let old = install("rsa");
+    let same = load(&file).unwrap();
+    assert!(diff(&old, &same).is_empty());
+    let new = install("ecdsa");
+    let d = diff(&old, &new);
+    assert_eq!(
+        (d.services.changed.as_slice(), d.services.unchanged.as_slice()),
+        (&["site".to_string()][..], &["plain".to_string()][..])
+    );
+    assert_eq!(d.pools.changed, ["main"]);
+    assert_eq!(d.to_string(), "services: +0 -0 ~1 =1; pools: +0 -0 ~1 =1; listeners: +0 -0");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Writes the test certificates and keys under `tests/fixtures`. Valid ones
+/// run from 1975 to 4096 (rcgen's defaults), so the golden files stay true.
+#[test]
+#[ignore = "writes the committed fixtures; run by hand"]
+fn regenerate_fixtures() {
+    use rcgen::{date_time_ymd, BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let dir = Path::new(FIXTURES);
+    let write = |name: &str, text: &str| std::fs::write(dir.join(name), text).unwrap();
+    let params =
+        |names: &[&str]| CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+
+    let rsa = KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048).unwrap();
+    write("rsa.key", &rsa.serialize_pem());
+    write("rsa.crt", &params(&["example.com", "www.example.com"]).self_signed(&rsa).unwrap().pem());
+
+    let ecdsa = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    write("ecdsa.key", &ecdsa.serialize_pem());
+    write("ecdsa.crt", &params(&["*.example.org", "Example.org"]).self_signed(&ecdsa).unwrap().pem());
+
+    let mut cn_only = params(&[]);
+    cn_only.distinguished_name.push(DnType::CommonName, "Legacy.example.net");
+    write("cn-only.crt", &cn_only.self_signed(&ecdsa).unwrap().pem());
+
+    let mut expired = params(&["old.example.org"]);
+    (expired.not_before, expired.not_after) = (date_time_ymd(2020, 1, 1), date_time_ymd(2021, 1, 1));
+    write("expired.crt", &expired.self_signed(&ecdsa).unwrap().pem());
+
+    let mut future = params(&["new.example.org"]);
+    (future.not_before, future.not_after) = (date_time_ymd(2090, 1, 1), date_time_ymd(2091, 1, 1));
+    write("future.crt", &future.self_signed(&ecdsa).unwrap().pem());
+
+    let ca_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut ca_params = params(&[]);
+    ca_params.distinguished_name.push(DnType::CommonName, "switchyard test CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    write("ca.crt", &ca.pem());
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let leaf = params(&["client.example.com"]).signed_by(&leaf_key, &issuer).unwrap();
+    write("chain.key", &leaf_key.serialize_pem());
+    write("chain.crt", &format!("{}{}", leaf.pem(), ca.pem()));
+}

@@ -15,7 +15,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     eprintln!("origin {name:?} on http://{addr}/ with {threads} thread(s)");
-    match switchyard_bench::origin::run(addr, &name, threads) {
+    match switchyard_bench::origin::run(addr, &name, threads, None) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("origin: {error}");

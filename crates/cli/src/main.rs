@@ -51,6 +51,15 @@ enum Command {
         /// Worker threads.
         #[arg(long, default_value_t = 1)]
         threads: usize,
+        /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The private key (PEM) of --tls-cert.
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// Require client certificates that chain to this CA (PEM); needs --tls-cert.
+        #[arg(long, requires = "tls_cert")]
+        tls_client_ca: Option<PathBuf>,
     },
     /// Run the benchmark suite against switchyard (and peers), or compare two results.
     Bench(bench::BenchArgs),
@@ -72,8 +81,13 @@ fn main() -> ExitCode {
         Command::Up => commands::up(),
         Command::Run { config, workers } => commands::run(&config, workers),
         Command::Check { config } => return commands::check(&config),
-        Command::Origin { listen, name, threads } => {
-            switchyard_bench::origin::run(listen, &name, threads).map_err(anyhow::Error::from)
+        Command::Origin { listen, name, threads, tls_cert, tls_key, tls_client_ca } => {
+            let tls = tls_cert.zip(tls_key).map(|(cert, key)| switchyard_bench::origin::TlsFiles {
+                cert,
+                key,
+                client_ca: tls_client_ca,
+            });
+            switchyard_bench::origin::run(listen, &name, threads, tls.as_ref()).map_err(anyhow::Error::from)
         }
         Command::Bench(args) => bench::run(args),
         Command::Ctl(args) => return switchyard_admin::ctl::run(&args),

@@ -123,9 +123,9 @@ pub enum ApplyError {
     /// The new access log could not be opened.
     #[error("cannot open the access log: {0}")]
     AccessLog(std::io::Error),
-    /// A service's TLS configuration could not be built (certificates, keys, settings).
+    /// TLS towards clients or servers could not be set up (certificates, keys, settings).
     #[error(transparent)]
-    Tls(#[from] crate::tls::TlsError),
+    Tls(#[from] crate::live::GenerationError),
     /// The engine is stopping or a worker did not answer.
     #[error("engine unavailable: {0}")]
     Unavailable(String),

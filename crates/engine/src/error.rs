@@ -44,6 +44,10 @@ pub enum Kind {
     ConnectFailed,
     /// Connecting to the server took longer than the connect timeout.
     ConnectTimeout,
+    /// The TLS handshake with the server failed: certificate not trusted or
+    /// not valid for the name, no common protocol, a client certificate
+    /// refused, or a server that does not speak TLS.
+    ServerTls,
     /// The server did not start its response in time, or stalled mid-body.
     ServerTimeout,
     /// The server closed the connection before a complete response.
@@ -96,6 +100,7 @@ impl ProxyError {
             | Kind::ConnectTimeout
             | Kind::ServerTimeout
             | Kind::ServerClosed
+            | Kind::ServerTls
             | Kind::BadResponse(_) => Side::Server,
         }
     }
@@ -110,7 +115,7 @@ impl ProxyError {
             Kind::HeaderTooLarge => 431,
             Kind::ClientClosed => return None,
             Kind::NoPool | Kind::NoServer => 503,
-            Kind::ConnectFailed | Kind::ServerClosed | Kind::BadResponse(_) => 502,
+            Kind::ConnectFailed | Kind::ServerClosed | Kind::ServerTls | Kind::BadResponse(_) => 502,
             Kind::ConnectTimeout | Kind::ServerTimeout => 504,
         })
     }
@@ -131,6 +136,7 @@ impl ProxyError {
             Kind::ConnectTimeout => "server connect timeout",
             Kind::ServerTimeout => "server response timeout",
             Kind::ServerClosed => "server closed connection",
+            Kind::ServerTls => "server tls failed",
             Kind::BadResponse(why) => why,
         }
     }
@@ -196,6 +202,7 @@ mod tests {
             (Kind::ConnectTimeout, Some(504), Side::Server),
             (Kind::ServerTimeout, Some(504), Side::Server),
             (Kind::ServerClosed, Some(502), Side::Server),
+            (Kind::ServerTls, Some(502), Side::Server),
             (Kind::BadResponse("y"), Some(502), Side::Server),
         ];
         for (kind, status, side) in table {

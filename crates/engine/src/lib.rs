@@ -52,9 +52,9 @@ pub enum StartError {
     /// The access log could not be opened.
     #[error("cannot open the access log: {0}")]
     AccessLog(std::io::Error),
-    /// A service's TLS configuration could not be built.
+    /// TLS towards clients or servers could not be set up (certificates, keys, settings).
     #[error(transparent)]
-    Tls(#[from] tls::TlsError),
+    Tls(#[from] live::GenerationError),
     /// A worker thread could not be spawned.
     #[error("cannot start worker thread: {0}")]
     Thread(std::io::Error),

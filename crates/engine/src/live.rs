@@ -24,6 +24,19 @@ use crate::access_log::AccessLog;
 use crate::metrics::{ServerMetrics, ServiceMetrics, TlsMetrics};
 use crate::persist::PoolPersistence;
 use crate::tls::{Terminator, TlsError};
+use crate::upstream::tls::{PoolTls, TlsSetupError};
+
+/// Why a generation could not be built: TLS material or settings rustls
+/// refuses (validation checked the files, so this is rare). Nothing changes.
+#[derive(Debug, thiserror::Error)]
+pub enum GenerationError {
+    /// A service's TLS termination.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// A pool's TLS towards its servers.
+    #[error(transparent)]
+    UpstreamTls(#[from] TlsSetupError),
+}
 
 /// What the operator decided for a server (health checks add "down" later).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,6 +315,9 @@ pub struct Generation {
     /// Persistence per pool (`None`: the pool has none), indexed like
     /// `config.pools`; stick tables are carried across reloads.
     pub persistence: Vec<Option<PoolPersistence>>,
+    /// TLS towards the servers per pool (`None`: clear text), indexed like
+    /// `config.pools`.
+    pub upstream_tls: Vec<Option<PoolTls>>,
     /// Worker count the live objects are sized for.
     pub workers: usize,
     /// TLS termination per service (`Some` for `https` services), indexed
@@ -315,7 +331,7 @@ pub struct Generation {
 impl Generation {
     /// Builds generation `number` for `config`, carrying the live state of
     /// `previous` over where services, pools and servers still exist.
-    /// Fails, changing nothing, when a service's TLS configuration cannot be built.
+    /// Fails, changing nothing, when TLS towards clients or servers cannot be set up.
     pub fn new(
         number: u64,
         config: Config,
@@ -323,10 +339,21 @@ impl Generation {
         workers: usize,
         access_log: Option<AccessLog>,
         key: &CookieKey,
-    ) -> Result<Self, TlsError> {
+    ) -> Result<Self, GenerationError> {
         // First: the steps below adopt live objects of `previous`.
         let tls = crate::tls::terminators(&config, previous)?;
         let tls_handshakes = previous.map_or_else(|| Arc::new(TlsMetrics::new(workers)), |g| g.tls_handshakes.clone());
+        let upstream_tls = config
+            .pools
+            .iter()
+            .map(|pool| {
+                let before = previous.and_then(|g| {
+                    let i = g.pool_index(&pool.name)?;
+                    Some((g.config.pools[i].tls.as_ref()?, g.upstream_tls.get(i)?.as_ref()?))
+                });
+                PoolTls::for_pool(pool, before)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let pools = config
             .pools
             .iter()
@@ -384,6 +411,7 @@ impl Generation {
             services,
             access_log,
             persistence,
+            upstream_tls,
             workers,
             tls,
             tls_handshakes,

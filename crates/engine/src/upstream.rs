@@ -6,6 +6,14 @@
 //! first and the oldest age out. In-flight counts per server are shared by all
 //! workers (atomics) because connection limits and least-connections are
 //! properties of the server, not of one worker.
+//!
+//! A connection is clear TCP or TLS ([`stream::ServerStream`]); the connect
+//! phase ([`connect`]) is TCP connect, then the PROXY header when the pool
+//! sends one, then the TLS handshake when the pool re-encrypts ([`tls`]), all
+//! within the connect timeout. Idle pooling treats both kinds alike.
+
+pub mod stream;
+pub mod tls;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
@@ -16,6 +24,8 @@ use switchyard_balance::ServerState;
 use switchyard_config::{HashKey, Pool};
 use tokio::net::TcpStream;
 
+use self::stream::ServerStream;
+use self::tls::PoolTls;
 use crate::error::{Kind, ProxyError};
 use crate::live::{PoolLive, ServerLive};
 
@@ -71,8 +81,8 @@ impl Drop for ActiveGuard<'_> {
 /// A connection to a server, with its read buffer.
 #[derive(Debug)]
 pub struct UpstreamConn {
-    /// The socket.
-    pub stream: TcpStream,
+    /// The socket, clear or TLS.
+    pub stream: ServerStream,
     /// Bytes read from the server and not yet consumed.
     pub buf: BytesMut,
     /// Requests already completed on this connection.
@@ -100,7 +110,13 @@ impl IdleStacks {
 
     /// Stacks for a reloaded pool: the idle connections of `old`'s servers
     /// that `pool` still has at the same address move over; the rest close.
+    /// None move when the pool's TLS settings changed: a connection made
+    /// under other trust, name or client certificate (or in clear text) must
+    /// not carry requests the new settings govern.
     pub fn carried(pool: &Pool, old_pool: &Pool, old: &mut IdleStacks) -> Self {
+        if pool.tls != old_pool.tls {
+            return IdleStacks::new(pool);
+        }
         let stacks = pool
             .servers
             .iter()
@@ -122,7 +138,7 @@ impl IdleStacks {
     pub fn take(&mut self, server: usize, max_idle: Duration, now: Instant) -> Option<UpstreamConn> {
         let stack = self.stacks.get_mut(server)?;
         while let Some(idle) = stack.pop() {
-            if now.duration_since(idle.since) < max_idle && still_open(&idle.conn.stream) {
+            if now.duration_since(idle.since) < max_idle && still_open(idle.conn.stream.tcp()) {
                 return Some(idle.conn);
             }
         }
@@ -146,28 +162,65 @@ impl IdleStacks {
                 stack.clear();
                 continue;
             }
-            stack.retain(|idle| now.duration_since(idle.since) < max_idle && still_open(&idle.conn.stream));
+            stack.retain(|idle| now.duration_since(idle.since) < max_idle && still_open(idle.conn.stream.tcp()));
         }
     }
 }
 
 /// Whether a pooled connection still looks usable: no EOF, no stray bytes.
 /// Tokio answers from its readiness cache first, so an idle healthy socket
-/// costs no system call here.
+/// costs no system call here. For TLS this looks at the TCP socket: an idle
+/// server sends nothing, and a close_notify or a reset means it is gone.
 fn still_open(stream: &TcpStream) -> bool {
     let mut probe = [0u8; 1];
     matches!(stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
-/// Opens a new connection to `addr` within `timeout`.
-pub async fn connect(addr: SocketAddr, timeout: Duration) -> Result<UpstreamConn, ProxyError> {
-    match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+/// Opens a new connection to server `server` (at `addr`) of a pool: TCP
+/// connect, then `proxy_header` (empty: none), then the TLS handshake when
+/// the pool has `tls`, all within `timeout`. Every failure here is safe to
+/// retry: the request has not been sent.
+pub async fn connect(
+    addr: SocketAddr,
+    timeout: Duration,
+    proxy_header: &[u8],
+    tls: Option<&PoolTls>,
+    server: usize,
+) -> Result<UpstreamConn, ProxyError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut stream = connect_tcp(addr, deadline).await?;
+    if !proxy_header.is_empty() {
+        use tokio::io::AsyncWriteExt;
+        match tokio::time::timeout_at(deadline, stream.write_all(proxy_header)).await {
+            Err(_) => return Err(ProxyError::retryable(Kind::ConnectTimeout)),
+            Ok(Err(_)) => return Err(ProxyError::retryable(Kind::ServerClosed)),
+            Ok(Ok(())) => {}
+        }
+    }
+    let stream = match tls {
+        None => ServerStream::Plain(stream),
+        Some(tls) => match tokio::time::timeout_at(deadline, tls.handshake(server, stream)).await {
+            Err(_) => return Err(ProxyError::retryable(Kind::ConnectTimeout)),
+            Ok(Err(e)) => {
+                tracing::warn!(server = %addr, error = %e, "TLS handshake with server failed");
+                return Err(ProxyError::retryable(Kind::ServerTls));
+            }
+            Ok(Ok(tls)) => ServerStream::Tls(Box::new(tls)),
+        },
+    };
+    Ok(UpstreamConn { stream, buf: BytesMut::with_capacity(UPSTREAM_BUF), served: 0 })
+}
+
+/// Opens a TCP connection to `addr` by `deadline` (layer 4 relays use it
+/// directly: they never speak TLS to servers themselves).
+pub async fn connect_tcp(addr: SocketAddr, deadline: tokio::time::Instant) -> Result<TcpStream, ProxyError> {
+    match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
         Err(_) => Err(ProxyError::retryable(Kind::ConnectTimeout)),
         Ok(Err(_)) => Err(ProxyError::retryable(Kind::ConnectFailed)),
         Ok(Ok(stream)) => {
             // Heads and small bodies go out in one segment; Nagle only adds latency here.
             let _ = stream.set_nodelay(true);
-            Ok(UpstreamConn { stream, buf: BytesMut::with_capacity(UPSTREAM_BUF), served: 0 })
+            Ok(stream)
         }
     }
 }
@@ -184,5 +237,36 @@ pub fn hash_key(key: &HashKey, client: IpAddr, uri: &[u8], header: Option<&[u8]>
                 None => switchyard_balance::hash_bytes(&v6.octets()),
             },
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool() -> Pool {
+        let text = "[[service]]\nname = \"s\"\nlisten = \"127.0.0.1:1\"\npool = \"p\"\n[[pool]]\nname = \"p\"\n\
+                    servers = [{ address = \"127.0.0.1:9001\" }]\n";
+        switchyard_config::parse(text, "t.toml").expect("valid").pools.remove(0)
+    }
+
+    #[tokio::test]
+    async fn idle_connections_survive_a_reload_only_under_the_same_tls_settings() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (before, now) = (pool(), Instant::now());
+        let mut stacks = IdleStacks::new(&before);
+        for _ in 0..2 {
+            let stream = TcpStream::connect(addr).await.expect("connect");
+            let conn = UpstreamConn { stream: ServerStream::Plain(stream), buf: BytesMut::new(), served: 1 };
+            stacks.put(0, conn, 8, now);
+        }
+        let mut same = IdleStacks::carried(&pool(), &before, &mut stacks);
+        assert!(same.take(0, Duration::from_secs(30), now).is_some(), "unchanged pool keeps its connections");
+        let mut secured = pool();
+        secured.tls =
+            Some(switchyard_config::UpstreamTls { verify: false, ca: None, server_name: None, client_cert: None });
+        let mut tls = IdleStacks::carried(&secured, &before, &mut same);
+        assert!(tls.take(0, Duration::from_secs(30), now).is_none(), "clear connections never serve a TLS pool");
     }
 }

@@ -12,8 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::body::CycledBody;
@@ -37,8 +36,14 @@ enum Next {
     Close,
 }
 
-/// Serves one accepted connection until the peer leaves, a response closes it, or shutdown.
-pub(super) async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, shutdown: watch::Receiver<bool>) {
+/// Serves one accepted connection (clear TCP, or TLS after its handshake) until the peer
+/// leaves, a response closes it, or shutdown.
+pub(super) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: S,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: watch::Receiver<bool>,
+) {
     let mut conn = Conn {
         stream,
         peer,
@@ -53,8 +58,8 @@ pub(super) async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Share
     }
 }
 
-struct Conn {
-    stream: TcpStream,
+struct Conn<S> {
+    stream: S,
     peer: SocketAddr,
     shared: Arc<Shared>,
     shutdown: watch::Receiver<bool>,
@@ -67,7 +72,7 @@ struct Conn {
     closing_early: bool,
 }
 
-impl Conn {
+impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     async fn run(&mut self) -> io::Result<()> {
         while let Some(head) = self.read_head().await? {
             if let Next::Close = self.respond(&head).await? {

@@ -39,12 +39,21 @@
 //!
 //! Two endpoints report on the origin itself:
 //!
-//! - `/__origin/stats`: `{"name", "requests", "connections", "bytes_received"}` as JSON.
+//! - `/__origin/stats`: `{"name", "requests", "connections", "bytes_received",
+//!   "tls_handshakes", "tls_resumed"}` as JSON.
 //!   Stats requests are **not** counted in `requests`, so polling them does not disturb
 //!   what a test measures; their connections are counted in `connections`.
 //! - `/__origin/request`: the request as received (`method`, `path`, `query`, `version`,
 //!   `headers` as `[name, value]` pairs in order, `peer`), for tests of forwarding headers
 //!   and rewrites. Counted as a request.
+//!
+//! # TLS
+//!
+//! [`Origin::with_tls`] (`switchyard origin --tls-cert FILE --tls-key FILE`) serves the same
+//! HTTP/1.1 over TLS (rustls, ALPN `http/1.1`, session resumption on); with a client CA
+//! (`--tls-client-ca FILE`) it requires a client certificate that chains to it. The stats
+//! then also count handshakes (`tls_handshakes`) and, of those, resumed sessions
+//! (`tls_resumed`); a failed handshake closes the connection and counts nothing else.
 //!
 //! A malformed request (head, framing, chunk encoding, query value) is answered 400 with
 //! `connection: close`, and the connection closes; it is not counted as a request. Nothing a
@@ -57,16 +66,22 @@ mod http;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 
 /// How long [`Origin::serve`] waits, after shutdown, for open connections to finish.
 const DRAIN_GRACE: Duration = Duration::from_secs(5);
+/// How long a TLS client may take to complete its handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Counters of what an origin has seen, shared with its connections.
 #[derive(Debug, Default)]
@@ -74,6 +89,8 @@ pub struct OriginStats {
     requests: AtomicU64,
     connections: AtomicU64,
     bytes_received: AtomicU64,
+    tls_handshakes: AtomicU64,
+    tls_resumed: AtomicU64,
 }
 
 impl OriginStats {
@@ -90,6 +107,16 @@ impl OriginStats {
     /// Request body bytes read (after removing chunked framing).
     pub fn bytes_received(&self) -> u64 {
         self.bytes_received.load(Ordering::Relaxed)
+    }
+
+    /// TLS handshakes completed (TLS origins only).
+    pub fn tls_handshakes(&self) -> u64 {
+        self.tls_handshakes.load(Ordering::Relaxed)
+    }
+
+    /// Completed TLS handshakes that resumed an earlier session.
+    pub fn tls_resumed(&self) -> u64 {
+        self.tls_resumed.load(Ordering::Relaxed)
     }
 }
 
@@ -108,6 +135,8 @@ impl Shared {
             "requests": self.stats.requests(),
             "connections": self.stats.connections(),
             "bytes_received": self.stats.bytes_received(),
+            "tls_handshakes": self.stats.tls_handshakes(),
+            "tls_resumed": self.stats.tls_resumed(),
         });
         let mut body = serde_json::to_vec(&stats).unwrap_or_default();
         body.push(b'\n');
@@ -120,6 +149,7 @@ pub struct Origin {
     listener: TcpListener,
     local_addr: SocketAddr,
     shared: Arc<Shared>,
+    tls: Option<TlsAcceptor>,
 }
 
 impl Origin {
@@ -145,7 +175,13 @@ impl Origin {
             origin_header: format!("x-origin: {name}\r\n").into_bytes().into_boxed_slice(),
             stats: Arc::default(),
         });
-        Ok(Origin { listener, local_addr, shared })
+        Ok(Origin { listener, local_addr, shared, tls: None })
+    }
+
+    /// Serves HTTPS with `config` (see [`tls_config`]) instead of clear text.
+    pub fn with_tls(mut self, config: Arc<rustls::ServerConfig>) -> Origin {
+        self.tls = Some(TlsAcceptor::from(config));
+        self
     }
 
     /// The address actually bound.
@@ -163,7 +199,7 @@ impl Origin {
     /// `connection: close`) and close. Returns once all have closed, or after a grace
     /// period of 5 s, whichever is first.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> io::Result<()> {
-        let Origin { listener, shared, .. } = self;
+        let Origin { listener, shared, tls, .. } = self;
         let (stop, _) = watch::channel(false);
         tokio::pin!(shutdown);
         loop {
@@ -177,7 +213,11 @@ impl Origin {
                     shared.stats.connections.fetch_add(1, Ordering::Relaxed);
                     // Small responses must not wait for Nagle.
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(conn::serve(stream, peer, Arc::clone(&shared), stop.subscribe()));
+                    let (shared, stop) = (Arc::clone(&shared), stop.subscribe());
+                    match &tls {
+                        None => drop(tokio::spawn(conn::serve(stream, peer, shared, stop))),
+                        Some(tls) => drop(tokio::spawn(serve_tls(tls.clone(), stream, peer, shared, stop))),
+                    }
                 }
                 Err(error) => {
                     // Out of file descriptors and the like: do not spin, and do not die.
@@ -194,18 +234,102 @@ impl Origin {
     }
 }
 
-/// Blocking entry point of `switchyard origin --listen ADDR --name NAME [--threads N]`:
-/// builds a multi-thread tokio runtime with `threads` workers (at least 1), binds, and serves
-/// until SIGINT or SIGTERM.
-pub fn run(addr: SocketAddr, name: &str, threads: usize) -> io::Result<()> {
+/// Runs the TLS handshake of one accepted connection, then serves it.
+async fn serve_tls(
+    tls: TlsAcceptor,
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    stop: watch::Receiver<bool>,
+) {
+    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => {
+            tracing::debug!(%peer, %error, "origin TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "origin TLS handshake timed out");
+            return;
+        }
+    };
+    shared.stats.tls_handshakes.fetch_add(1, Ordering::Relaxed);
+    if stream.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+        shared.stats.tls_resumed.fetch_add(1, Ordering::Relaxed);
+    }
+    conn::serve(stream, peer, shared, stop).await;
+}
+
+/// A TLS server configuration for an origin: the certificate chain and key (PEM), and
+/// optionally the CA (PEM) client certificates must chain to, which makes one required.
+pub fn tls_config(cert: &[u8], key: &[u8], client_ca: Option<&[u8]>) -> io::Result<Arc<rustls::ServerConfig>> {
+    let invalid =
+        |what: &str, e: &dyn std::fmt::Display| io::Error::new(io::ErrorKind::InvalidData, format!("{what}: {e}"));
+    let chain =
+        CertificateDer::pem_slice_iter(cert).collect::<Result<Vec<_>, _>>().map_err(|e| invalid("certificate", &e))?;
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| invalid("private key", &e))?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid("protocol versions", &e))?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(ca) {
+                roots.add(cert.map_err(|e| invalid("client CA", &e))?).map_err(|e| invalid("client CA", &e))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| invalid("client CA", &e))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_single_cert(chain, key).map_err(|e| invalid("certificate and key", &e))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The PEM files of `switchyard origin --tls-cert FILE --tls-key FILE [--tls-client-ca FILE]`.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// Certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// The leaf's private key.
+    pub key: PathBuf,
+    /// CA that client certificates must chain to; `None`: none asked for.
+    pub client_ca: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    /// Reads the files and builds the server configuration ([`tls_config`]).
+    pub fn load(&self) -> io::Result<Arc<rustls::ServerConfig>> {
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+        };
+        let client_ca = self.client_ca.as_ref().map(read).transpose()?;
+        tls_config(&read(&self.cert)?, &read(&self.key)?, client_ca.as_deref())
+    }
+}
+
+/// Blocking entry point of `switchyard origin --listen ADDR --name NAME [--threads N]
+/// [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]`: builds a multi-thread tokio
+/// runtime with `threads` workers (at least 1), binds, and serves (over TLS when `tls` is
+/// given) until SIGINT or SIGTERM.
+pub fn run(addr: SocketAddr, name: &str, threads: usize, tls: Option<&TlsFiles>) -> io::Result<()> {
+    let tls = tls.map(TlsFiles::load).transpose()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
         .thread_name("origin")
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let origin = Origin::bind(addr, name).await?;
-        tracing::info!(addr = %origin.local_addr(), name, "origin listening");
+        let mut origin = Origin::bind(addr, name).await?;
+        let secure = tls.is_some();
+        if let Some(config) = tls {
+            origin = origin.with_tls(config);
+        }
+        tracing::info!(addr = %origin.local_addr(), name, tls = secure, "origin listening");
         origin.serve(termination()).await
     })
 }

@@ -268,8 +268,21 @@ impl Origin {
 
     /// An origin on a given address.
     pub fn start_at(addr: SocketAddr, name: &str) -> io::Result<Origin> {
+        Origin::start_with(addr, name, None)
+    }
+
+    /// An HTTPS origin on a fresh port of 127.0.0.1, with a server configuration from
+    /// `switchyard_bench::origin::tls_config`.
+    pub fn start_tls(name: &str, tls: Arc<rustls::ServerConfig>) -> Origin {
+        Origin::start_with("127.0.0.1:0".parse().expect("address"), name, Some(tls)).expect("start origin")
+    }
+
+    fn start_with(addr: SocketAddr, name: &str, tls: Option<Arc<rustls::ServerConfig>>) -> io::Result<Origin> {
         let rt = origin_runtime();
-        let origin = rt.block_on(switchyard_bench::origin::Origin::bind(addr, name))?;
+        let mut origin = rt.block_on(switchyard_bench::origin::Origin::bind(addr, name))?;
+        if let Some(tls) = tls {
+            origin = origin.with_tls(tls);
+        }
         let addr = origin.local_addr();
         let stats = origin.stats();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -293,6 +306,11 @@ impl Origin {
     pub fn bytes_received(&self) -> u64 {
         self.stats.bytes_received()
     }
+
+    /// TLS handshakes completed, and how many of them resumed a session.
+    pub fn tls_handshakes(&self) -> (u64, u64) {
+        (self.stats.tls_handshakes(), self.stats.tls_resumed())
+    }
 }
 
 impl Drop for Origin {
@@ -313,8 +331,14 @@ pub struct OriginProcess {
 impl OriginProcess {
     /// Spawns `switchyard origin --listen ADDR --name NAME` and waits until it accepts.
     pub fn start(addr: SocketAddr, name: &str) -> OriginProcess {
+        OriginProcess::start_with(addr, name, &[])
+    }
+
+    /// Like [`OriginProcess::start`], with extra arguments (`--tls-cert FILE`...).
+    pub fn start_with(addr: SocketAddr, name: &str, extra: &[&std::ffi::OsStr]) -> OriginProcess {
         let child = Command::new(binary())
             .args(["origin", "--listen", &addr.to_string(), "--name", name])
+            .args(extra)
             .env("SWITCHYARD_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

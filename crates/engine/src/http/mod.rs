@@ -583,26 +583,26 @@ async fn forward<S: ClientStream>(
         let connect_started = Instant::now();
         let (mut conn, reused) = match idle {
             Some(conn) => (conn, true),
-            None => match upstream::connect(addr, service.timeouts.connect).await {
-                Ok(conn) if private => match send_proxy_header(conn, pool_cfg, client).await {
+            None => {
+                let header = if private { proxy_header(pool_cfg, client) } else { Vec::new() };
+                let tls = local.gen.upstream_tls.get(pool.0).and_then(Option::as_ref);
+                match upstream::connect(addr, service.timeouts.connect, &header, tls, server).await {
                     Ok(conn) => (conn, false),
-                    Err(error) => return Err(Failed { error, response_started: false }),
-                },
-                Ok(conn) => (conn, false),
-                Err(error) => {
-                    live.servers[server].metrics.connect_failed(worker.id, error.reason());
-                    tracing::warn!(service = %service.name, server = %addr, reason = error.reason(), "connect failed");
-                    if connect_failures < CONNECT_RETRIES {
-                        connect_failures += 1;
-                        last_error = Some(error);
-                        if server < 64 {
-                            tried |= 1 << server;
+                    Err(error) => {
+                        live.servers[server].metrics.connect_failed(worker.id, error.reason());
+                        tracing::warn!(service = %service.name, server = %addr, reason = error.reason(), "connect failed");
+                        if connect_failures < CONNECT_RETRIES {
+                            connect_failures += 1;
+                            last_error = Some(error);
+                            if server < 64 {
+                                tried |= 1 << server;
+                            }
+                            continue;
                         }
-                        continue;
+                        return Err(Failed { error, response_started: false });
                     }
-                    return Err(Failed { error, response_started: false });
                 }
-            },
+            }
         };
         client.trace.connect_us = (!reused).then(|| micros(connect_started.elapsed()));
         // The server took the request: persistence remembers it.
@@ -733,14 +733,9 @@ async fn exchange<S: ClientStream>(
     Ok((outcome, done.server_keeps && complete && conn.buf.is_empty()))
 }
 
-/// Writes the pool's PROXY protocol header (the client's address) on a new
-/// server connection.
-async fn send_proxy_header<S: ClientStream>(
-    mut conn: UpstreamConn,
-    pool: &switchyard_config::Pool,
-    client: &Client<S>,
-) -> Result<UpstreamConn, ProxyError> {
-    use tokio::io::AsyncWriteExt;
+/// The pool's PROXY protocol header (the client's address) for a new server
+/// connection; empty when the pool sends none.
+fn proxy_header<S: ClientStream>(pool: &switchyard_config::Pool, client: &Client<S>) -> Vec<u8> {
     let local = client.stream.local().unwrap_or(client.peer);
     let mut head = Vec::with_capacity(64);
     match pool.send_proxy {
@@ -752,10 +747,7 @@ async fn send_proxy_header<S: ClientStream>(
         }
         None => {}
     }
-    match conn.stream.write_all(&head).await {
-        Ok(()) => Ok(conn),
-        Err(_) => Err(ProxyError::retryable(Kind::ServerClosed)),
-    }
+    head
 }
 
 /// The header a header-keyed persistence table uses ("" for other kinds).

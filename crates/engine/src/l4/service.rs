@@ -157,8 +157,9 @@ async fn relay_to_pool(
         let Some(server) = picked else { break };
         let _slot = ActiveGuard::new(&live.servers[server]);
         let addr = cfg.servers[server].addr;
-        let mut conn = match upstream::connect(addr, svc.timeouts.connect).await {
-            Ok(conn) => conn.stream,
+        let deadline = tokio::time::Instant::now() + svc.timeouts.connect;
+        let mut conn = match upstream::connect_tcp(addr, deadline).await {
+            Ok(conn) => conn,
             Err(e) => {
                 live.servers[server].metrics.connect_failed(worker.id, e.reason());
                 tracing::warn!(service = %svc.name, server = %addr, reason = e.reason(), "connect failed");

@@ -136,7 +136,7 @@ fn class_index(status: u16) -> usize {
 
 /// Termination reasons counted by metrics, as label values. The error reasons
 /// of [`crate::error`] map onto these (see [`reason_index`]).
-pub const REASONS: [&str; 15] = [
+pub const REASONS: [&str; 16] = [
     "bad-request",
     "client-header-timeout",
     "header-too-large",
@@ -150,14 +150,15 @@ pub const REASONS: [&str; 15] = [
     "connect-timeout",
     "server-timeout",
     "server-closed",
+    "server-tls-failed",
     "bad-response",
     "other",
 ];
 
 const BAD_REQUEST: usize = 0;
 const FIRST_SERVER_REASON: usize = 9;
-const BAD_RESPONSE: usize = 13;
-const OTHER: usize = 14;
+const BAD_RESPONSE: usize = 14;
+const OTHER: usize = 15;
 
 /// Whether a reason (index into [`REASONS`]) is a server's failure.
 pub fn is_server_reason(index: usize) -> bool {
@@ -184,6 +185,7 @@ pub fn reason_index(reason: &str, side: Option<&str>) -> usize {
         "server connect timeout" | "connect-timeout" => 10,
         "server response timeout" | "server-timeout" => 11,
         "server closed connection" | "server-closed" => 12,
+        "server tls failed" | "server-tls-failed" => 13,
         "bad-response" => BAD_RESPONSE,
         _ => match side {
             Some("client") => BAD_REQUEST,

@@ -40,6 +40,7 @@ fn every_error_kind_has_its_own_reason_label() {
         (Kind::ConnectTimeout, "connect-timeout"),
         (Kind::ServerTimeout, "server-timeout"),
         (Kind::ServerClosed, "server-closed"),
+        (Kind::ServerTls, "server-tls-failed"),
         (Kind::BadResponse("malformed status line"), "bad-response"),
     ];
     for (kind, label) in table {

@@ -1,0 +1,218 @@
+//! The byte stream to a server: clear TCP, or TLS over TCP (re-encryption).
+//!
+//! An enum rather than a generic parameter, so one idle pool holds both kinds
+//! and the pipeline is compiled once. The clear path stays what it was: the
+//! match is the only added cost, its halves are tokio's borrowed TCP halves
+//! (no allocation), and [`Sink`] writes go straight to the socket. TLS writes
+//! answer `WouldBlock` to the non-blocking attempts of [`Sink`], so the relay
+//! takes its awaiting path, which also flushes buffered TLS records.
+
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::tcp::{ReadHalf, WriteHalf};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use crate::http::body::Sink;
+
+/// A connection to a server.
+#[derive(Debug)]
+pub enum ServerStream {
+    /// Clear text.
+    Plain(TcpStream),
+    /// TLS (boxed: its state is large, and most pools speak clear text).
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// A TLS stream borrowed for one direction of a full-duplex exchange.
+type TlsRef<'a> = &'a mut TlsStream<TcpStream>;
+
+/// The read half of [`ServerStream::split`].
+#[derive(Debug)]
+pub enum ServerRd<'a> {
+    /// Clear text.
+    Plain(ReadHalf<'a>),
+    /// TLS.
+    Tls(tokio::io::ReadHalf<TlsRef<'a>>),
+}
+
+/// The write half of [`ServerStream::split`].
+#[derive(Debug)]
+pub enum ServerWr<'a> {
+    /// Clear text.
+    Plain(WriteHalf<'a>),
+    /// TLS.
+    Tls(tokio::io::WriteHalf<TlsRef<'a>>),
+}
+
+impl ServerStream {
+    /// The TCP socket underneath (for liveness checks of idle connections).
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            ServerStream::Plain(s) => s,
+            ServerStream::Tls(s) => s.get_ref().0,
+        }
+    }
+
+    /// Whether the connection is TLS.
+    pub fn is_tls(&self) -> bool {
+        matches!(self, ServerStream::Tls(_))
+    }
+
+    /// Borrows both directions at once (full-duplex body relay). The clear
+    /// halves are free; the TLS halves share the session through tokio's
+    /// split (one small allocation, TLS path only).
+    pub fn split(&mut self) -> (ServerRd<'_>, ServerWr<'_>) {
+        match self {
+            ServerStream::Plain(s) => {
+                let (r, w) = s.split();
+                (ServerRd::Plain(r), ServerWr::Plain(w))
+            }
+            ServerStream::Tls(s) => {
+                let (r, w) = tokio::io::split(&mut **s);
+                (ServerRd::Tls(r), ServerWr::Tls(w))
+            }
+        }
+    }
+}
+
+/// Writes of a stream that cannot be written without waiting (TLS): both
+/// non-blocking attempts answer `WouldBlock`.
+fn would_block() -> io::Result<usize> {
+    Err(io::ErrorKind::WouldBlock.into())
+}
+
+impl Sink for ServerStream {
+    fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
+        match self {
+            ServerStream::Plain(s) => s.try_write(data),
+            ServerStream::Tls(_) => would_block(),
+        }
+    }
+
+    fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
+        match self {
+            ServerStream::Plain(s) => s.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)]),
+            ServerStream::Tls(_) => would_block(),
+        }
+    }
+}
+
+impl Sink for ServerWr<'_> {
+    fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
+        match self {
+            ServerWr::Plain(w) => w.try_write(data),
+            ServerWr::Tls(_) => would_block(),
+        }
+    }
+
+    fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
+        match self {
+            ServerWr::Plain(w) => w.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)]),
+            ServerWr::Tls(_) => would_block(),
+        }
+    }
+}
+
+impl AsyncRead for ServerStream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ServerStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            ServerStream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ServerStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ServerStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            ServerStream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ServerStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            ServerStream::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            ServerStream::Plain(s) => s.is_write_vectored(),
+            ServerStream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ServerStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            ServerStream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ServerStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            ServerStream::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+        }
+    }
+}
+
+impl AsyncRead for ServerRd<'_> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ServerRd::Plain(r) => Pin::new(r).poll_read(cx, buf),
+            ServerRd::Tls(r) => Pin::new(r).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ServerWr<'_> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ServerWr::Plain(w) => Pin::new(w).poll_write(cx, buf),
+            ServerWr::Tls(w) => Pin::new(w).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ServerWr::Plain(w) => Pin::new(w).poll_write_vectored(cx, bufs),
+            ServerWr::Tls(w) => Pin::new(w).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            ServerWr::Plain(w) => w.is_write_vectored(),
+            ServerWr::Tls(w) => w.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ServerWr::Plain(w) => Pin::new(w).poll_flush(cx),
+            ServerWr::Tls(w) => Pin::new(w).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ServerWr::Plain(w) => Pin::new(w).poll_shutdown(cx),
+            ServerWr::Tls(w) => Pin::new(w).poll_shutdown(cx),
+        }
+    }
+}

@@ -160,7 +160,7 @@ rules = [ { path_prefix = "/a", pool = "a" }, { path_prefix = "/b", pool = "b" }
 [[pool]]
 name = "a"
 tls = true
-protocol = "h2"
+protocol = "http1"
 servers = [ { address = "127.0.0.1:9002" } ]
 [[pool]]
 name = "b"
@@ -176,7 +176,7 @@ servers = [ { address = "127.0.0.1:9004" } ]
     let pool = |n: &str| c.pool(c.pool_by_name(n).unwrap());
     assert_eq!((pool("main").tls.as_ref(), pool("main").protocol), (None, UpstreamProtocol::Http1));
     assert_eq!(pool("a").tls, Some(UpstreamTls { verify: true, ca: None, server_name: None, client_cert: None }));
-    assert_eq!(pool("a").protocol, UpstreamProtocol::Http2);
+    assert_eq!(pool("a").protocol, UpstreamProtocol::Http1);
     let b = pool("b").tls.as_ref().unwrap();
     assert_eq!((b.verify, b.server_name.as_deref()), (false, Some("api.internal")));
     let cc = pool("c").tls.as_ref().unwrap();

@@ -8,6 +8,12 @@
 //! where useful, a hint. Only a TOML syntax error stops early: the parser
 //! cannot recover, so it is the single diagnostic.
 //!
+//! Validation reads the PEM files the configuration names (certificates,
+//! keys, CAs; see `pem`) and keeps their contents in the model, so a
+//! running engine never opens a file the check did not see, and a reload
+//! reads renewed files again. Relative paths start at the configuration
+//! file's directory ([`load`]) or the working directory ([`parse`]).
+//!
 //! Entry points:
 //! - [`load`] / [`parse`]: `Ok(Config)` or every diagnostic (errors and
 //!   warnings). Warnings alone do not fail; they are dropped on success.

@@ -24,6 +24,9 @@ use crate::diagnostic::Report;
 use crate::raw::*;
 use crate::units::{closest, suggest};
 
+mod tls;
+use tls::{flag_or_table, read_hsts, read_http2, read_server_tls, read_upstream_tls, redirect_https, FlagOr};
+
 type Value<'i> = Spanned<DeValue<'i>>;
 type Key<'i> = Spanned<Cow<'i, str>>;
 
@@ -49,22 +52,6 @@ const SERVICE_KEYS: &[&str] = &[
     "tls",
     "http2",
 ];
-const SERVER_TLS_KEYS: &[&str] = &[
-    "certificate",
-    "key",
-    "certificates",
-    "min_version",
-    "ciphers",
-    "groups",
-    "tickets",
-    "session_cache",
-    "client_auth",
-];
-const CERT_KEY_KEYS: &[&str] = &["certificate", "key"];
-const CLIENT_AUTH_KEYS: &[&str] = &["ca", "required"];
-const HTTP2_KEYS: &[&str] = &["enabled", "max_concurrent_streams", "max_resets"];
-const UPSTREAM_TLS_KEYS: &[&str] = &["verify", "ca", "server_name", "certificate", "key"];
-const HSTS_KEYS: &[&str] = &["max_age", "include_subdomains", "preload"];
 const UDP_KEYS: &[&str] = &["max_flows", "flow_idle", "per_datagram"];
 const SNI_ROUTE_KEYS: &[&str] = &["name", "pool"];
 const TIMEOUT_KEYS: &[&str] = &["client_header", "client_idle", "connect", "server_response", "server_idle"];
@@ -548,201 +535,6 @@ fn read_health_check(r: &mut Report<'_>, table: &DeTable<'_>) -> RawHealthCheck 
         }
     }
     raw
-}
-
-fn read_server_tls(r: &mut Report<'_>, table: &DeTable<'_>) -> RawServerTls {
-    let mut raw = RawServerTls::default();
-    for (key, value) in entries(table) {
-        let name = key.get_ref().as_ref();
-        let errors_before = r.error_count();
-        match name {
-            "certificate" => raw.certificate = string(r, name, value),
-            "key" => raw.key = string(r, name, value),
-            "certificates" => {
-                let list = array_of_tables(r, name, value, "[[service.tls.certificates]]")
-                    .into_iter()
-                    .map(|(span, t)| S::new(span, read_cert_key(r, t)))
-                    .collect();
-                if matches!(value.get_ref(), DeValue::Array(_)) {
-                    raw.certificates = Some(S::new(value.span(), list));
-                }
-            }
-            "min_version" => raw.min_version = version(r, name, value),
-            "ciphers" => raw.ciphers = strings(r, name, value),
-            "groups" => raw.groups = strings(r, name, value),
-            "tickets" => raw.tickets = boolean(r, name, value),
-            "session_cache" => raw.session_cache = cache_size(r, name, value),
-            "client_auth" => {
-                raw.client_auth = table_of(r, name, value).map(|t| S::new(value.span(), read_client_auth(r, t)))
-            }
-            _ => raw.broken.extend(unknown_key(r, key, SERVER_TLS_KEYS, "in `tls`")),
-        }
-        if r.error_count() > errors_before {
-            raw.broken.push(name.to_string());
-        }
-    }
-    raw
-}
-
-fn read_cert_key(r: &mut Report<'_>, table: &DeTable<'_>) -> RawCertKey {
-    let mut raw = RawCertKey::default();
-    for (key, value) in entries(table) {
-        let name = key.get_ref().as_ref();
-        let errors_before = r.error_count();
-        match name {
-            "certificate" => raw.certificate = string(r, name, value),
-            "key" => raw.key = string(r, name, value),
-            _ => raw.broken.extend(unknown_key(r, key, CERT_KEY_KEYS, "in a `certificates` entry")),
-        }
-        if r.error_count() > errors_before {
-            raw.broken.push(name.to_string());
-        }
-    }
-    raw
-}
-
-fn read_client_auth(r: &mut Report<'_>, table: &DeTable<'_>) -> RawClientAuth {
-    let mut raw = RawClientAuth::default();
-    for (key, value) in entries(table) {
-        let name = key.get_ref().as_ref();
-        let errors_before = r.error_count();
-        match name {
-            "ca" => raw.ca = string(r, name, value),
-            "required" => raw.required = boolean(r, name, value),
-            _ => raw.broken.extend(unknown_key(r, key, CLIENT_AUTH_KEYS, "in `client_auth`")),
-        }
-        if r.error_count() > errors_before {
-            raw.broken.push(name.to_string());
-        }
-    }
-    raw
-}
-
-fn read_http2(r: &mut Report<'_>, table: &DeTable<'_>) -> RawHttp2 {
-    let mut raw = RawHttp2::default();
-    for (key, value) in entries(table) {
-        let name = key.get_ref().as_ref();
-        match name {
-            "enabled" => raw.enabled = boolean(r, name, value),
-            "max_concurrent_streams" => raw.max_concurrent_streams = integer(r, name, value),
-            "max_resets" => raw.max_resets = integer(r, name, value),
-            _ => {
-                unknown_key(r, key, HTTP2_KEYS, "in `http2`");
-            }
-        }
-    }
-    raw
-}
-
-fn read_upstream_tls(r: &mut Report<'_>, table: &DeTable<'_>) -> RawUpstreamTls {
-    let mut raw = RawUpstreamTls::default();
-    for (key, value) in entries(table) {
-        let name = key.get_ref().as_ref();
-        let errors_before = r.error_count();
-        match name {
-            "verify" => raw.verify = boolean(r, name, value),
-            "ca" => raw.ca = string(r, name, value),
-            "server_name" => raw.server_name = string(r, name, value),
-            "certificate" => raw.certificate = string(r, name, value),
-            "key" => raw.key = string(r, name, value),
-            _ => raw.broken.extend(unknown_key(r, key, UPSTREAM_TLS_KEYS, "in a pool's `tls`")),
-        }
-        if r.error_count() > errors_before {
-            raw.broken.push(name.to_string());
-        }
-    }
-    raw
-}
-
-fn read_hsts(r: &mut Report<'_>, table: &DeTable<'_>) -> RawHsts {
-    let mut raw = RawHsts::default();
-    for (key, value) in entries(table) {
-        let name = key.get_ref().as_ref();
-        match name {
-            "max_age" => raw.max_age = duration(r, name, value),
-            "include_subdomains" => raw.include_subdomains = boolean(r, name, value),
-            "preload" => raw.preload = boolean(r, name, value),
-            _ => {
-                unknown_key(r, key, HSTS_KEYS, "in `hsts`");
-            }
-        }
-    }
-    raw
-}
-
-/// A key that takes a boolean or a table (`http2`, `hsts`, a pool's `tls`).
-enum FlagOr<'a, 'i> {
-    Flag(S<bool>),
-    Table(&'a DeTable<'i>),
-}
-
-fn flag_or_table<'a, 'i>(r: &mut Report<'_>, key: &str, value: &'a Value<'i>) -> Option<FlagOr<'a, 'i>> {
-    match value.get_ref() {
-        DeValue::Table(t) => Some(FlagOr::Table(t)),
-        _ if is_boolean_text(value) => boolean(r, key, value).map(FlagOr::Flag),
-        _ => {
-            type_error(r, key, value, "a boolean or a table");
-            None
-        }
-    }
-}
-
-/// A boolean, or a string `boolean` explains (`"true"`, `"false"`).
-fn is_boolean_text(value: &Value<'_>) -> bool {
-    match value.get_ref() {
-        DeValue::Boolean(_) => true,
-        DeValue::String(s) => matches!(s.as_ref(), "true" | "false"),
-        _ => false,
-    }
-}
-
-/// A TLS version string; a bare `1.2` (a TOML float) gets a hint.
-fn version(r: &mut Report<'_>, key: &str, value: &Value<'_>) -> Option<S<String>> {
-    match value.get_ref() {
-        DeValue::String(s) => Some(S::new(value.span(), s.to_string())),
-        DeValue::Float(_) => {
-            r.error_hint(
-                &value.span(),
-                format!("`{key}` must be a string, not a float"),
-                "write the version in quotes: \"1.2\" or \"1.3\"",
-            );
-            None
-        }
-        _ => {
-            type_error(r, key, value, "a string (\"1.2\" or \"1.3\")");
-            None
-        }
-    }
-}
-
-fn cache_size(r: &mut Report<'_>, key: &str, value: &Value<'_>) -> Option<S<RawCacheSize>> {
-    match value.get_ref() {
-        DeValue::Integer(_) => {
-            integer(r, key, value).map(|n| S::new(value.span(), RawCacheSize::Entries(*n.get_ref())))
-        }
-        _ if is_boolean_text(value) => {
-            boolean(r, key, value).map(|b| S::new(value.span(), RawCacheSize::Flag(*b.get_ref())))
-        }
-        _ => {
-            type_error(r, key, value, "a boolean or a number of entries");
-            None
-        }
-    }
-}
-
-fn redirect_https(r: &mut Report<'_>, key: &str, value: &Value<'_>) -> Option<S<RawRedirectHttps>> {
-    match value.get_ref() {
-        DeValue::Integer(_) => {
-            integer(r, key, value).map(|n| S::new(value.span(), RawRedirectHttps::Port(*n.get_ref())))
-        }
-        _ if is_boolean_text(value) => {
-            boolean(r, key, value).map(|b| S::new(value.span(), RawRedirectHttps::Flag(*b.get_ref())))
-        }
-        _ => {
-            type_error(r, key, value, "`true` or a port number");
-            None
-        }
-    }
 }
 
 /// A table's entries in file order (the parser's map is sorted by key).

@@ -4,7 +4,8 @@
 //! names to [`PoolId`]s; listeners are compared across the whole file at the
 //! end, and then with the admin listener. `[admin]` and `[access_log]` are
 //! checked in [`crate::ops`], a pool's `persistence` in [`crate::persistence`],
-//! the service mode and layer-4 keys in [`crate::l4`]. A value that is wrong
+//! the service mode and layer-4 keys in [`crate::l4`], TLS and HTTP/2 in
+//! [`crate::tls`] (the files it names in [`crate::pem`]). A value that is wrong
 //! is reported and replaced by its default, so the rest of the file is still checked and one mistake does not hide another
 //! (nor cause a cascade: a pool with a bad field still exists by name). The
 //! [`Config`] built here is only handed out when no error was reported.

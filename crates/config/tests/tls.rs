@@ -97,6 +97,14 @@ fn the_bench_configuration_validates() {
 }
 
 #[test]
+fn pkcs1_and_sec1_keys_are_read() {
+    for (cert, key) in [("rsa.crt", "rsa-pkcs1.key"), ("ecdsa.crt", "ecdsa-sec1.key")] {
+        let c = https(&format!(r#"tls = {{ certificate = "FIXTURES/{cert}", key = "FIXTURES/{key}" }}"#));
+        assert!(c.is_ok(), "{key}: {}", c.unwrap_err());
+    }
+}
+
+#[test]
 fn a_chain_is_kept_leaf_first() {
     let c = https(r#"tls = { certificate = "FIXTURES/chain.crt", key = "FIXTURES/chain.key" }"#).unwrap();
     let pem = &c.services[0].tls.as_ref().unwrap().certificates[0].certificate.pem;

@@ -275,3 +275,34 @@ fn the_origin_command_serves_tls_from_pem_files() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["tls_handshakes"], 1);
 }
+
+#[test]
+fn the_configuration_file_sets_up_tls_towards_servers() {
+    let pki = Pki::new("test CA");
+    let clients = Pki::new("client CA");
+    let origin = tls_origin(&pki, Some(&clients));
+    let dir = temp_dir("upstream-tls-files");
+    let (cert, key) = clients.leaf(&["proxy.test"]);
+    for (name, text) in [("ca.pem", pki.ca.as_str()), ("client.pem", &cert), ("client.key", &key)] {
+        std::fs::write(dir.join(name), text).expect("write PEM");
+    }
+    let file = |name: &str| dir.join(name).display().to_string();
+    let tls = format!(
+        "tls = {{ ca = \"{}\", server_name = \"origin.test\", certificate = \"{}\", key = \"{}\" }}\n",
+        file("ca.pem"),
+        file("client.pem"),
+        file("client.key")
+    );
+    let listen = proxy_addr();
+    let proxy = common::Proxy::start(&format!("{}{tls}", simple_config(listen, &[origin.addr], "")), listen);
+    let r = proxy.get("/");
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), proxy.log());
+    assert_eq!(origin.requests(), 1);
+    drop(proxy);
+    // `tls = true`: the system trust store, which does not know the test CA.
+    let listen = proxy_addr();
+    let proxy = common::Proxy::start(&format!("{}tls = true\n", simple_config(listen, &[origin.addr], "")), listen);
+    assert_bad_gateway(&proxy.get("/"));
+    common::wait_for("the failure in the log", || proxy.log().contains("server tls failed").then_some(()));
+    assert_eq!(origin.requests(), 1);
+}

@@ -239,7 +239,11 @@ impl Backend for EngineBackend {
     }
 
     fn validate(&self, source: &str, name: &str) -> Result<Vec<String>, Vec<String>> {
-        let (config, diagnostics) = switchyard_config::parse_with_warnings(source, name);
+        // Relative file paths in the text mean what they would in the running file.
+        let (config, diagnostics) = match &self.file {
+            Some(file) => switchyard_config::parse_file_with_warnings(source, &file.with_file_name(name)),
+            None => switchyard_config::parse_with_warnings(source, name),
+        };
         let lines = diagnostics.0.iter().map(|d| d.to_string()).collect();
         match config {
             Some(_) => Ok(lines),

@@ -26,7 +26,7 @@ pub fn check(path: &Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (config, diagnostics) = switchyard_config::parse_with_warnings(&source, &path.display().to_string());
+    let (config, diagnostics) = switchyard_config::parse_file_with_warnings(&source, path);
     for d in &diagnostics.0 {
         eprintln!("{d}");
     }
@@ -46,8 +46,11 @@ pub fn check(path: &Path) -> ExitCode {
 /// `switchyard run -c FILE [--workers N]`.
 pub fn run(path: &Path, workers: Option<usize>) -> anyhow::Result<()> {
     let source = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let config = switchyard_config::parse(&source, &path.display().to_string())
-        .map_err(|d| anyhow!("invalid configuration\n{d}"))?;
+    let (config, diagnostics) = switchyard_config::parse_file_with_warnings(&source, path);
+    let config = config.ok_or_else(|| anyhow!("invalid configuration\n{diagnostics}"))?;
+    for d in &diagnostics.0 {
+        tracing::warn!("{d}");
+    }
     serve(config, workers, Vec::new(), Some(path.to_path_buf()), source)
 }
 

@@ -7,9 +7,11 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use common::{check, workspace_root, Client, Origin, Proxy};
+use rcgen::{CertificateParams, KeyPair, PKCS_ECDSA_P256_SHA256, PKCS_RSA_SHA256};
 
 /// The example files, sorted.
 fn examples() -> Vec<PathBuf> {
@@ -37,6 +39,7 @@ fn every_example_passes_check() {
     let files = examples();
     assert!(files.len() >= 2, "expected the examples, found {files:?}");
     for file in files {
+        let file = prepared(&file);
         let (code, stdout, stderr) = check(&file);
         assert_eq!(code, 0, "{} fails check:\n{stdout}{stderr}", file.display());
         assert!(!stderr.contains("warning:"), "{} has warnings:\n{stderr}", file.display());
@@ -53,11 +56,36 @@ fn every_example_runs() {
             "quickstart.toml" => quickstart(&file),
             "l4-tcp.toml" => l4_tcp(&file),
             "l4-udp.toml" => l4_udp(&file),
+            "https.toml" => https(&prepared(&file)),
             other => panic!("examples/{other} has no scenario in crates/cli/tests/examples.rs: add one"),
         }
         covered.push(name);
     }
     assert!(covered.len() >= 4, "covered {covered:?}");
+}
+
+/// The example to check or run: the file itself, or for an example that reads certificate
+/// files, a copy in a fresh directory beside the certificates it names (generated here, as
+/// its comments tell a user to do with `openssl`).
+fn prepared(file: &Path) -> PathBuf {
+    if file.file_name().is_none_or(|n| n != "https.toml") {
+        return file.to_path_buf();
+    }
+    let dir = common::temp_dir("example-https");
+    std::fs::create_dir_all(dir.join("certs")).expect("certs dir");
+    for (name, host, rsa) in [("site", "localhost", true), ("api", "api.localhost", false)] {
+        let key = if rsa {
+            KeyPair::generate_rsa_for(&PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048).expect("RSA key")
+        } else {
+            KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).expect("ECDSA key")
+        };
+        let cert = CertificateParams::new(vec![host.to_string()]).expect("params").self_signed(&key).expect("sign");
+        std::fs::write(dir.join(format!("certs/{name}.crt")), cert.pem()).expect("write certificate");
+        std::fs::write(dir.join(format!("certs/{name}.key")), key.serialize_pem()).expect("write key");
+    }
+    let copy = dir.join("https.toml");
+    std::fs::copy(file, &copy).expect("copy the example");
+    copy
 }
 
 fn l7_content_switching(file: &std::path::Path) {
@@ -161,4 +189,60 @@ fn l4_udp(file: &std::path::Path) {
         seen.insert(server);
     }
     assert_eq!(seen.len(), 2, "flows of different clients use both servers: {seen:?}");
+}
+
+/// curl against the example's HTTPS listener, trusting `ca` (a self-signed certificate of
+/// the example's directory), resolving `host` to 127.0.0.1. Returns (status, body, HTTP
+/// version, response headers).
+fn curl(ca: &Path, host: &str, path: &str, http2: bool) -> (u16, String, String, String) {
+    let dir = common::temp_dir("example-curl");
+    let headers = dir.join("headers.txt");
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(ca)
+        .args(["--resolve", &format!("{host}:18443:127.0.0.1"), "-D"])
+        .arg(&headers)
+        .args(["-w", "\n%{http_code} %{http_version}", if http2 { "--http2" } else { "--http1.1" }])
+        .arg(format!("https://{host}:18443{path}"))
+        .output()
+        .expect("run curl (scripts/test.sh installs it)");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "curl https://{host}{path} failed: {}{stdout}", String::from_utf8_lossy(&out.stderr));
+    let (body, last) = stdout.rsplit_once('\n').unwrap_or(("", &stdout));
+    let (code, version) = last.split_once(' ').unwrap_or((last, ""));
+    let headers = std::fs::read_to_string(&headers).unwrap_or_default().to_ascii_lowercase();
+    (code.parse().unwrap_or(0), body.to_string(), version.to_string(), headers)
+}
+
+fn https(file: &Path) {
+    let _app_1 = origin_at("127.0.0.1:19041", "app-1");
+    let _app_2 = origin_at("127.0.0.1:19042", "app-2");
+    let _proxy = Proxy::run_file(file, addr("127.0.0.1:18443"));
+    let certs = file.parent().expect("example directory").join("certs");
+
+    // HTTP/2 by ALPN with the default (RSA) certificate; both servers answer in turn.
+    let mut origins = Vec::new();
+    for _ in 0..2 {
+        let (status, body, version, headers) =
+            curl(&certs.join("site.crt"), "localhost", "/?size=64&compressible=1", true);
+        assert_eq!((status, version.as_str(), body.len()), (200, "2", 64), "{headers}");
+        assert!(headers.contains("strict-transport-security: max-age=31536000; includesubdomains"), "{headers}");
+        let origin = headers.lines().find_map(|l| l.strip_prefix("x-origin: ")).unwrap_or_default();
+        origins.push(origin.trim().to_string());
+    }
+    origins.sort();
+    assert_eq!(origins, ["app-1", "app-2"]);
+
+    // SNI api.localhost gets the ECDSA certificate: curl trusts only that one and succeeds.
+    let (status, _, version, _) = curl(&certs.join("api.crt"), "api.localhost", "/", false);
+    assert_eq!((status, version.as_str()), (200, "1.1"));
+
+    // Clear text is redirected to the HTTPS port, keeping the target.
+    let r = Client::connect(addr("127.0.0.1:18088")).get("/some/page?x=1");
+    assert_eq!(r.status, 301);
+    assert_eq!(
+        r.header("location"),
+        Some("https://test:18443/some/page?x=1"),
+        "Host of the request (the client sends `test`)"
+    );
 }

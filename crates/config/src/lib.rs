@@ -79,6 +79,14 @@ pub fn load_with_warnings(path: &Path) -> (Option<Config>, Diagnostics) {
     }
 }
 
+/// Validates `source` as the contents of the file at `path` (already read by
+/// the caller, who needs the text too): diagnostics name `path`, and relative
+/// paths in it are relative to the file's directory, as with [`load`]. Also
+/// returns the warnings of a valid file.
+pub fn parse_file_with_warnings(source: &str, path: &Path) -> (Option<Config>, Diagnostics) {
+    check(source, &path.display().to_string(), &pem::Files::beside(path))
+}
+
 /// Like [`parse`], but also returns the warnings of a valid file. The
 /// configuration is `Some` exactly when no diagnostic is an error.
 pub fn parse_with_warnings(source: &str, file_name: &str) -> (Option<Config>, Diagnostics) {

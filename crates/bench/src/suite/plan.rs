@@ -333,7 +333,7 @@ pub fn direct_support(t: &TestPlan) -> Support {
         Setup::L7 | Setup::L4 | Setup::Udp => Support::Yes,
         Setup::L7Log => Support::No("baseline: the origin simulator writes no access log".into()),
         Setup::Cookie => Support::No("baseline: the origin does not insert persistence cookies".into()),
-        Setup::TlsRsa | Setup::TlsEcdsa => Support::No("baseline: the origin simulator does not speak TLS".into()),
+        Setup::TlsRsa | Setup::TlsEcdsa => Support::No("baseline: the bench runs its origins in clear text".into()),
         Setup::Gzip => Support::No("baseline: the origin simulator does not compress".into()),
         Setup::Cache => Support::No("baseline: the origin has no cache in front of it".into()),
     }

@@ -103,6 +103,7 @@ pub fn run(spec: &LoadSpec) -> io::Result<LoadReport> {
                 report.connections += stats.connections;
                 report.tls_handshakes += stats.tls_handshakes;
                 report.tls_resumed += stats.tls_resumed;
+                report.tls_suite = report.tls_suite.or(stats.tls_suite);
                 report.body_bytes += stats.body_bytes;
                 report.encoded_responses += stats.encoded;
                 report.cpu_s += stats.cpu.as_secs_f64();

@@ -97,6 +97,8 @@ pub struct LoadReport {
     pub tls_handshakes: u64,
     /// Resumed handshakes.
     pub tls_resumed: u64,
+    /// The cipher suite negotiated (IANA name, e.g. `TLS13_AES_128_GCM_SHA256`), if TLS.
+    pub tls_suite: Option<String>,
     /// Response body bytes received.
     pub body_bytes: u64,
     /// Responses that carried `content-encoding` (compression checks).

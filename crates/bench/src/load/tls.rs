@@ -20,6 +20,14 @@ use super::spec::{KxGroup, Protocol, TlsSpec};
 /// Where the system's CA bundle is looked for when certificates are verified.
 const CA_BUNDLES: &[&str] = &["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"];
 
+/// TLS 1.3 suites in the order Chrome and Firefox offer them (the generator's own
+/// preference); a suite not listed keeps rustls's order after these.
+const BROWSER_ORDER: &[rustls::CipherSuite] = &[
+    rustls::CipherSuite::TLS13_AES_128_GCM_SHA256,
+    rustls::CipherSuite::TLS13_AES_256_GCM_SHA384,
+    rustls::CipherSuite::TLS13_CHACHA20_POLY1305_SHA256,
+];
+
 /// The rustls client configuration for `tls` and `protocol` (ALPN `h2` or `http/1.1`).
 pub fn client_config(tls: &TlsSpec, protocol: Protocol) -> io::Result<Arc<ClientConfig>> {
     let group = match tls.group {
@@ -27,7 +35,12 @@ pub fn client_config(tls: &TlsSpec, protocol: Protocol) -> io::Result<Arc<Client
         KxGroup::P256 => aws_lc_rs::kx_group::SECP256R1,
         KxGroup::X25519MlKem768 => aws_lc_rs::kx_group::X25519MLKEM768,
     };
-    let provider = Arc::new(CryptoProvider { kx_groups: vec![group], ..aws_lc_rs::default_provider() });
+    // TLS 1.3 suites in the order browsers offer them (AES-128 first), then TLS 1.2's:
+    // every target that honours the client's order negotiates the same suite.
+    let mut cipher_suites = aws_lc_rs::default_provider().cipher_suites;
+    cipher_suites
+        .sort_by_key(|s| (s.version() != &rustls::version::TLS13, BROWSER_ORDER.iter().position(|&n| n == s.suite())));
+    let provider = Arc::new(CryptoProvider { kx_groups: vec![group], cipher_suites, ..aws_lc_rs::default_provider() });
     let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
         .map_err(io::Error::other)?;

@@ -101,6 +101,8 @@ pub struct Stats {
     pub tls_handshakes: u64,
     /// Of which resumed.
     pub tls_resumed: u64,
+    /// The cipher suite of the last TLS handshake (IANA name), if any.
+    pub tls_suite: Option<String>,
     /// Response body bytes.
     pub body_bytes: u64,
     /// Responses with a `content-encoding`.
@@ -211,9 +213,12 @@ impl Local {
         }
     }
 
-    fn handshake(&self, resumed: bool) {
+    fn handshake(&self, resumed: bool, suite: Option<rustls::SupportedCipherSuite>) {
+        let mut stats = self.stats.borrow_mut();
+        if stats.tls_suite.is_none() {
+            stats.tls_suite = suite.and_then(|s| s.suite().as_str()).map(str::to_string);
+        }
         if self.measured(Instant::now()) {
-            let mut stats = self.stats.borrow_mut();
             stats.tls_handshakes += 1;
             stats.tls_resumed += u64::from(resumed);
         }
@@ -247,7 +252,7 @@ async fn connect(local: &Local) -> io::Result<Stream> {
         let Some((connector, name)) = &shared.tls else { return Ok(Stream::Plain(tcp)) };
         let tls = connector.connect(name.clone(), tcp).await?;
         let session = tls.get_ref().1;
-        local.handshake(session.handshake_kind() == Some(HandshakeKind::Resumed));
+        local.handshake(session.handshake_kind() == Some(HandshakeKind::Resumed), session.negotiated_cipher_suite());
         if shared.protocol == Protocol::Http2 && session.alpn_protocol() != Some(b"h2") {
             return Err(io::Error::other("the target did not negotiate h2"));
         }

@@ -214,6 +214,9 @@ pub fn check_udp(addr: SocketAddr) -> anyhow::Result<()> {
     bail!("no UDP answer from {addr}")
 }
 
+/// The suite every target must negotiate in the TLS tests.
+const BENCH_SUITE: &str = "TLS13_AES_128_GCM_SHA256";
+
 /// A few full TLS handshakes and requests through the load generator.
 fn check_tls(addr: SocketAddr) -> anyhow::Result<()> {
     use crate::load::{KxGroup, LoadSpec, Pace, Protocol, TlsSpec};
@@ -236,6 +239,9 @@ fn check_tls(addr: SocketAddr) -> anyhow::Result<()> {
     ensure!(r.requests > 0 && r.tls_handshakes > 0, "no TLS request completed ({} errors)", r.errors);
     ensure!(r.errors == 0, "{} of {} TLS requests failed", r.errors, r.requests + r.errors);
     ensure!(r.tls_resumed == 0, "{} handshakes were resumed although resumption is off", r.tls_resumed);
+    // The same suite on every target, or the comparison would measure a cipher choice.
+    let suite = r.tls_suite.as_deref().unwrap_or("none");
+    ensure!(suite == BENCH_SUITE, "negotiated {suite}, expected {BENCH_SUITE} (the generator's first choice)");
     Ok(())
 }
 

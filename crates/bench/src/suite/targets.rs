@@ -230,6 +230,9 @@ pub fn haproxy(setup: Setup, env: &Env) -> Generated {
     if setup.tls() {
         // TLS 1.2 and 1.3 for every target (NGINX 1.22's default lacks 1.3).
         s += "    tune.ssl.cachesize 0\n    ssl-default-bind-options ssl-min-ver TLSv1.2 no-tls-tickets\n";
+        // HAProxy orders TLS 1.3 suites itself (OpenSSL's order, AES-256 first); this
+        // order makes it pick the suite the generator and the other targets use.
+        s += "    ssl-default-bind-ciphersuites TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256\n";
     }
     if setup == Setup::Gzip {
         s += "    tune.comp.maxlevel 1\n";

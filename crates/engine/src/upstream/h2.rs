@@ -29,9 +29,7 @@
 //! fails only the streams it carried.
 
 use std::cell::{Cell, RefCell};
-use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -40,7 +38,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use h2::client::{ResponseFuture, SendRequest};
 use h2::Reason;
 use switchyard_config::Pool;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -51,6 +49,7 @@ use crate::error::{Kind, ProxyError};
 use crate::http::parse::{self, Framing, HeadLimits};
 use crate::http2::data::{self, RecvFailed};
 use crate::http2::head;
+use crate::http2::io::{Pipe, PipeEnd};
 
 /// Flow-control window of each stream: response bytes a server may send
 /// before the client it goes to has taken them.
@@ -60,8 +59,6 @@ const STREAM_WINDOW: u32 = 256 * 1024;
 const CONNECTION_WINDOW: u32 = 8 * 1024 * 1024;
 /// Request bytes buffered per stream before the server must take them.
 const SEND_BUFFER: usize = 256 * 1024;
-/// Bytes each direction of a stream's pipe buffers.
-const PIPE_BUFFER: usize = 64 * 1024;
 /// The request head the pipeline writes is one it built; these only bound it.
 const HEAD_LIMITS: HeadLimits = HeadLimits { max_bytes: 256 * 1024, max_fields: 1024 };
 
@@ -272,13 +269,12 @@ fn open_stream(shared: &Shared, scheme: &'static str, target: &Target<'_>) -> Up
     let state = &shared.state;
     state.streams.set(state.streams.get() + 1);
     let open = StreamGuard(state.clone());
-    let (rd, to_pipeline) = tokio::io::duplex(PIPE_BUFFER);
-    let (wr, from_pipeline) = tokio::io::duplex(PIPE_BUFFER);
+    let (pipe, PipeEnd { to_pipeline, from_pipeline }) = Pipe::pair(None);
     let failure = Rc::new(Cell::new(None));
     let ends = Ends { from_pipeline, to_pipeline, failure: failure.clone() };
     let authority = target.addr.to_string();
     let task = tokio::task::spawn_local(exchange(shared.send.clone(), ends, scheme, authority, target.idle, open));
-    let stream = H2Stream { rd, wr, task, failure };
+    let stream = H2Stream { pipe, task, failure };
     UpstreamConn { stream: ServerStream::H2(Box::new(stream)), buf: BytesMut::with_capacity(16 * 1024), served: 0 }
 }
 
@@ -299,10 +295,8 @@ impl Drop for StreamGuard {
 /// an HTTP/1.1 request and answers an HTTP/1.1 response. Dropping it ends
 /// the exchange (the stream is reset if still open).
 pub struct H2Stream {
-    /// Response bytes, written by [`exchange`].
-    rd: DuplexStream,
-    /// Request bytes, read by [`exchange`].
-    wr: DuplexStream,
+    /// Reads the response, written by [`exchange`]; writes the request, read by it.
+    pipe: Pipe,
     task: JoinHandle<()>,
     failure: Rc<Cell<Option<&'static str>>>,
 }
@@ -320,35 +314,21 @@ impl Drop for H2Stream {
 }
 
 impl H2Stream {
-    /// Both directions, borrowed at once (full-duplex body relay).
-    pub fn split(&mut self) -> (&mut DuplexStream, &mut DuplexStream) {
-        (&mut self.rd, &mut self.wr)
+    /// The pipeline's end of the pipes (the same [`Pipe`] a client stream of
+    /// the HTTP/2 front end is served over).
+    pub fn pipe(&mut self) -> &mut Pipe {
+        &mut self.pipe
+    }
+
+    /// The pipeline's end, shared.
+    pub fn pipe_ref(&self) -> &Pipe {
+        &self.pipe
     }
 
     /// Why the stream failed on the HTTP/2 side, when that says more than
     /// "the server closed the connection" (a reset, a GOAWAY, a protocol error).
     pub fn failure(&self) -> Option<&'static str> {
         self.failure.get()
-    }
-}
-
-impl AsyncRead for H2Stream {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.rd).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for H2Stream {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.wr).poll_write(cx, data)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.wr).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.wr).poll_shutdown(cx)
     }
 }
 

@@ -19,6 +19,7 @@ use tokio_rustls::client::TlsStream;
 
 use super::h2::H2Stream;
 use crate::http::body::Sink;
+use crate::http::ClientStream;
 
 /// A connection to a server.
 #[derive(Debug)]
@@ -101,7 +102,7 @@ impl ServerStream {
                 (ServerRd::Tls(r), ServerWr::Tls(w))
             }
             ServerStream::H2(s) => {
-                let (r, w) = s.split();
+                let (r, w) = s.pipe().halves();
                 (ServerRd::H2(r), ServerWr::H2(w))
             }
         }
@@ -151,7 +152,7 @@ impl AsyncRead for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
-            ServerStream::H2(s) => Pin::new(&mut **s).poll_read(cx, buf),
+            ServerStream::H2(s) => Pin::new(s.pipe()).poll_read(cx, buf),
         }
     }
 }
@@ -161,7 +162,7 @@ impl AsyncWrite for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
-            ServerStream::H2(s) => Pin::new(&mut **s).poll_write(cx, buf),
+            ServerStream::H2(s) => Pin::new(s.pipe()).poll_write(cx, buf),
         }
     }
 
@@ -173,7 +174,7 @@ impl AsyncWrite for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
-            ServerStream::H2(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+            ServerStream::H2(s) => Pin::new(s.pipe()).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -181,7 +182,7 @@ impl AsyncWrite for ServerStream {
         match self {
             ServerStream::Plain(s) => s.is_write_vectored(),
             ServerStream::Tls(s) => s.is_write_vectored(),
-            ServerStream::H2(s) => s.is_write_vectored(),
+            ServerStream::H2(s) => s.pipe_ref().is_write_vectored(),
         }
     }
 
@@ -189,7 +190,7 @@ impl AsyncWrite for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => Pin::new(s).poll_flush(cx),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
-            ServerStream::H2(s) => Pin::new(&mut **s).poll_flush(cx),
+            ServerStream::H2(s) => Pin::new(s.pipe()).poll_flush(cx),
         }
     }
 
@@ -197,7 +198,7 @@ impl AsyncWrite for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
-            ServerStream::H2(s) => Pin::new(&mut **s).poll_shutdown(cx),
+            ServerStream::H2(s) => Pin::new(s.pipe()).poll_shutdown(cx),
         }
     }
 }

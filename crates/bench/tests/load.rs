@@ -309,12 +309,32 @@ fn http2_prior_knowledge_and_over_tls() {
     assert_h2_works(&report, 5);
     assert_eq!(report.tls_handshakes, 2);
 
-    // A target without HTTP/2 (the origin speaks HTTP/1.1 only): errors, nothing counted.
-    let (origin, _) = origin(&rt);
-    let spec = LoadSpec { duration: Duration::from_millis(300), ..h2(spec(origin, "/")) };
-    let report = load::run(&spec).unwrap();
+    // A target without HTTP/2 (an HTTP/1.1 server answers the preface with a 400 and
+    // closes; the origin simulator itself speaks h2c): errors, nothing counted.
+    let http1 = rt.block_on(TcpListener::bind(SocketAddr::from((LOCALHOST, 0)))).unwrap();
+    let http1_addr = http1.local_addr().unwrap();
+    rt.spawn(async move {
+        while let Ok((mut tcp, _)) = http1.accept().await {
+            tokio::spawn(async move {
+                let mut scratch = [0u8; 1024];
+                let _ = tcp.read(&mut scratch).await;
+                let _ =
+                    tcp.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+            });
+        }
+    });
+    let refused = LoadSpec { duration: Duration::from_millis(300), ..h2(spec(http1_addr, "/")) };
+    let report = load::run(&refused).unwrap();
     assert_eq!(report.requests, 0);
     assert!(report.errors > 0, "{report:?}");
+
+    // The origin simulator serves h2c with prior knowledge: streams share its connections.
+    let (origin, stats) = origin(&rt);
+    let report = load::run(&h2(spec(origin, "/?size=300"))).unwrap();
+    assert_h2_works(&report, 300);
+    // Requests still in flight when the run stopped are counted by the origin only.
+    assert!(stats.requests() >= report.requests, "{report:?}");
+    assert_eq!(stats.connections(), 2);
 }
 
 #[test]

@@ -13,36 +13,10 @@ use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use common::pki::Pki;
 use common::{free_port, proxy_addr, simple_config, temp_dir, Client, Origin, OriginProcess, Response};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use switchyard_config::{CertKey, Config, PemFile, UpstreamTls};
 use switchyard_engine::{Change, Handle};
-
-/// A CA and what it signed, as PEM.
-struct Pki {
-    ca: String,
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-impl Pki {
-    fn new(name: &str) -> Pki {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().expect("key")).expect("CA");
-        Pki { ca: issuer.pem(), issuer }
-    }
-
-    /// A leaf certificate for `names` (DNS names or IP literals): (chain PEM, key PEM).
-    fn leaf(&self, names: &[&str]) -> (String, String) {
-        let key = KeyPair::generate().expect("key");
-        let mut params =
-            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).expect("params");
-        params.distinguished_name.push(DnType::CommonName, names.first().copied().unwrap_or("leaf"));
-        let cert = params.signed_by(&key, &self.issuer).expect("sign");
-        (cert.pem(), key.serialize_pem())
-    }
-}
 
 fn pem(text: &str) -> PemFile {
     PemFile { path: PathBuf::from("generated.pem"), pem: text.as_bytes().to_vec() }

@@ -328,15 +328,7 @@ pub(crate) fn validate_upstream_tls(cx: &mut Ctx<'_, '_>, raw: &S<RawUpstreamTls
 pub(crate) fn parse_protocol(cx: &mut Ctx<'_, '_>, value: &S<String>) -> UpstreamProtocol {
     match value.get_ref().as_str() {
         "http1" => UpstreamProtocol::Http1,
-        "h2" => {
-            // The model and the reader are ready; the engine's HTTP/2 client is not.
-            cx.r.error_hint(
-                &value.span(),
-                "protocol `h2` towards servers is not supported yet",
-                "remove `protocol` (servers are spoken to in HTTP/1.1 with keep-alive)",
-            );
-            UpstreamProtocol::Http2
-        }
+        "h2" => UpstreamProtocol::Http2,
         other => {
             let hint = match other.to_ascii_lowercase().as_str() {
                 "http2" | "h2c" | "http/2" | "http/2.0" => "write \"h2\" (HTTP/2, over TLS or clear text)".to_string(),

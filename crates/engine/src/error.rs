@@ -48,6 +48,12 @@ pub enum Kind {
     /// not valid for the name, no common protocol, a client certificate
     /// refused, or a server that does not speak TLS.
     ServerTls,
+    /// A pool with `protocol = "h2"` reached a server over TLS that did not
+    /// select `h2` in ALPN.
+    ServerNotH2,
+    /// A protocol switch (WebSocket) was asked of a pool that speaks HTTP/2
+    /// to its servers: an HTTP/2 stream cannot carry the switched connection.
+    SwitchToH2Pool,
     /// The server did not start its response in time, or stalled mid-body.
     ServerTimeout,
     /// The server closed the connection before a complete response.
@@ -95,12 +101,13 @@ impl ProxyError {
             | Kind::BodyTooLarge
             | Kind::ClientClosed
             | Kind::ClientBodyTimeout => Side::Client,
-            Kind::NoPool | Kind::NoServer => Side::Internal,
+            Kind::NoPool | Kind::NoServer | Kind::SwitchToH2Pool => Side::Internal,
             Kind::ConnectFailed
             | Kind::ConnectTimeout
             | Kind::ServerTimeout
             | Kind::ServerClosed
             | Kind::ServerTls
+            | Kind::ServerNotH2
             | Kind::BadResponse(_) => Side::Server,
         }
     }
@@ -115,7 +122,12 @@ impl ProxyError {
             Kind::HeaderTooLarge => 431,
             Kind::ClientClosed => return None,
             Kind::NoPool | Kind::NoServer => 503,
-            Kind::ConnectFailed | Kind::ServerClosed | Kind::ServerTls | Kind::BadResponse(_) => 502,
+            Kind::ConnectFailed
+            | Kind::ServerClosed
+            | Kind::ServerTls
+            | Kind::ServerNotH2
+            | Kind::SwitchToH2Pool
+            | Kind::BadResponse(_) => 502,
             Kind::ConnectTimeout | Kind::ServerTimeout => 504,
         })
     }
@@ -137,6 +149,8 @@ impl ProxyError {
             Kind::ServerTimeout => "server response timeout",
             Kind::ServerClosed => "server closed connection",
             Kind::ServerTls => "server tls failed",
+            Kind::ServerNotH2 => "server did not select h2",
+            Kind::SwitchToH2Pool => "protocol switch to an h2 pool",
             Kind::BadResponse(why) => why,
         }
     }
@@ -203,6 +217,8 @@ mod tests {
             (Kind::ServerTimeout, Some(504), Side::Server),
             (Kind::ServerClosed, Some(502), Side::Server),
             (Kind::ServerTls, Some(502), Side::Server),
+            (Kind::ServerNotH2, Some(502), Side::Server),
+            (Kind::SwitchToH2Pool, Some(502), Side::Internal),
             (Kind::BadResponse("y"), Some(502), Side::Server),
         ];
         for (kind, status, side) in table {

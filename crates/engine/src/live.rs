@@ -351,9 +351,6 @@ impl Generation {
                     let i = g.pool_index(&pool.name)?;
                     Some((g.config.pools[i].tls.as_ref()?, g.upstream_tls.get(i)?.as_ref()?))
                 });
-                if pool.protocol == switchyard_config::UpstreamProtocol::Http2 {
-                    tracing::warn!(pool = %pool.name, "protocol = \"h2\" towards servers is not built yet: HTTP/1.1 is used");
-                }
                 PoolTls::for_pool(pool, before)
             })
             .collect::<Result<Vec<_>, _>>()?;

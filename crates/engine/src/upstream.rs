@@ -11,7 +11,11 @@
 //! phase ([`connect`]) is TCP connect, then the PROXY header when the pool
 //! sends one, then the TLS handshake when the pool re-encrypts ([`tls`]), all
 //! within the connect timeout. Idle pooling treats both kinds alike.
+//!
+//! Pools with `protocol = "h2"` do not use the idle stacks: their requests
+//! are streams multiplexed over shared HTTP/2 connections ([`h2`]).
 
+pub mod h2;
 pub mod stream;
 pub mod tls;
 
@@ -171,7 +175,10 @@ impl IdleStacks {
 /// Tokio answers from its readiness cache first, so an idle healthy socket
 /// costs no system call here. For TLS this looks at the TCP socket: an idle
 /// server sends nothing, and a close_notify or a reset means it is gone.
-fn still_open(stream: &TcpStream) -> bool {
+fn still_open(stream: Option<&TcpStream>) -> bool {
+    let Some(stream) = stream else {
+        return false;
+    };
     let mut probe = [0u8; 1];
     matches!(stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }

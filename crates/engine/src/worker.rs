@@ -28,6 +28,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use crate::access_log::LineWriter;
 use crate::control::Bound;
 use crate::live::{AdminState, Gate, Generation, Proto};
+use crate::upstream::h2::H2Conns;
 use crate::upstream::IdleStacks;
 
 /// A message from the control plane to one worker.
@@ -59,6 +60,8 @@ pub struct PoolLocal {
     pub balancer: RefCell<Balancer>,
     /// Idle keep-alive connections to the pool's servers.
     pub idle: RefCell<IdleStacks>,
+    /// Shared HTTP/2 connections to the pool's servers (`protocol = "h2"`).
+    pub h2: H2Conns,
 }
 
 /// What a worker serves: a generation and its per-pool local state.
@@ -87,11 +90,15 @@ impl Local {
                         Rc::new(PoolLocal {
                             balancer: RefCell::new(balancer_for(pool, seed)),
                             idle: RefCell::new(idle),
+                            // A changed pool starts new HTTP/2 connections; the old
+                            // ones close once their streams in flight end.
+                            h2: H2Conns::new(pool),
                         })
                     }
                     None => Rc::new(PoolLocal {
                         balancer: RefCell::new(balancer_for(pool, seed.wrapping_add(i as u64))),
                         idle: RefCell::new(IdleStacks::new(pool)),
+                        h2: H2Conns::new(pool),
                     }),
                 }
             })
@@ -376,6 +383,7 @@ async fn sweep_idle(worker: Rc<Worker>) {
             let live = &local.gen.pools[p];
             let keep = |i: usize| live.servers.get(i).is_some_and(|s| s.state() != AdminState::Maintenance);
             pool.idle.borrow_mut().sweep(limit, now, keep);
+            pool.h2.sweep(limit, now, keep);
         }
         if worker.id == 0 {
             // Lookups already ignore idle entries; this frees their memory.

@@ -184,6 +184,11 @@ impl CycledBody {
     pub fn new(kind: BodyKind, len: u64) -> Self {
         CycledBody { buffer: kind.buffer(), pos: 0, remaining: len }
     }
+
+    /// Where in the buffer the next byte comes from (the start of [`Buf::chunk`]).
+    pub fn position(&self) -> usize {
+        self.pos
+    }
 }
 
 impl Buf for CycledBody {

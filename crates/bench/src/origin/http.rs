@@ -200,7 +200,7 @@ fn scan_fields(headers: &[httparse::Header<'_>], http10: bool) -> Result<Fields,
     Ok(Fields { framing, keep_alive, expect_continue })
 }
 
-fn parse_query(query: &str) -> Result<Shape, &'static str> {
+pub(super) fn parse_query(query: &str) -> Result<Shape, &'static str> {
     let mut shape = Shape::default();
     for pair in query.split('&') {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));

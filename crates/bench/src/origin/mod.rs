@@ -47,10 +47,17 @@
 //!   `headers` as `[name, value]` pairs in order, `peer`), for tests of forwarding headers
 //!   and rewrites. Counted as a request.
 //!
+//! # HTTP/2
+//!
+//! A clear-text connection that opens with the HTTP/2 preface is served as HTTP/2 (h2c with
+//! prior knowledge); over TLS, ALPN `h2` is accepted when the client offers it without
+//! `http/1.1`. Same behaviour, one task per stream: see `h2.rs`. The `connections` count
+//! lets a test check that a proxy multiplexes requests over few connections.
+//!
 //! # TLS
 //!
 //! [`Origin::with_tls`] (`switchyard origin --tls-cert FILE --tls-key FILE`) serves the same
-//! HTTP/1.1 over TLS (rustls, ALPN `http/1.1`, session resumption on); with a client CA
+//! HTTP/1.1 over TLS (rustls, ALPN `http/1.1`, or `h2` below; session resumption on); with a client CA
 //! (`--tls-client-ca FILE`) it requires a client certificate that chains to it. The stats
 //! then also count handshakes (`tls_handshakes`) and, of those, resumed sessions
 //! (`tls_resumed`); a failed handshake closes the connection and counts nothing else.
@@ -61,6 +68,7 @@
 
 mod body;
 mod conn;
+mod h2;
 mod http;
 
 use std::future::Future;
@@ -215,7 +223,7 @@ impl Origin {
                     let _ = stream.set_nodelay(true);
                     let (shared, stop) = (Arc::clone(&shared), stop.subscribe());
                     match &tls {
-                        None => drop(tokio::spawn(conn::serve(stream, peer, shared, stop))),
+                        None => drop(tokio::spawn(serve_plain(stream, peer, shared, stop))),
                         Some(tls) => drop(tokio::spawn(serve_tls(tls.clone(), stream, peer, shared, stop))),
                     }
                 }
@@ -257,7 +265,38 @@ async fn serve_tls(
     if stream.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
         shared.stats.tls_resumed.fetch_add(1, Ordering::Relaxed);
     }
-    conn::serve(stream, peer, shared, stop).await;
+    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+        h2::serve(stream, peer, shared, stop).await;
+    } else {
+        conn::serve(stream, peer, shared, stop).await;
+    }
+}
+
+/// Serves a clear-text connection: HTTP/2 when it opens with the preface (prior
+/// knowledge), HTTP/1.x otherwise. The preface is looked at without being consumed.
+async fn serve_plain(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, stop: watch::Receiver<bool>) {
+    let mut first = [0u8; h2::PREFACE.len()];
+    let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
+    let http2 = loop {
+        let n = match tokio::time::timeout_at(deadline, stream.peek(&mut first)).await {
+            Ok(Ok(n)) => n,
+            // Closed, failed or silent: the HTTP/1.1 side ends it the usual way.
+            _ => break false,
+        };
+        if n == 0 || !h2::PREFACE.starts_with(&first[..n]) {
+            break false;
+        }
+        if n == first.len() {
+            break true;
+        }
+        // A partial preface: peeking again at once would see the same bytes.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    if http2 {
+        h2::serve(stream, peer, shared, stop).await;
+    } else {
+        conn::serve(stream, peer, shared, stop).await;
+    }
 }
 
 /// A TLS server configuration for an origin: the certificate chain and key (PEM), and
@@ -286,7 +325,9 @@ pub fn tls_config(cert: &[u8], key: &[u8], client_ca: Option<&[u8]>) -> io::Resu
         }
     };
     let mut config = builder.with_single_cert(chain, key).map_err(|e| invalid("certificate and key", &e))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // Clients that offer both get HTTP/1.1, as before HTTP/2 was served; `h2` goes to
+    // those that offer only it (switchyard's pools with protocol = "h2").
+    config.alpn_protocols = vec![b"http/1.1".to_vec(), b"h2".to_vec()];
     Ok(Arc::new(config))
 }
 

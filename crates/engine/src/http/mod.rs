@@ -28,7 +28,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
-use switchyard_config::{Action, HeaderEdits, Persistence, PoolId, Service};
+use switchyard_config::{Action, HeaderEdits, Persistence, PoolId, Service, UpstreamProtocol};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::timeout_at;
 
@@ -485,6 +485,20 @@ async fn handle<S: ClientStream>(
         },
     };
 
+    // An HTTP/2 stream to a server cannot become a tunnel: a WebSocket (or
+    // other) switch to such a pool is refused; an h2c upgrade offer is
+    // declined by forwarding the request without it.
+    let info = if info.upgrade && local.gen.config.pool(pool).protocol == UpstreamProtocol::Http2 {
+        let token = head.upgrade.clone().map_or(&b""[..], |r| &buf[r]);
+        if !parse::trim(token).eq_ignore_ascii_case(b"h2c") {
+            fail(client, service, &ProxyError::new(Kind::SwitchToH2Pool), started).await;
+            return false;
+        }
+        RequestInfo { upgrade: false, ..info }
+    } else {
+        info
+    };
+
     // Phase 4: request rewrite. The head is consumed from the buffer once
     // rewritten; what follows it is body or the next request.
     let upgrade = head.upgrade.clone().filter(|_| info.upgrade).map(|r| &buf[r]);
@@ -575,7 +589,9 @@ async fn forward<S: ClientStream>(
         // A connection that carried a PROXY header speaks for one client:
         // it is neither taken from nor returned to the shared idle pool.
         let private = pool_cfg.send_proxy.is_some();
-        let idle = if fresh_only || private {
+        // HTTP/2 pools multiplex streams over shared connections instead.
+        let h2 = pool_cfg.protocol == UpstreamProtocol::Http2;
+        let idle = if fresh_only || private || h2 {
             None
         } else {
             pool_local.idle.borrow_mut().take(server, service.timeouts.server_idle, worker.clock.get())
@@ -586,8 +602,15 @@ async fn forward<S: ClientStream>(
             None => {
                 let header = if private { proxy_header(pool_cfg, client) } else { Vec::new() };
                 let tls = local.gen.upstream_tls.get(pool.0).and_then(Option::as_ref);
-                match upstream::connect(addr, service.timeouts.connect, &header, tls, server).await {
-                    Ok(conn) => (conn, false),
+                let opened = if h2 {
+                    let (connect, idle) = (service.timeouts.connect, service.timeouts.server_response);
+                    let target = upstream::h2::Target { addr, server, tls, connect, idle, proxy_header: &header };
+                    pool_local.h2.stream(target, fresh_only).await
+                } else {
+                    upstream::connect(addr, service.timeouts.connect, &header, tls, server).await.map(|c| (c, false))
+                };
+                match opened {
+                    Ok(opened) => opened,
                     Err(error) => {
                         live.servers[server].metrics.connect_failed(worker.id, error.reason());
                         tracing::warn!(service = %service.name, server = %addr, reason = error.reason(), "connect failed");
@@ -614,13 +637,19 @@ async fn forward<S: ClientStream>(
         });
         match exchange(client, &mut conn, service, worker, local.gen.number, routed, info, set_cookie).await {
             Ok((outcome, reusable)) => {
-                if reusable && !private {
+                if reusable && !private && conn.stream.poolable() {
                     conn.served += 1;
                     pool_local.idle.borrow_mut().put(server, conn, pool_cfg.max_idle_per_server, worker.clock.get());
                 }
                 return Ok(outcome);
             }
-            Err(failed) => {
+            Err(mut failed) => {
+                if let (Kind::ServerClosed, Some(why)) = (failed.error.kind(), conn.stream.h2_failure()) {
+                    // The HTTP/2 side knows more than "closed": a reset, a GOAWAY, bad frames.
+                    let kind = Kind::BadResponse(why);
+                    failed.error =
+                        if failed.error.is_retry_safe() { ProxyError::retryable(kind) } else { ProxyError::new(kind) };
+                }
                 let stale = reused && failed.error.is_retry_safe() && !failed.response_started;
                 if stale && info.replayable && !fresh_only {
                     fresh_only = true;

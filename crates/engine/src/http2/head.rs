@@ -8,11 +8,17 @@
 //! chunked. Every head ends with `connection: close`: one bridge, one request.
 //!
 //! Response: the status and every field but the connection-specific ones.
+//!
+//! Towards servers (pools with `protocol = "h2"`) the same rules run the
+//! other way: [`server_request`] turns the pipeline's rewritten HTTP/1.1
+//! request head into an HTTP/2 request (`Host` becomes `:authority`), and
+//! [`server_response_head`] writes the server's HTTP/2 response as an
+//! HTTP/1.1 head the pipeline parses like any server's.
 
 use bytes::BytesMut;
 use http::header::{HeaderName, HeaderValue};
 
-use crate::http::parse::{Field, ResponseHead};
+use crate::http::parse::{Field, Framing, RequestHead, ResponseHead};
 
 /// How the request body reaches the pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,8 +32,9 @@ pub enum RequestBody {
 }
 
 /// Fields HTTP/2 forbids or HTTP/1.1 treats as hop-by-hop (RFC 9113 8.2.2).
+/// `te` goes too: the pipeline never forwards it, not even `te: trailers`.
 fn connection_specific(name: &[u8]) -> bool {
-    [&b"connection"[..], b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"te"]
+    [&b"connection"[..], b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"te", b"http2-settings"]
         .iter()
         .any(|n| name.eq_ignore_ascii_case(n))
 }
@@ -125,6 +132,76 @@ pub fn response_head(buf: &[u8], head: &ResponseHead, fields: &[Field]) -> Resul
         }
     }
     Ok(response)
+}
+
+/// The HTTP/2 request for a server, from the HTTP/1.1 head the pipeline
+/// wrote (parsed from `buf`). `scheme` is `http` or `https` (the pool's TLS);
+/// `authority` stands in when the head has no usable `Host`.
+pub fn server_request(
+    buf: &[u8],
+    head: &RequestHead,
+    fields: &[Field],
+    scheme: &str,
+    authority: &str,
+) -> Result<http::Request<()>, &'static str> {
+    let method = http::Method::from_bytes(&buf[head.method.clone()]).map_err(|_| "invalid method")?;
+    let host = head.host.clone().map(|r| &buf[r]).filter(|h| !h.is_empty());
+    let authority = host.unwrap_or(authority.as_bytes());
+    let authority = http::uri::Authority::try_from(authority).map_err(|_| "invalid host")?;
+    let path = http::uri::PathAndQuery::try_from(&buf[head.target.clone()]).map_err(|_| "invalid target")?;
+    let uri = http::Uri::builder().scheme(scheme).authority(authority).path_and_query(path).build();
+    let mut request = http::Request::new(());
+    *request.method_mut() = method;
+    *request.uri_mut() = uri.map_err(|_| "invalid target")?;
+    *request.version_mut() = http::Version::HTTP_2;
+    let headers = request.headers_mut();
+    for f in fields {
+        let (name, value) = (&buf[f.name.clone()], &buf[f.value.clone()]);
+        if connection_specific(name) || name.eq_ignore_ascii_case(b"host") {
+            continue;
+        }
+        // A chunked body's length is unknown: DATA frames carry it unframed.
+        if head.framing == Framing::Chunked && name.eq_ignore_ascii_case(b"content-length") {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+            headers.append(name, value);
+        }
+    }
+    Ok(request)
+}
+
+/// Writes the HTTP/1.1 head of a server's HTTP/2 response into `out` and
+/// says whether its body follows in chunked coding. The server's
+/// `content-length` frames the body when it gave one; a response that ended
+/// with its headers gets `content-length: 0`; otherwise the body is chunked.
+/// `head_request` and bodiless statuses keep the fields as they came.
+pub fn server_response_head(
+    parts: &http::response::Parts,
+    head_request: bool,
+    end_stream: bool,
+    out: &mut BytesMut,
+) -> bool {
+    let status = parts.status;
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.extend_from_slice(b" ");
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in &parts.headers {
+        if !connection_specific(name.as_str().as_bytes()) {
+            field(out, name.as_str().as_bytes(), value.as_bytes());
+        }
+    }
+    let has_body = crate::http::parse::response_has_body(head_request, status.as_u16());
+    let chunked = has_body && !end_stream && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
+    if chunked {
+        field(out, b"transfer-encoding", b"chunked");
+    } else if has_body && end_stream && !parts.headers.contains_key(http::header::CONTENT_LENGTH) {
+        field(out, b"content-length", b"0");
+    }
+    out.extend_from_slice(b"\r\n");
+    chunked
 }
 
 #[cfg(test)]

@@ -75,7 +75,9 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Prefixed<IO> {
 const PIPE_BUFFER: usize = 64 * 1024;
 
 /// The pipeline's end of one stream's bridge: it reads the HTTP/1.1 request
-/// from `rd` and writes the HTTP/1.1 response to `wr`. Each in-memory stream
+/// from `rd` and writes the HTTP/1.1 response to `wr`. HTTP/2 towards servers
+/// uses it the other way round: the pipeline writes the request and reads
+/// the response ([`crate::upstream::h2`]). Each in-memory stream
 /// carries one direction only, so the two halves borrow independently.
 pub struct Pipe {
     rd: DuplexStream,

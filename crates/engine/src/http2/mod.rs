@@ -20,6 +20,7 @@
 //! closes only itself.
 
 mod bridge;
+pub(crate) mod data;
 pub mod head;
 pub mod io;
 
@@ -34,7 +35,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use self::bridge::Ended;
+use self::data::Ended;
 use self::io::Prefixed;
 use crate::http::Transport;
 use crate::worker::{Local, Worker};
@@ -249,7 +250,7 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
 async fn stream(req: http::Request<h2::RecvStream>, respond: h2::server::SendResponse<Bytes>, shared: Rc<Shared>) {
     let ended = bridge::stream(req, respond, shared.clone()).await;
     let now = Instant::now();
-    if ended == Ended::ClientReset && shared.resets.record(now) {
+    if ended == Ended::PeerReset && shared.resets.record(now) {
         shared.wake.notify_one();
     }
     shared.open.set(shared.open.get().saturating_sub(1));

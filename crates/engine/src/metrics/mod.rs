@@ -185,7 +185,8 @@ pub fn reason_index(reason: &str, side: Option<&str>) -> usize {
         "server connect timeout" | "connect-timeout" => 10,
         "server response timeout" | "server-timeout" => 11,
         "server closed connection" | "server-closed" => 12,
-        "server tls failed" | "server-tls-failed" => 13,
+        // ALPN is part of the handshake: a server that refuses h2 failed TLS.
+        "server tls failed" | "server did not select h2" | "server-tls-failed" => 13,
         "bad-response" => BAD_RESPONSE,
         _ => match side {
             Some("client") => BAD_REQUEST,

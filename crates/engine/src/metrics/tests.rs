@@ -41,6 +41,8 @@ fn every_error_kind_has_its_own_reason_label() {
         (Kind::ServerTimeout, "server-timeout"),
         (Kind::ServerClosed, "server-closed"),
         (Kind::ServerTls, "server-tls-failed"),
+        (Kind::ServerNotH2, "server-tls-failed"),
+        (Kind::SwitchToH2Pool, "other"),
         (Kind::BadResponse("malformed status line"), "bad-response"),
     ];
     for (kind, label) in table {

@@ -1,4 +1,5 @@
-//! The byte stream to a server: clear TCP, or TLS over TCP (re-encryption).
+//! The byte stream to a server: clear TCP, TLS over TCP (re-encryption), or
+//! one HTTP/2 stream presented as HTTP/1.1 bytes ([`super::h2`]).
 //!
 //! An enum rather than a generic parameter, so one idle pool holds both kinds
 //! and the pipeline is compiled once. The clear path stays what it was: the
@@ -11,12 +12,14 @@ use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
+use super::h2::H2Stream;
 use crate::http::body::Sink;
+use crate::http::ClientStream;
 
 /// A connection to a server.
 #[derive(Debug)]
@@ -25,6 +28,9 @@ pub enum ServerStream {
     Plain(TcpStream),
     /// TLS (boxed: its state is large, and most pools speak clear text).
     Tls(Box<TlsStream<TcpStream>>),
+    /// One stream of a shared HTTP/2 connection (pools with `protocol = "h2"`).
+    /// Never pooled as idle: the HTTP/2 connection is what is reused.
+    H2(Box<H2Stream>),
 }
 
 /// A TLS stream borrowed for one direction of a full-duplex exchange.
@@ -37,6 +43,8 @@ pub enum ServerRd<'a> {
     Plain(ReadHalf<'a>),
     /// TLS.
     Tls(tokio::io::ReadHalf<TlsRef<'a>>),
+    /// HTTP/2 stream.
+    H2(&'a mut DuplexStream),
 }
 
 /// The write half of [`ServerStream::split`].
@@ -46,14 +54,32 @@ pub enum ServerWr<'a> {
     Plain(WriteHalf<'a>),
     /// TLS.
     Tls(tokio::io::WriteHalf<TlsRef<'a>>),
+    /// HTTP/2 stream.
+    H2(&'a mut DuplexStream),
 }
 
 impl ServerStream {
-    /// The TCP socket underneath (for liveness checks of idle connections).
-    pub fn tcp(&self) -> &TcpStream {
+    /// The TCP socket underneath (for liveness checks of idle connections);
+    /// none for an HTTP/2 stream.
+    pub fn tcp(&self) -> Option<&TcpStream> {
         match self {
-            ServerStream::Plain(s) => s,
-            ServerStream::Tls(s) => s.get_ref().0,
+            ServerStream::Plain(s) => Some(s),
+            ServerStream::Tls(s) => Some(s.get_ref().0),
+            ServerStream::H2(_) => None,
+        }
+    }
+
+    /// Whether the connection may go back to the idle pool after a complete
+    /// exchange: an HTTP/2 stream may not.
+    pub fn poolable(&self) -> bool {
+        !matches!(self, ServerStream::H2(_))
+    }
+
+    /// For an HTTP/2 stream that failed, what the HTTP/2 side said.
+    pub fn h2_failure(&self) -> Option<&'static str> {
+        match self {
+            ServerStream::H2(s) => s.failure(),
+            _ => None,
         }
     }
 
@@ -75,6 +101,10 @@ impl ServerStream {
                 let (r, w) = tokio::io::split(&mut **s);
                 (ServerRd::Tls(r), ServerWr::Tls(w))
             }
+            ServerStream::H2(s) => {
+                let (r, w) = s.pipe().halves();
+                (ServerRd::H2(r), ServerWr::H2(w))
+            }
         }
     }
 }
@@ -89,14 +119,14 @@ impl Sink for ServerStream {
     fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
         match self {
             ServerStream::Plain(s) => s.try_write(data),
-            ServerStream::Tls(_) => would_block(),
+            ServerStream::Tls(_) | ServerStream::H2(_) => would_block(),
         }
     }
 
     fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
         match self {
             ServerStream::Plain(s) => s.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)]),
-            ServerStream::Tls(_) => would_block(),
+            ServerStream::Tls(_) | ServerStream::H2(_) => would_block(),
         }
     }
 }
@@ -105,14 +135,14 @@ impl Sink for ServerWr<'_> {
     fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
         match self {
             ServerWr::Plain(w) => w.try_write(data),
-            ServerWr::Tls(_) => would_block(),
+            ServerWr::Tls(_) | ServerWr::H2(_) => would_block(),
         }
     }
 
     fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
         match self {
             ServerWr::Plain(w) => w.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)]),
-            ServerWr::Tls(_) => would_block(),
+            ServerWr::Tls(_) | ServerWr::H2(_) => would_block(),
         }
     }
 }
@@ -122,6 +152,7 @@ impl AsyncRead for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+            ServerStream::H2(s) => Pin::new(s.pipe()).poll_read(cx, buf),
         }
     }
 }
@@ -131,6 +162,7 @@ impl AsyncWrite for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+            ServerStream::H2(s) => Pin::new(s.pipe()).poll_write(cx, buf),
         }
     }
 
@@ -142,6 +174,7 @@ impl AsyncWrite for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+            ServerStream::H2(s) => Pin::new(s.pipe()).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -149,6 +182,7 @@ impl AsyncWrite for ServerStream {
         match self {
             ServerStream::Plain(s) => s.is_write_vectored(),
             ServerStream::Tls(s) => s.is_write_vectored(),
+            ServerStream::H2(s) => s.pipe_ref().is_write_vectored(),
         }
     }
 
@@ -156,6 +190,7 @@ impl AsyncWrite for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => Pin::new(s).poll_flush(cx),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+            ServerStream::H2(s) => Pin::new(s.pipe()).poll_flush(cx),
         }
     }
 
@@ -163,6 +198,7 @@ impl AsyncWrite for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+            ServerStream::H2(s) => Pin::new(s.pipe()).poll_shutdown(cx),
         }
     }
 }
@@ -172,6 +208,7 @@ impl AsyncRead for ServerRd<'_> {
         match self.get_mut() {
             ServerRd::Plain(r) => Pin::new(r).poll_read(cx, buf),
             ServerRd::Tls(r) => Pin::new(r).poll_read(cx, buf),
+            ServerRd::H2(r) => Pin::new(r).poll_read(cx, buf),
         }
     }
 }
@@ -181,6 +218,7 @@ impl AsyncWrite for ServerWr<'_> {
         match self.get_mut() {
             ServerWr::Plain(w) => Pin::new(w).poll_write(cx, buf),
             ServerWr::Tls(w) => Pin::new(w).poll_write(cx, buf),
+            ServerWr::H2(w) => Pin::new(w).poll_write(cx, buf),
         }
     }
 
@@ -192,6 +230,7 @@ impl AsyncWrite for ServerWr<'_> {
         match self.get_mut() {
             ServerWr::Plain(w) => Pin::new(w).poll_write_vectored(cx, bufs),
             ServerWr::Tls(w) => Pin::new(w).poll_write_vectored(cx, bufs),
+            ServerWr::H2(w) => Pin::new(w).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -199,6 +238,7 @@ impl AsyncWrite for ServerWr<'_> {
         match self {
             ServerWr::Plain(w) => w.is_write_vectored(),
             ServerWr::Tls(w) => w.is_write_vectored(),
+            ServerWr::H2(w) => w.is_write_vectored(),
         }
     }
 
@@ -206,6 +246,7 @@ impl AsyncWrite for ServerWr<'_> {
         match self.get_mut() {
             ServerWr::Plain(w) => Pin::new(w).poll_flush(cx),
             ServerWr::Tls(w) => Pin::new(w).poll_flush(cx),
+            ServerWr::H2(w) => Pin::new(w).poll_flush(cx),
         }
     }
 
@@ -213,6 +254,7 @@ impl AsyncWrite for ServerWr<'_> {
         match self.get_mut() {
             ServerWr::Plain(w) => Pin::new(w).poll_shutdown(cx),
             ServerWr::Tls(w) => Pin::new(w).poll_shutdown(cx),
+            ServerWr::H2(w) => Pin::new(w).poll_shutdown(cx),
         }
     }
 }

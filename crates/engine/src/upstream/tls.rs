@@ -26,7 +26,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 #[cfg(test)]
 use switchyard_config::CertKey;
-use switchyard_config::{PemFile, Pool, UpstreamTls};
+use switchyard_config::{PemFile, Pool, UpstreamProtocol, UpstreamTls};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
@@ -74,9 +74,10 @@ impl PoolTls {
             return Ok(None);
         };
         let fail = |why: String| TlsSetupError { pool: pool.name.clone(), why };
+        let alpn = alpn(pool.protocol);
         let config = match previous {
-            Some((before, kept)) if before == tls => kept.config.clone(),
-            _ => Arc::new(client_config(tls, pool.servers.len()).map_err(fail)?),
+            Some((before, kept)) if before == tls && kept.config.alpn_protocols == alpn => kept.config.clone(),
+            _ => Arc::new(client_config(tls, pool.servers.len(), alpn).map_err(fail)?),
         };
         if !tls.verify && previous.is_none_or(|(before, _)| before.verify) {
             tracing::warn!(pool = %pool.name, "TLS towards servers does not verify their certificates (verify = false)");
@@ -110,8 +111,18 @@ fn server_name(configured: Option<&str>, addr: SocketAddr) -> Result<ServerName<
     }
 }
 
+/// The ALPN protocol offered for a pool's `protocol`: only the one the
+/// pool speaks, so a server that cannot speak it fails the handshake or
+/// selects nothing (checked after the handshake for `h2`).
+fn alpn(protocol: UpstreamProtocol) -> Vec<Vec<u8>> {
+    match protocol {
+        UpstreamProtocol::Http1 => vec![b"http/1.1".to_vec()],
+        UpstreamProtocol::Http2 => vec![b"h2".to_vec()],
+    }
+}
+
 /// The `rustls` client configuration of one pool's `tls` settings.
-fn client_config(tls: &UpstreamTls, servers: usize) -> Result<ClientConfig, String> {
+fn client_config(tls: &UpstreamTls, servers: usize, alpn: Vec<Vec<u8>>) -> Result<ClientConfig, String> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -130,7 +141,7 @@ fn client_config(tls: &UpstreamTls, servers: usize) -> Result<ClientConfig, Stri
         }
         None => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = alpn;
     config.resumption = Resumption::in_memory_sessions(MIN_SESSIONS.max(servers * 4));
     Ok(config)
 }
@@ -255,6 +266,10 @@ mod tests {
             PoolTls::for_pool(&pool(tls(Some(pem(&ca_pem())), Some("api.test"))), None).expect("builds").expect("tls");
         assert!(named.names.iter().all(|n| n.to_str() == "api.test"));
         assert_eq!(named.config.alpn_protocols, vec![b"http/1.1".to_vec()]);
+        let mut h2 = pool(tls(Some(pem(&ca_pem())), None));
+        h2.protocol = UpstreamProtocol::Http2;
+        let h2 = PoolTls::for_pool(&h2, None).expect("builds").expect("tls");
+        assert_eq!(h2.config.alpn_protocols, vec![b"h2".to_vec()]);
     }
 
     #[test]

@@ -313,7 +313,9 @@ fn method(r: &Results) -> Vec<String> {
         ),
         format!("Closed loop (as fast as possible) with {} connections; open loop for latency points.", m.connections),
         format!(
-            "TLS tests: the generator offers the {} key-exchange group (`--tls-group`).",
+            "TLS tests: the generator offers the {} key-exchange group (`--tls-group`) and the TLS 1.3 suites \
+             in browser order; every target is checked to negotiate TLS_AES_128_GCM_SHA256 before it is \
+             measured.",
             if m.tls_group.is_empty() { "X25519" } else { m.tls_group.as_str() }
         ),
         "Proxy CPU from /proc (utime + stime) sampled around each measured run; the generator's own CPU is \

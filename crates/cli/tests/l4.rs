@@ -494,6 +494,54 @@ fn an_http_pool_sends_the_proxy_header_on_private_connections() {
     }
 }
 
+/// The PROXY line a `send_proxy` pool sends for a client of an `https` service names the
+/// TLS listener as destination, for HTTP/1.1 and for HTTP/2 (whose streams run on in-memory
+/// pipes that must carry the connection's addresses).
+#[test]
+fn an_https_service_sends_the_listener_address_in_the_proxy_header() {
+    let server = tcp_server("127.0.0.1:0", |mut s| {
+        let mut got = Vec::new();
+        let mut byte = [0u8; 1];
+        while !got.ends_with(b"\r\n\r\n") {
+            match s.read(&mut byte) {
+                Ok(1) => got.push(byte[0]),
+                _ => return,
+            }
+        }
+        let line = got.split(|&b| b == b'\r').next().unwrap_or_default().to_vec();
+        let _ = write!(s, "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", line.len());
+        let _ = s.write_all(&line);
+    });
+    let pki = common::pki::Pki::new("proxy-header CA");
+    let (chain, key) = pki.leaf(&["localhost"]);
+    let dir = temp_dir("https-proxy-header");
+    for (file, text) in [("ca.pem", &pki.ca), ("site.crt", &chain), ("site.key", &key)] {
+        std::fs::write(dir.join(file), text).expect("write PEM");
+    }
+    let listen = proxy_addr();
+    let tls = format!(
+        "mode = \"https\"\ntls = {{ certificate = \"{}\", key = \"{}\" }}",
+        dir.join("site.crt").display(),
+        dir.join("site.key").display()
+    );
+    let config = simple_config(listen, &[server], &tls)
+        .replace("[[pool]]\nname = \"main\"\n", "[[pool]]\nname = \"main\"\nsend_proxy = \"v1\"\n");
+    let _proxy = Proxy::start(&config, listen);
+    for version in ["--http1.1", "--http2"] {
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "--max-time", "10", version, "--cacert"])
+            .arg(dir.join("ca.pem"))
+            .args(["--resolve", &format!("localhost:{}:127.0.0.1", listen.port())])
+            .arg(format!("https://localhost:{}/", listen.port()))
+            .output()
+            .expect("run curl (scripts/test.sh installs it)");
+        let body = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "curl {version}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(body.starts_with("PROXY TCP4 127.0.0.1 127.0.0.1 "), "{version}: {body}");
+        assert!(body.ends_with(&format!(" {}", listen.port())), "{version}: destination port in {body}");
+    }
+}
+
 #[test]
 fn ipv6_http_and_udp_listeners_reach_ipv4_servers() {
     if TcpListener::bind("[::1]:0").is_err() {

@@ -72,16 +72,15 @@ pub fn preface(buf: &[u8]) -> Option<bool> {
 ///
 /// This is the entry point after ALPN `h2`; `transport` describes the TLS
 /// session as for HTTP/1.1.
-pub async fn serve<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
+pub(crate) async fn serve<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
     io: IO,
-    peer: SocketAddr,
+    conn: Conn,
     local: Rc<Local>,
     service: usize,
     worker: Rc<Worker>,
     transport: Transport,
     pre: BytesMut,
 ) {
-    let conn = Conn { peer, local_addr: None, counted: false };
     run(Prefixed::new(pre, io), conn, local, service, worker, transport).await;
 }
 

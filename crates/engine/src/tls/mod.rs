@@ -112,6 +112,7 @@ pub async fn serve(
         return;
     };
     let (term, counters, wait) = (term.clone(), local.gen.tls_handshakes.clone(), svc.timeouts.client_header);
+    let local_addr = stream.local_addr().ok();
     let accept = term.acceptor.accept_with(stream, |conn| feed(conn, &pre));
     let failed = |reason: &'static str, error: &dyn std::fmt::Display| {
         counters.handshake(worker.id, Handshake::Failed);
@@ -128,7 +129,8 @@ pub async fn serve(
     counters.handshake(worker.id, if resumed { Handshake::Resumed } else { Handshake::Full });
     let transport = transport(conn);
     if transport.alpn == Some("h2") {
-        crate::http2::serve(tls, client, local, service, worker, transport, BytesMut::new()).await;
+        let conn = crate::http2::Conn { peer: client, local_addr, counted: false };
+        crate::http2::serve(tls, conn, local, service, worker, transport, BytesMut::new()).await;
         return;
     }
     crate::http::serve(tls, client, BytesMut::new(), local, service, worker, transport).await;

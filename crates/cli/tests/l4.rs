@@ -467,10 +467,10 @@ fn tls_passthrough_routes_by_server_name_without_terminating_tls() {
     assert_eq!(tls_ask(listen, "shop.test", &roots).as_deref(), Some("I am A"));
 }
 
-#[test]
-fn an_http_pool_sends_the_proxy_header_on_private_connections() {
-    let server = tcp_server("127.0.0.1:0", |mut s| {
-        // Reads the PROXY line and the request head, answers with the PROXY line.
+/// A server that reads the PROXY line and one request head, and answers with the PROXY
+/// line (without its CRLF) as the body.
+fn proxy_line_server() -> SocketAddr {
+    tcp_server("127.0.0.1:0", |mut s| {
         let mut got = Vec::new();
         let mut byte = [0u8; 1];
         while !got.ends_with(b"\r\n\r\n") {
@@ -479,10 +479,15 @@ fn an_http_pool_sends_the_proxy_header_on_private_connections() {
                 _ => return,
             }
         }
-        let line = got.split(|&b| b == b'\n').next().unwrap_or_default().to_vec();
+        let line = got.split(|&b| b == b'\r').next().unwrap_or_default().to_vec();
         let _ = write!(s, "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", line.len());
         let _ = s.write_all(&line);
-    });
+    })
+}
+
+#[test]
+fn an_http_pool_sends_the_proxy_header_on_private_connections() {
+    let server = proxy_line_server();
     let http = proxy_addr();
     let config = simple_config(http, &[server], "")
         .replace("[[pool]]\nname = \"main\"\n", "[[pool]]\nname = \"main\"\nsend_proxy = \"v1\"\n");
@@ -499,19 +504,7 @@ fn an_http_pool_sends_the_proxy_header_on_private_connections() {
 /// pipes that must carry the connection's addresses).
 #[test]
 fn an_https_service_sends_the_listener_address_in_the_proxy_header() {
-    let server = tcp_server("127.0.0.1:0", |mut s| {
-        let mut got = Vec::new();
-        let mut byte = [0u8; 1];
-        while !got.ends_with(b"\r\n\r\n") {
-            match s.read(&mut byte) {
-                Ok(1) => got.push(byte[0]),
-                _ => return,
-            }
-        }
-        let line = got.split(|&b| b == b'\r').next().unwrap_or_default().to_vec();
-        let _ = write!(s, "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", line.len());
-        let _ = s.write_all(&line);
-    });
+    let server = proxy_line_server();
     let pki = common::pki::Pki::new("proxy-header CA");
     let (chain, key) = pki.leaf(&["localhost"]);
     let dir = temp_dir("https-proxy-header");

@@ -3,8 +3,8 @@
 //! Picks the eligible server minimising `(active + 1) / weight`: the load it would carry
 //! after taking this request, relative to its capacity. Invariants:
 //!
-//! - compared by cross-multiplication in u64 (`(a₁+1)·w₂ < (a₂+1)·w₁`), exact and without
-//!   floats; `(u32::MAX + 1) · u32::MAX` fits in u64, so it cannot overflow;
+//! - compared by cross-multiplication in u128 (`(a₁+1)·w₂ < (a₂+1)·w₁`), exact and without
+//!   floats; weights under slow start reach `u32::MAX · 1000`, and the products still fit;
 //! - among equally loaded servers the scan starts one past the previous winner, so ties
 //!   rotate and idle servers share load instead of the first one taking every burst.
 
@@ -29,14 +29,14 @@ impl LeastConnections {
             return None;
         }
         // (position, active + 1, weight) of the best server so far.
-        let mut best: Option<(usize, u64, u64)> = None;
+        let mut best: Option<(usize, u128, u128)> = None;
         for step in 0..n {
             let pos = (self.start % n + step) % n;
             if !view.is_eligible(pos) {
                 continue;
             }
-            let load = u64::from(view.active(pos)) + 1;
-            let weight = u64::from(view.weight(pos));
+            let load = u128::from(view.active(pos)) + 1;
+            let weight = u128::from(view.ramped(pos));
             let better = match best {
                 None => true,
                 Some((_, best_load, best_weight)) => load * best_weight < best_load * weight,

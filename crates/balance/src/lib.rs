@@ -24,6 +24,7 @@
 
 pub mod cookie;
 mod first;
+mod slow_start;
 mod hash;
 mod least_conn;
 mod maglev;
@@ -34,6 +35,7 @@ pub mod stick;
 
 pub use cookie::CookieKey;
 pub use hash::hash_bytes;
+pub use slow_start::{ramp_permille, FULL_RAMP};
 pub use stick::{SharedStickTable, StickEntry, StickTable};
 
 use least_conn::LeastConnections;
@@ -86,6 +88,13 @@ pub trait ServerState {
     fn is_available(&self, i: usize) -> bool;
     /// Requests currently in flight towards server i.
     fn active(&self, i: usize) -> u32;
+    /// Server i's slow start: the share of its weight it gets now, in
+    /// thousandths (1..=[`FULL_RAMP`]). Honoured by round robin, least
+    /// connections and power of two choices; the hash methods and `first`
+    /// ignore it (a ramp would move keys back and forth).
+    fn ramp(&self, _i: usize) -> u32 {
+        FULL_RAMP
+    }
 }
 
 /// Chooses servers of one pool with one [`Method`].
@@ -164,6 +173,8 @@ struct Tier {
     /// every per-server vector of the method state.
     members: Vec<usize>,
     weights: Vec<u32>,
+    /// Per position, the slow start share read at the last pick (scratch).
+    ramps: Vec<u32>,
     algo: Algo,
 }
 
@@ -189,11 +200,19 @@ impl Tier {
             Method::Maglev => Algo::Maglev(Box::new(Maglev::new(n)), SmoothRoundRobin::new(n)),
             Method::First => Algo::First,
         };
-        Tier { members, weights, algo }
+        Tier { members, weights, ramps: Vec::new(), algo }
     }
 
     fn pick<S: ServerState>(&mut self, key: Option<u64>, state: &S) -> Option<usize> {
-        let view = TierView { members: &self.members, weights: &self.weights, state };
+        // Only the methods that honour slow start read it; weights scale by the
+        // ramp only while some server ramps, so picks are unchanged otherwise.
+        let ramping = matches!(self.algo, Algo::RoundRobin(_) | Algo::LeastConnections(_) | Algo::RandomTwo(_)) && {
+            self.ramps.clear();
+            self.ramps.extend(self.members.iter().map(|&i| state.ramp(i).clamp(1, FULL_RAMP)));
+            self.ramps.iter().any(|&r| r < FULL_RAMP)
+        };
+        let ramps = if ramping { Some(self.ramps.as_slice()) } else { None };
+        let view = TierView { members: &self.members, weights: &self.weights, ramps, state };
         let pos = match (&mut self.algo, key) {
             (Algo::RoundRobin(rr), _) => rr.pick(&view),
             (Algo::LeastConnections(lc), _) => lc.pick(&view),
@@ -220,6 +239,8 @@ impl Tier {
 pub(crate) struct TierView<'a, S> {
     members: &'a [usize],
     weights: &'a [u32],
+    /// Slow start shares per position, when some server ramps.
+    ramps: Option<&'a [u32]>,
     state: &'a S,
 }
 
@@ -232,6 +253,17 @@ impl<S: ServerState> TierView<'_, S> {
     /// The configured weight of the server at `pos`.
     pub(crate) fn weight(&self, pos: usize) -> u32 {
         self.weights.get(pos).copied().unwrap_or(0)
+    }
+
+    /// The weight under slow start: the weight times the ramp share in
+    /// thousandths while some server ramps, the plain weight otherwise (both
+    /// scales give the same proportions).
+    pub(crate) fn ramped(&self, pos: usize) -> u64 {
+        let weight = u64::from(self.weight(pos));
+        match self.ramps {
+            None => weight,
+            Some(ramps) => weight * u64::from(ramps.get(pos).copied().unwrap_or(FULL_RAMP)),
+        }
     }
 
     /// The pool-wide server id of the server at `pos`.
@@ -282,7 +314,17 @@ pub(crate) mod testing {
 
     /// A tier whose positions equal the server ids 0..weights.len().
     pub(crate) fn view<'a>(members: &'a [usize], weights: &'a [u32], state: &'a FakeState) -> TierView<'a, FakeState> {
-        TierView { members, weights, state }
+        TierView { members, weights, ramps: None, state }
+    }
+
+    /// Like [`view`], with slow start shares.
+    pub(crate) fn ramped_view<'a>(
+        members: &'a [usize],
+        weights: &'a [u32],
+        ramps: &'a [u32],
+        state: &'a FakeState,
+    ) -> TierView<'a, FakeState> {
+        TierView { members, weights, ramps: Some(ramps), state }
     }
 
     /// Server ids 0..n.

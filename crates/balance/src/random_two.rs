@@ -9,7 +9,7 @@
 //!   bounds the maximum load far better than one random choice, without the herd effect
 //!   of every balancer instance chasing the same least-loaded server;
 //! - all randomness comes from the seeded [`Rng`]: same seed, same state → same picks;
-//! - loads are compared by cross-multiplication in u64, no floats.
+//! - loads are compared by cross-multiplication in u128, no floats.
 
 use crate::rng::Rng;
 use crate::{ServerState, TierView};
@@ -36,7 +36,7 @@ impl RandomTwo {
         let mut total: u64 = 0;
         for pos in 0..view.len() {
             if view.is_eligible(pos) {
-                let weight = u64::from(view.weight(pos));
+                let weight = view.ramped(pos);
                 total = total.saturating_add(weight);
                 self.scratch.push((pos, weight));
             }
@@ -49,9 +49,9 @@ impl RandomTwo {
         let second = weighted_draw(&self.scratch, self.rng.below(rest), first)?;
         let (a, wa) = self.scratch[first];
         let (b, wb) = self.scratch[second];
-        let (load_a, load_b) = (u64::from(view.active(a)), u64::from(view.active(b)));
-        // active_b / wb < active_a / wa, cross-multiplied (each product < 2^64).
-        Some(if load_b * wa < load_a * wb { b } else { a })
+        let (load_a, load_b) = (u128::from(view.active(a)), u128::from(view.active(b)));
+        // active_b / wb < active_a / wa, cross-multiplied in u128 (weights under slow start exceed u32).
+        Some(if load_b * u128::from(wa) < load_a * u128::from(wb) { b } else { a })
     }
 }
 

@@ -35,7 +35,7 @@ impl SmoothRoundRobin {
             if !view.is_eligible(pos) {
                 continue;
             }
-            let weight = i64::from(view.weight(pos));
+            let weight = i64::try_from(view.ramped(pos)).unwrap_or(i64::MAX);
             // Saturating: scores stay within ±sum(weights) in practice, but a pool of
             // billions of maximal weights must not panic in debug builds.
             self.current[pos] = self.current[pos].saturating_add(weight);
@@ -90,6 +90,17 @@ mod tests {
         state.available = vec![false, false];
         assert_eq!(run(&[1, 1], &state, 2), [None, None]);
         assert_eq!(run(&[], &FakeState::up(0), 1), [None]);
+    }
+
+    #[test]
+    fn a_ramping_server_gets_its_share_of_its_weight() {
+        let members = ids(2);
+        let (weights, ramps) = ([1, 1], [1000, 250]);
+        let state = FakeState::up(2);
+        let v = crate::testing::ramped_view(&members, &weights, &ramps, &state);
+        let mut rr = SmoothRoundRobin::new(2);
+        let picks: Vec<_> = (0..500).filter_map(|_| rr.pick(&v)).collect();
+        assert_eq!(picks.iter().filter(|&&p| p == 1).count(), 100, "a quarter weight: 1 in 5");
     }
 
     #[test]

@@ -502,6 +502,18 @@ pub struct Pool {
     pub tls: Option<UpstreamTls>,
     /// HTTP version spoken to the servers (HTTP pools).
     pub protocol: UpstreamProtocol,
+    /// Passive health checking: servers failing real traffic are ejected.
+    pub passive: Option<Passive>,
+}
+
+/// Passive health checking of a pool: what real traffic tells about servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Passive {
+    /// Consecutive failures (connect errors, timeouts, 5xx) that eject a server.
+    pub failures: u32,
+    /// How long an ejected server takes nothing new (at least; with an
+    /// active check it also needs `rise` passing checks).
+    pub eject: Duration,
 }
 
 /// An active health probe of every server of a pool.
@@ -531,6 +543,35 @@ pub enum CheckKind {
         /// Bytes the reply must contain.
         expect: Option<Vec<u8>>,
     },
+    /// A TCP connection that opens is a success.
+    Tcp,
+    /// A TLS handshake that completes is a success (the pool's `tls`
+    /// settings when it has them, else without verifying the certificate).
+    Tls,
+    /// An HTTP/1.1 request whose response matches (over TLS when the pool has `tls`).
+    Http(HttpCheck),
+}
+
+/// The request and expectations of an HTTP health check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpCheck {
+    /// Request method, upper case (`GET` by default).
+    pub method: String,
+    /// Request target, starting with `/`.
+    pub path: String,
+    /// `Host` header; `None`: the probed address.
+    pub host: Option<String>,
+    /// Accepted statuses as inclusive ranges; a status in any of them passes.
+    pub statuses: Vec<(u16, u16)>,
+    /// Bytes the response body must contain.
+    pub body: Option<Vec<u8>>,
+}
+
+impl HttpCheck {
+    /// Whether `status` is accepted.
+    pub fn accepts(&self, status: u16) -> bool {
+        self.statuses.iter().any(|&(lo, hi)| (lo..=hi).contains(&status))
+    }
 }
 
 /// Persistence (stickiness) of a pool: which server a returning client gets.
@@ -624,6 +665,11 @@ pub struct Server {
     pub backup: bool,
     /// Most concurrent requests towards this server; `None` is unlimited.
     pub max_connections: Option<u32>,
+    /// Where health checks go instead of `addr` (and of the check's `port`).
+    pub check_addr: Option<SocketAddr>,
+    /// How long the server's weight ramps up after it returns or is added
+    /// (the server's own `slow_start`, else the pool's); zero: no ramp.
+    pub slow_start: Duration,
 }
 
 // ---- TLS and HTTP/2 (issue 6) ----

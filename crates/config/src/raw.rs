@@ -227,6 +227,10 @@ pub struct RawPool {
     pub tls: Option<S<RawUpstreamTls>>,
     /// `protocol`: the HTTP version spoken to the servers.
     pub protocol: Option<S<String>>,
+    /// `passive`: passive health checking.
+    pub passive: Option<S<RawPassive>>,
+    /// `slow_start`: the weight ramp of a returning server, a duration string.
+    pub slow_start: Option<S<String>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells. Validation does not also report
     /// these as missing.
@@ -246,6 +250,10 @@ pub struct RawServer {
     pub backup: Option<S<bool>>,
     /// `max_connections`
     pub max_connections: Option<S<i64>>,
+    /// `check_address`: where health checks go instead of `address`.
+    pub check_address: Option<S<String>>,
+    /// `slow_start`: this server's weight ramp, a duration string.
+    pub slow_start: Option<S<String>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells. Validation does not also report
     /// these as missing.
@@ -334,6 +342,29 @@ pub struct RawHealthCheck {
     pub fall: Option<S<i64>>,
     /// `port`
     pub port: Option<S<i64>>,
+    /// `method` of an HTTP check.
+    pub method: Option<S<String>>,
+    /// `path` of an HTTP check.
+    pub path: Option<S<String>>,
+    /// `host` of an HTTP check.
+    pub host: Option<S<String>>,
+    /// `expect_status` of an HTTP check: codes, classes ("2xx") or ranges
+    /// ("200-399"), integers read as their text.
+    pub expect_status: Option<S<Vec<S<String>>>>,
+    /// `expect_body` of an HTTP check: a substring of the body.
+    pub expect_body: Option<S<String>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells.
+    pub broken: Vec<String>,
+}
+
+/// A pool's `passive` table (passive health checking).
+#[derive(Debug, Clone, Default)]
+pub struct RawPassive {
+    /// `failures`: consecutive failures that eject a server.
+    pub failures: Option<S<i64>>,
+    /// `eject`: how long an ejected server stays out, a duration string.
+    pub eject: Option<S<String>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells.
     pub broken: Vec<String>,

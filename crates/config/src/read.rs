@@ -67,9 +67,27 @@ const POOL_KEYS: &[&str] = &[
     "health_check",
     "tls",
     "protocol",
+    "passive",
+    "slow_start",
 ];
-const HEALTH_CHECK_KEYS: &[&str] = &["type", "send", "expect", "interval", "timeout", "rise", "fall", "port"];
-const SERVER_KEYS: &[&str] = &["address", "name", "weight", "backup", "max_connections"];
+const HEALTH_CHECK_KEYS: &[&str] = &[
+    "type",
+    "send",
+    "expect",
+    "interval",
+    "timeout",
+    "rise",
+    "fall",
+    "port",
+    "method",
+    "path",
+    "host",
+    "expect_status",
+    "expect_body",
+];
+const PASSIVE_KEYS: &[&str] = &["failures", "eject"];
+const SERVER_KEYS: &[&str] =
+    &["address", "name", "weight", "backup", "max_connections", "check_address", "slow_start"];
 const ADMIN_KEYS: &[&str] = &["listen", "tokens"];
 const TOKEN_KEYS: &[&str] = &["token", "role"];
 const ACCESS_LOG_KEYS: &[&str] = &["path", "format"];
@@ -402,6 +420,8 @@ fn read_pool(r: &mut Report<'_>, table: &DeTable<'_>) -> RawPool {
                 })
             }
             "protocol" => raw.protocol = string(r, name, value),
+            "passive" => raw.passive = table_of(r, name, value).map(|t| S::new(value.span(), read_passive(r, t))),
+            "slow_start" => raw.slow_start = duration(r, name, value),
             _ => raw.broken.extend(unknown_key(r, key, POOL_KEYS, "in [[pool]]")),
         }
         if r.error_count() > errors_before {
@@ -422,6 +442,8 @@ fn read_server(r: &mut Report<'_>, table: &DeTable<'_>) -> RawServer {
             "weight" => raw.weight = integer(r, name, value),
             "backup" => raw.backup = boolean(r, name, value),
             "max_connections" => raw.max_connections = integer(r, name, value),
+            "check_address" => raw.check_address = string(r, name, value),
+            "slow_start" => raw.slow_start = duration(r, name, value),
             _ => raw.broken.extend(unknown_key(r, key, SERVER_KEYS, "in a server")),
         }
         if r.error_count() > errors_before {
@@ -528,7 +550,29 @@ fn read_health_check(r: &mut Report<'_>, table: &DeTable<'_>) -> RawHealthCheck 
             "rise" => raw.rise = integer(r, name, value),
             "fall" => raw.fall = integer(r, name, value),
             "port" => raw.port = integer(r, name, value),
+            "method" => raw.method = string(r, name, value),
+            "path" => raw.path = string(r, name, value),
+            "host" => raw.host = string(r, name, value),
+            "expect_status" => raw.expect_status = statuses(r, name, value),
+            "expect_body" => raw.expect_body = string(r, name, value),
             _ => raw.broken.extend(unknown_key(r, key, HEALTH_CHECK_KEYS, "in `health_check`")),
+        }
+        if r.error_count() > errors_before {
+            raw.broken.push(name.to_string());
+        }
+    }
+    raw
+}
+
+fn read_passive(r: &mut Report<'_>, table: &DeTable<'_>) -> RawPassive {
+    let mut raw = RawPassive::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        let errors_before = r.error_count();
+        match name {
+            "failures" => raw.failures = integer(r, name, value),
+            "eject" => raw.eject = duration(r, name, value),
+            _ => raw.broken.extend(unknown_key(r, key, PASSIVE_KEYS, "in `passive`")),
         }
         if r.error_count() > errors_before {
             raw.broken.push(name.to_string());
@@ -660,6 +704,38 @@ fn strings(r: &mut Report<'_>, key: &str, value: &Value<'_>) -> Option<S<Vec<S<S
         }
         _ => {
             type_error(r, key, value, "a string or an array of strings");
+            None
+        }
+    }
+}
+
+/// Status codes: an integer, a string, or an array of both; integers become
+/// their text, so validation parses one form.
+fn statuses(r: &mut Report<'_>, key: &str, value: &Value<'_>) -> Option<S<Vec<S<String>>>> {
+    let one = |item: &Value<'_>| match item.get_ref() {
+        DeValue::String(s) => Some(S::new(item.span(), s.to_string())),
+        DeValue::Integer(i) => {
+            i64::from_str_radix(i.as_str(), i.radix()).ok().map(|n| S::new(item.span(), n.to_string()))
+        }
+        _ => None,
+    };
+    if let DeValue::Array(items) = value.get_ref() {
+        let mut list = Vec::new();
+        for item in items.iter() {
+            match one(item) {
+                Some(s) => list.push(s),
+                None => r.error(
+                    &item.span(),
+                    format!("elements of `{key}` must be integers or strings, not {}", kind(item.get_ref())),
+                ),
+            }
+        }
+        return Some(S::new(value.span(), list));
+    }
+    match one(value) {
+        Some(s) => Some(S::new(value.span(), vec![s])),
+        None => {
+            type_error(r, key, value, "a status code, a string such as \"2xx\" or \"200-399\", or an array of them");
             None
         }
     }

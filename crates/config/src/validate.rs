@@ -16,7 +16,7 @@ use std::ops::{Range, RangeInclusive};
 use std::time::Duration;
 
 use crate::diagnostic::Report;
-use crate::health::validate_health_check;
+use crate::health::{slow_start, validate_health_check, validate_passive};
 use crate::l4::{check_udp_pools, parse_mode, parse_send_proxy, validate_layer4};
 use crate::model::*;
 use crate::ops::{validate_access_log, validate_admin};
@@ -425,7 +425,10 @@ fn validate_pool(cx: &mut Ctx<'_, '_>, raw: &S<RawPool>) -> Pool {
             );
             Vec::new()
         }
-        Some(list) => validate_servers(cx, &name, list.get_ref()),
+        Some(list) => {
+            let ramp = slow_start(cx, &raw.slow_start, Duration::ZERO);
+            validate_servers(cx, &name, list.get_ref(), ramp)
+        }
     };
     Pool {
         name,
@@ -438,6 +441,7 @@ fn validate_pool(cx: &mut Ctx<'_, '_>, raw: &S<RawPool>) -> Pool {
         health_check: raw.health_check.as_ref().and_then(|h| validate_health_check(cx, h)),
         tls: raw.tls.as_ref().and_then(|t| validate_upstream_tls(cx, t)),
         protocol: raw.protocol.as_ref().map_or_else(UpstreamProtocol::default, |p| parse_protocol(cx, p)),
+        passive: raw.passive.as_ref().and_then(|p| validate_passive(cx, p)),
     }
 }
 
@@ -494,7 +498,7 @@ fn parse_hash_key(cx: &mut Ctx<'_, '_>, value: &S<String>) -> HashKey {
     HashKey::ClientAddr
 }
 
-fn validate_servers(cx: &mut Ctx<'_, '_>, pool: &str, raw: &[S<RawServer>]) -> Vec<Server> {
+fn validate_servers(cx: &mut Ctx<'_, '_>, pool: &str, raw: &[S<RawServer>], ramp: Duration) -> Vec<Server> {
     let mut servers = Vec::new();
     let mut seen: Vec<(SocketAddr, usize)> = Vec::new();
     let mut names: Vec<String> = Vec::new();
@@ -543,6 +547,14 @@ fn validate_servers(cx: &mut Ctx<'_, '_>, pool: &str, raw: &[S<RawServer>]) -> V
             .as_ref()
             .and_then(|m| cx.int_in("max_connections", m, 1..=i64::from(u32::MAX)))
             .and_then(|m| u32::try_from(m).ok());
+        let check_addr = s.check_address.as_ref().and_then(|a| match parse_socket_addr(a.get_ref()) {
+            Ok(addr) => Some(addr),
+            Err(p) => {
+                cx.problem(&a.span(), p);
+                None
+            }
+        });
+        let slow_start = slow_start(cx, &s.slow_start, ramp);
         let Some(addr) = addr else { continue };
         servers.push(Server {
             name: s.name.as_ref().or(s.address.as_ref()).map_or_else(|| addr.to_string(), |n| n.get_ref().clone()),
@@ -550,6 +562,8 @@ fn validate_servers(cx: &mut Ctx<'_, '_>, pool: &str, raw: &[S<RawServer>]) -> V
             weight: u32::try_from(weight).unwrap_or(1),
             backup: s.backup.as_ref().is_some_and(|b| *b.get_ref()),
             max_connections,
+            check_addr,
+            slow_start,
         });
     }
     servers

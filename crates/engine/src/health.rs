@@ -1,18 +1,23 @@
-//! Active health probes of pool servers (UDP "send and expect").
+//! Active health probes of pool servers: TCP connect, TLS handshake, HTTP
+//! request, UDP "send and expect".
 //!
-//! One prober thread, with its own current-thread runtime, wakes every
-//! ~100 ms, reads the current generation and starts the probes that are due:
-//! a fresh connected UDP socket sends the pool's `send` payload to the server
-//! (or to the check's `port`) and waits up to `timeout` for a reply holding
-//! `expect`. `rise` consecutive successes mark a down server up, `fall`
-//! consecutive failures mark an up server down; the verdict is written to
+//! One prober thread per process (not per worker), with its own
+//! current-thread runtime, wakes every ~100 ms, reads the current generation
+//! and starts the probes that are due, each against the server's
+//! `check_address`, else its address with the check's `port`, within the
+//! check's `timeout` ([`probe`](self) per kind below). `rise` consecutive
+//! successes mark a down server up, `fall` consecutive failures mark an up
+//! server down; the verdict is written to
 //! [`ServerLive::set_healthy`](crate::live::ServerLive::set_healthy), which
-//! balancing reads.
+//! balancing reads, and each flip is logged with its reason.
 //!
 //! Invariants: probe state is keyed by (pool name, server name), so a reload
 //! keeps it, and it is reset when the probed address changes; at most one
 //! probe per server is in flight; a pool without a check has all its servers
-//! healthy (a removed check never leaves a server down).
+//! healthy (a removed check never leaves a server down); a passive ejection
+//! (see [`ServerLive::observe`](crate::live::ServerLive::observe)) resets
+//! the verdict to down, so an ejected server comes back through `rise`
+//! passing checks.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -20,19 +25,23 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use switchyard_config::{CheckKind, HealthCheck};
-use tokio::net::UdpSocket;
+use switchyard_config::{CheckKind, HealthCheck, HttpCheck, Pool, UpstreamProtocol, UpstreamTls};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UdpSocket};
 use tokio::sync::{mpsc, watch};
 
 use crate::live::Generation;
+use crate::upstream::tls::PoolTls;
 
 /// How often the prober looks for due probes.
 const TICK: Duration = Duration::from_millis(100);
+/// Most bytes of an HTTP check's response read (head and body).
+const MAX_RESPONSE: usize = 64 * 1024;
 
 /// Why a probe failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
-    /// No reply within the timeout.
+    /// No reply (or no connection, handshake or response) within the timeout.
     Timeout,
     /// A reply that does not contain `expect`.
     UnexpectedReply,
@@ -40,6 +49,20 @@ pub enum Failure {
     SendFailed(String),
     /// Receiving failed (e.g. an ICMP port unreachable).
     ReceiveFailed(String),
+    /// The TCP connection was refused.
+    Refused,
+    /// The TCP connection failed otherwise.
+    ConnectFailed(String),
+    /// The TLS handshake failed.
+    Tls(String),
+    /// The server closed or reset the connection before a full response.
+    Closed,
+    /// The response is not HTTP/1.x.
+    BadResponse,
+    /// An HTTP status outside `expect_status`.
+    Status(u16),
+    /// The HTTP body does not contain `expect_body`.
+    BodyMismatch,
 }
 
 impl std::fmt::Display for Failure {
@@ -49,6 +72,13 @@ impl std::fmt::Display for Failure {
             Failure::UnexpectedReply => f.write_str("unexpected reply"),
             Failure::SendFailed(e) => write!(f, "send failed: {e}"),
             Failure::ReceiveFailed(e) => write!(f, "receive failed: {e}"),
+            Failure::Refused => f.write_str("connection refused"),
+            Failure::ConnectFailed(e) => write!(f, "connect failed: {e}"),
+            Failure::Tls(e) => write!(f, "TLS handshake failed: {e}"),
+            Failure::Closed => f.write_str("closed before a full response"),
+            Failure::BadResponse => f.write_str("not an HTTP response"),
+            Failure::Status(s) => write!(f, "status {s}"),
+            Failure::BodyMismatch => f.write_str("body mismatch"),
         }
     }
 }
@@ -93,6 +123,8 @@ struct ProbeState {
     target: SocketAddr,
     next: Instant,
     in_flight: bool,
+    /// The server's passive ejection count when last looked at.
+    ejections: u32,
 }
 
 /// A probe to run.
@@ -101,6 +133,9 @@ struct Job {
     key: (String, String),
     target: SocketAddr,
     check: HealthCheck,
+    /// TLS for `tls` checks and `http` checks of pools with `tls`, with the
+    /// server's index in its pool (for the name it verifies).
+    tls: Option<(PoolTls, usize)>,
 }
 
 /// A finished probe.
@@ -110,12 +145,43 @@ type Outcome = ((String, String), SocketAddr, Result<(), Failure>);
 #[derive(Debug)]
 struct Prober {
     states: HashMap<(String, String), ProbeState>,
+    /// TLS client sides of checks, per pool, with the settings they were built from.
+    tls: HashMap<String, (UpstreamTls, PoolTls)>,
     rng: u64,
 }
 
 impl Prober {
     fn new(seed: u64) -> Self {
-        Prober { states: HashMap::new(), rng: seed | 1 }
+        Prober { states: HashMap::new(), tls: HashMap::new(), rng: seed | 1 }
+    }
+
+    /// The TLS side of `pool`'s check: its own `tls` settings (speaking
+    /// HTTP/1.1 for an `http` check), or none verified for a `tls` check of a
+    /// clear-text pool; `None` for clear-text checks. Kept while the
+    /// settings stay, so sessions resume.
+    fn check_tls(&mut self, pool: &Pool, check: &HealthCheck) -> Option<PoolTls> {
+        let settings = match (&check.kind, &pool.tls) {
+            (CheckKind::Tls, None) => UpstreamTls { verify: false, ca: None, server_name: None, client_cert: None },
+            (CheckKind::Tls | CheckKind::Http(_), Some(tls)) => tls.clone(),
+            _ => return None,
+        };
+        if let Some((kept, tls)) = self.tls.get(&pool.name) {
+            if *kept == settings {
+                return Some(tls.clone());
+            }
+        }
+        let for_check = Pool { tls: Some(settings.clone()), protocol: UpstreamProtocol::Http1, ..pool.clone() };
+        match PoolTls::for_pool(&for_check, None) {
+            Ok(Some(tls)) => {
+                self.tls.insert(pool.name.clone(), (settings, tls.clone()));
+                Some(tls)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::error!(pool = %pool.name, error = %e, "health check: cannot set up TLS");
+                None
+            }
+        }
     }
 
     /// A uniform number in [0, 1) (xorshift64).
@@ -141,28 +207,35 @@ impl Prober {
                 live.servers.iter().filter(|s| !s.healthy()).for_each(|s| s.set_healthy(true));
                 continue;
             };
-            for server in &live.servers {
+            let tls = self.check_tls(pool, check);
+            for (i, server) in live.servers.iter().enumerate() {
                 let key = (pool.name.clone(), server.name.to_string());
-                let target = SocketAddr::new(server.addr.ip(), check.port.unwrap_or(server.addr.port()));
+                let configured = pool.servers.get(i).and_then(|s| s.check_addr);
+                let target = configured
+                    .unwrap_or_else(|| SocketAddr::new(server.addr.ip(), check.port.unwrap_or(server.addr.port())));
                 let first = now + check.interval.mul_f64(self.unit());
-                let state = self.states.entry(key.clone()).or_insert_with(|| ProbeState {
-                    verdict: Verdict::default(),
-                    target,
-                    next: first,
-                    in_flight: false,
-                });
+                let ejections = server.ejections();
+                let fresh = |next| ProbeState { verdict: Verdict::default(), target, next, in_flight: false, ejections };
+                let state = self.states.entry(key.clone()).or_insert_with(|| fresh(first));
                 if state.target != target {
-                    *state = ProbeState { verdict: Verdict::default(), target, next: now, in_flight: false };
+                    *state = fresh(now);
+                }
+                if state.ejections != ejections {
+                    // Passive checking ejected it: back only through `rise` passing checks.
+                    state.ejections = ejections;
+                    state.verdict = Verdict { healthy: false, streak: 0 };
                 }
                 server.set_healthy(state.verdict.healthy);
                 if !state.in_flight && state.next <= now {
                     state.in_flight = true;
-                    jobs.push(Job { key: key.clone(), target, check: check.clone() });
+                    let tls = tls.clone().map(|t| (t, i));
+                    jobs.push(Job { key: key.clone(), target, check: check.clone(), tls });
                 }
                 seen.insert(key);
             }
         }
         self.states.retain(|key, _| seen.contains(key));
+        self.tls.retain(|pool, _| seen.iter().any(|(p, _)| p == pool));
         jobs
     }
 
@@ -187,27 +260,125 @@ impl Prober {
                 tracing::warn!(pool = key.0, server = key.1, %target, %reason, "server down: health check failed")
             }
             (Some(true), _) => tracing::info!(pool = key.0, server = key.1, %target, "server up: health check passed"),
+            (None, Err(reason)) => {
+                tracing::debug!(pool = key.0, server = key.1, %target, %reason, "health check failed")
+            }
             _ => {}
         }
     }
 }
 
+/// Runs one probe of `job` within its check's timeout.
+async fn probe(job: &Job) -> Result<(), Failure> {
+    let check = &job.check;
+    let run = async {
+        match &check.kind {
+            CheckKind::Udp { send, expect } => udp(job.target, send, expect.as_deref(), check.timeout).await,
+            CheckKind::Tcp => connect(job.target).await.map(drop),
+            CheckKind::Tls => {
+                let tcp = connect(job.target).await?;
+                let Some((tls, server)) = &job.tls else { return Err(Failure::Tls("no TLS set up".into())) };
+                let mut stream = tls.handshake(*server, tcp).await.map_err(|e| Failure::Tls(e.to_string()))?;
+                let _ = stream.shutdown().await;
+                Ok(())
+            }
+            CheckKind::Http(http) => {
+                let tcp = connect(job.target).await?;
+                match &job.tls {
+                    None => http_exchange(tcp, http, job.target).await,
+                    Some((tls, server)) => {
+                        let stream = tls.handshake(*server, tcp).await.map_err(|e| Failure::Tls(e.to_string()))?;
+                        http_exchange(stream, http, job.target).await
+                    }
+                }
+            }
+        }
+    };
+    tokio::time::timeout(check.timeout, run).await.unwrap_or(Err(Failure::Timeout))
+}
+
+/// A TCP connection to `target`.
+async fn connect(target: SocketAddr) -> Result<TcpStream, Failure> {
+    TcpStream::connect(target).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => Failure::Refused,
+        _ => Failure::ConnectFailed(e.to_string()),
+    })
+}
+
+/// Sends the check's request (`Connection: close`) and judges the response
+/// read until the server closes, the body's `Content-Length` is in, or
+/// [`MAX_RESPONSE`] bytes.
+async fn http_exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    check: &HttpCheck,
+    target: SocketAddr,
+) -> Result<(), Failure> {
+    let host = check.host.clone().unwrap_or_else(|| target.to_string());
+    let request = format!(
+        "{} {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: switchyard-health-check\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+        check.method, check.path
+    );
+    stream.write_all(request.as_bytes()).await.map_err(|_| Failure::Closed)?;
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = match stream.read(&mut chunk).await {
+            Ok(n) => n,
+            // A TLS server that closes without close_notify still gave its whole response.
+            Err(_) if !buf.is_empty() => 0,
+            Err(_) => return Err(Failure::Closed),
+        };
+        buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
+        match judge(&buf, check, n == 0 || buf.len() >= MAX_RESPONSE) {
+            Some(verdict) => return verdict,
+            None if n == 0 => return Err(Failure::Closed),
+            None => {}
+        }
+    }
+}
+
+/// The verdict on the response bytes so far, or `None` when more are needed.
+/// `complete`: nothing more will come.
+fn judge(buf: &[u8], check: &HttpCheck, complete: bool) -> Option<Result<(), Failure>> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut response = httparse::Response::new(&mut headers);
+    let head_len = match response.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if !complete => return None,
+        _ => return Some(Err(if buf.is_empty() { Failure::Closed } else { Failure::BadResponse })),
+    };
+    let status = response.code.unwrap_or(0);
+    if !check.accepts(status) {
+        return Some(Err(Failure::Status(status)));
+    }
+    let Some(want) = &check.body else { return Some(Ok(())) };
+    let body = buf.get(head_len..).unwrap_or_default();
+    if memchr::memmem::find(body, want).is_some() {
+        return Some(Ok(()));
+    }
+    let length = response.headers.iter().find(|h| h.name.eq_ignore_ascii_case("content-length"));
+    let length = length.and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse::<usize>().ok());
+    if complete || length.is_some_and(|len| body.len() >= len) {
+        return Some(Err(Failure::BodyMismatch));
+    }
+    None
+}
+
 /// Sends `send` to `target` and waits up to `timeout` for a reply holding `expect`.
-async fn probe(target: SocketAddr, check: &HealthCheck) -> Result<(), Failure> {
-    let CheckKind::Udp { send, expect } = &check.kind;
+async fn udp(target: SocketAddr, send: &[u8], expect: Option<&[u8]>, timeout: Duration) -> Result<(), Failure> {
     let local: SocketAddr = if target.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { ([0u16; 8], 0).into() };
     let socket = UdpSocket::bind(local).await.map_err(|e| Failure::SendFailed(e.to_string()))?;
     socket.connect(target).await.map_err(|e| Failure::SendFailed(e.to_string()))?;
     socket.send(send).await.map_err(|e| Failure::SendFailed(e.to_string()))?;
     let mut buf = vec![0u8; 65_536];
-    let n = match tokio::time::timeout(check.timeout, socket.recv(&mut buf)).await {
+    let n = match tokio::time::timeout(timeout, socket.recv(&mut buf)).await {
         Err(_) => return Err(Failure::Timeout),
         Ok(Err(e)) => return Err(Failure::ReceiveFailed(e.to_string())),
         Ok(Ok(n)) => n,
     };
     let reply = buf.get(..n).unwrap_or_default();
     match expect {
-        Some(e) if !reply.windows(e.len()).any(|w| w == e.as_slice()) => Err(Failure::UnexpectedReply),
+        Some(e) if !reply.windows(e.len()).any(|w| w == e) => Err(Failure::UnexpectedReply),
         _ => Ok(()),
     }
 }
@@ -237,7 +408,7 @@ async fn run(generation: impl Fn() -> Option<Arc<Generation>>, mut stop: watch::
                 for job in prober.due(&gen, Instant::now()) {
                     let tx = tx.clone();
                     tokio::spawn(async move {
-                        let result = probe(job.target, &job.check).await;
+                        let result = probe(&job).await;
                         let _ = tx.send((job.key, job.target, result));
                     });
                 }

@@ -11,12 +11,12 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
-
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
-use switchyard_config::{Config, Mode, Pool, Server, Service};
+use switchyard_config::{Config, Mode, Passive, Pool, Server, Service};
 
 use switchyard_balance::cookie::CookieKey;
 
@@ -90,6 +90,15 @@ pub struct ServerLive {
     /// Whether the pool's health probe last judged the server up; always
     /// true for a pool without a probe.
     healthy: AtomicBool,
+    /// Consecutive failures seen by passive checking (real traffic).
+    failures: AtomicU32,
+    /// Passive ejection: a [`stamp`] until which the server takes nothing
+    /// new; 0 when not ejected.
+    ejected_until: AtomicU64,
+    /// Passive ejections so far; the prober resets its verdict when it moves.
+    ejections: AtomicU32,
+    /// Slow start: the [`stamp`] from which the weight ramps; 0 when full.
+    ramp_from: AtomicU64,
     /// Effective weight: the configured one unless the operator changed it.
     weight: AtomicU32,
     /// The weight the configuration gave, to tell an operator's override
@@ -108,6 +117,10 @@ impl ServerLive {
             active: AtomicU32::new(0),
             state: AtomicU8::new(AdminState::Up.to_u8()),
             healthy: AtomicBool::new(true),
+            failures: AtomicU32::new(0),
+            ejected_until: AtomicU64::new(0),
+            ejections: AtomicU32::new(0),
+            ramp_from: AtomicU64::new(0),
             weight: AtomicU32::new(server.weight),
             configured: AtomicU32::new(server.weight),
             metrics: ServerMetrics::new(workers),
@@ -129,19 +142,100 @@ impl ServerLive {
         self.healthy.load(Ordering::Relaxed)
     }
 
-    /// Records the health probe's verdict.
+    /// Records the health probe's verdict; a server coming back starts its
+    /// slow start.
     pub fn set_healthy(&self, healthy: bool) {
-        self.healthy.store(healthy, Ordering::Relaxed);
+        if self.healthy.load(Ordering::Relaxed) == healthy {
+            return;
+        }
+        if !self.healthy.swap(healthy, Ordering::Relaxed) && healthy {
+            self.start_ramp();
+        }
     }
 
-    /// The state shown to operators: "down" when the probe failed it,
-    /// otherwise the operator's state.
+    /// The state shown to operators: "down" when the probe failed it or
+    /// passive checking ejected it, otherwise the operator's state.
     pub fn status(&self) -> &'static str {
-        if self.healthy() {
+        if self.healthy() && !self.ejected() {
             self.state().as_str()
         } else {
             "down"
         }
+    }
+
+    /// Whether passive checking holds the server out now. The first caller
+    /// after the ejection ends clears it (and starts the slow start when the
+    /// active check, if any, passes).
+    pub fn ejected(&self) -> bool {
+        let until = self.ejected_until.load(Ordering::Relaxed);
+        if until == 0 {
+            return false;
+        }
+        if stamp() < until {
+            return true;
+        }
+        let cleared = self.ejected_until.compare_exchange(until, 0, Ordering::Relaxed, Ordering::Relaxed).is_ok();
+        if cleared && self.healthy() {
+            self.start_ramp();
+            tracing::info!(server = %self.name, addr = %self.addr, "server back: passive ejection over");
+        }
+        false
+    }
+
+    /// Passive ejections so far.
+    pub fn ejections(&self) -> u32 {
+        self.ejections.load(Ordering::Relaxed)
+    }
+
+    /// Records what one exchange with the server said about it: `ok`
+    /// resets the failure streak, `failures` failures in a row eject it for
+    /// `eject`. Returns whether this call ejected it.
+    pub fn observe(&self, passive: Option<&Passive>, ok: bool, why: &str) -> bool {
+        let Some(passive) = passive else { return false };
+        if ok {
+            if self.failures.load(Ordering::Relaxed) != 0 {
+                self.failures.store(0, Ordering::Relaxed);
+            }
+            return false;
+        }
+        if self.failures.fetch_add(1, Ordering::Relaxed) + 1 < passive.failures {
+            return false;
+        }
+        self.failures.store(0, Ordering::Relaxed);
+        let until = stamp().saturating_add(nanos(passive.eject));
+        if self.ejected_until.swap(until, Ordering::Relaxed) != 0 {
+            return false;
+        }
+        self.ejections.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            server = %self.name,
+            addr = %self.addr,
+            reason = why,
+            failures = passive.failures,
+            eject = ?passive.eject,
+            "server down: ejected by passive check"
+        );
+        true
+    }
+
+    /// Starts the slow start ramp now.
+    pub fn start_ramp(&self) {
+        self.ramp_from.store(stamp(), Ordering::Relaxed);
+    }
+
+    /// The share of its weight the server gets now under a slow start of
+    /// `period`, in thousandths (1..=1000); 1000 when not ramping. Reads the
+    /// clock only while ramping.
+    pub fn ramp(&self, period: Duration) -> u32 {
+        let from = self.ramp_from.load(Ordering::Relaxed);
+        if from == 0 || period.is_zero() {
+            return switchyard_balance::FULL_RAMP;
+        }
+        let permille = switchyard_balance::ramp_permille(Duration::from_nanos(stamp().saturating_sub(from)), period);
+        if permille >= switchyard_balance::FULL_RAMP {
+            let _ = self.ramp_from.compare_exchange(from, 0, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        permille
     }
 
     /// Whether new requests may go to this server.
@@ -172,6 +266,24 @@ impl ServerLive {
             self.weight.store(server.weight, Ordering::Relaxed);
         }
     }
+}
+
+/// Whether a response status counts as a failure for passive checking: a
+/// 5xx, except 501 and 505 (the server refuses the method or version of one
+/// request, not a sign of trouble).
+pub fn passive_failure_status(status: u16) -> bool {
+    (500..600).contains(&status) && status != 501 && status != 505
+}
+
+/// Nanoseconds since the first call in this process, plus one (0 means
+/// "none" in the stamps of [`ServerLive`]).
+pub fn stamp() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    nanos(BASE.get_or_init(Instant::now).elapsed()).saturating_add(1)
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The transport a listener speaks.
@@ -253,6 +365,7 @@ pub struct PoolLive {
 impl PoolLive {
     /// Live state for `pool`, reusing the servers of `previous` that still
     /// exist with the same name and address.
+    /// A server added to a pool that existed before starts its slow start.
     pub fn new(pool: &Pool, previous: Option<&PoolLive>, workers: usize) -> Self {
         let servers = pool
             .servers
@@ -265,7 +378,13 @@ impl PoolLive {
                         live.adopt(server);
                         live.clone()
                     }
-                    None => Arc::new(ServerLive::new(server, workers)),
+                    None => {
+                        let live = Arc::new(ServerLive::new(server, workers));
+                        if previous.is_some() && !server.slow_start.is_zero() {
+                            live.start_ramp();
+                        }
+                        live
+                    }
                 }
             })
             .collect();
@@ -283,6 +402,7 @@ impl PoolLive {
         (server >= 64 || tried & (1 << server) == 0)
             && s.state() != AdminState::Maintenance
             && s.healthy()
+            && !s.ejected()
             && cfg.max_connections.is_none_or(|max| s.active.load(Ordering::Relaxed) < max)
     }
 

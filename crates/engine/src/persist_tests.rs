@@ -28,6 +28,8 @@ fn pool(name: &str, servers: &[&str], persistence: Persistence) -> Pool {
             weight: 1,
             backup: false,
             max_connections: None,
+            check_addr: None,
+            slow_start: std::time::Duration::ZERO,
         })
         .collect();
     Pool {
@@ -41,6 +43,7 @@ fn pool(name: &str, servers: &[&str], persistence: Persistence) -> Pool {
         send_proxy: None,
         tls: None,
         protocol: UpstreamProtocol::Http1,
+        passive: None,
     }
 }
 

@@ -57,11 +57,19 @@ impl ServerState for PickView<'_> {
         };
         live.takes_new()
             && live.healthy()
+            && !live.ejected()
             && server.max_connections.is_none_or(|max| live.active.load(Ordering::Relaxed) < max)
     }
 
     fn active(&self, i: usize) -> u32 {
         self.live.servers.get(i).map_or(0, |s| s.active.load(Ordering::Relaxed))
+    }
+
+    fn ramp(&self, i: usize) -> u32 {
+        match (self.pool.servers.get(i), self.live.servers.get(i)) {
+            (Some(server), Some(live)) => live.ramp(server.slow_start),
+            _ => switchyard_balance::FULL_RAMP,
+        }
     }
 }
 

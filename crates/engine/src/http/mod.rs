@@ -613,6 +613,7 @@ async fn forward<S: ClientStream>(
                     Ok(opened) => opened,
                     Err(error) => {
                         live.servers[server].metrics.connect_failed(worker.id, error.reason());
+                        live.servers[server].observe(pool_cfg.passive.as_ref(), false, error.reason());
                         tracing::warn!(service = %service.name, server = %addr, reason = error.reason(), "connect failed");
                         if connect_failures < CONNECT_RETRIES {
                             connect_failures += 1;
@@ -637,6 +638,8 @@ async fn forward<S: ClientStream>(
         });
         match exchange(client, &mut conn, service, worker, local.gen.number, routed, info, set_cookie).await {
             Ok((outcome, reusable)) => {
+                let healthy = !crate::live::passive_failure_status(outcome.status);
+                live.servers[server].observe(pool_cfg.passive.as_ref(), healthy, "5xx response");
                 if reusable && !private && conn.stream.poolable() {
                     conn.served += 1;
                     pool_local.idle.borrow_mut().put(server, conn, pool_cfg.max_idle_per_server, worker.clock.get());
@@ -651,6 +654,9 @@ async fn forward<S: ClientStream>(
                         if failed.error.is_retry_safe() { ProxyError::retryable(kind) } else { ProxyError::new(kind) };
                 }
                 let stale = reused && failed.error.is_retry_safe() && !failed.response_started;
+                if failed.error.side() == crate::error::Side::Server && !stale {
+                    live.servers[server].observe(pool_cfg.passive.as_ref(), false, failed.error.reason());
+                }
                 if stale && info.replayable && !fresh_only {
                     fresh_only = true;
                     continue;

@@ -159,9 +159,13 @@ async fn relay_to_pool(
         let addr = cfg.servers[server].addr;
         let deadline = tokio::time::Instant::now() + svc.timeouts.connect;
         let mut conn = match upstream::connect_tcp(addr, deadline).await {
-            Ok(conn) => conn,
+            Ok(conn) => {
+                live.servers[server].observe(cfg.passive.as_ref(), true, "");
+                conn
+            }
             Err(e) => {
                 live.servers[server].metrics.connect_failed(worker.id, e.reason());
+                live.servers[server].observe(cfg.passive.as_ref(), false, e.reason());
                 tracing::warn!(service = %svc.name, server = %addr, reason = e.reason(), "connect failed");
                 if server < 64 {
                     tried |= 1 << server;

@@ -41,6 +41,8 @@ fn pool(name: &str, servers: &[&str], persistence: Persistence) -> Pool {
         send_proxy: None,
         tls: None,
         protocol: UpstreamProtocol::Http1,
+        queue: None,
+        retries: Pool::DEFAULT_RETRIES,
     }
 }
 

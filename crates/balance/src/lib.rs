@@ -24,13 +24,13 @@
 
 pub mod cookie;
 mod first;
-mod slow_start;
 mod hash;
 mod least_conn;
 mod maglev;
 mod random_two;
 mod rng;
 mod round_robin;
+mod slow_start;
 pub mod stick;
 
 pub use cookie::CookieKey;

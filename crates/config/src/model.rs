@@ -504,6 +504,13 @@ pub struct Pool {
     pub protocol: UpstreamProtocol,
     /// Passive health checking: servers failing real traffic are ejected.
     pub passive: Option<Passive>,
+    /// Where HTTP requests wait when every server is at its `max_connections`;
+    /// `None`: they are refused at once (503).
+    pub queue: Option<Queue>,
+    /// How many times an HTTP request that failed on one server moves on to
+    /// another: after a connect failure, or an idempotent bodiless request
+    /// whose server failed before any response byte.
+    pub retries: u32,
 }
 
 /// Passive health checking of a pool: what real traffic tells about servers.
@@ -514,6 +521,27 @@ pub struct Passive {
     /// How long an ejected server takes nothing new (at least; with an
     /// active check it also needs `rise` passing checks).
     pub eject: Duration,
+}
+
+/// A pool's request queue: bounded, with a bounded wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Queue {
+    /// Most requests waiting at once, over all workers; one more is refused (503).
+    pub size: u32,
+    /// Longest wait for a connection slot; then the request is refused (503).
+    pub timeout: Duration,
+}
+
+impl Queue {
+    /// `size` when the table does not say.
+    pub const DEFAULT_SIZE: u32 = 1024;
+    /// `timeout` when the table does not say.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+}
+
+impl Pool {
+    /// `retries` when the pool does not say: one other server after a failure.
+    pub const DEFAULT_RETRIES: u32 = 1;
 }
 
 /// An active health probe of every server of a pool.

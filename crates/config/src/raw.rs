@@ -231,9 +231,25 @@ pub struct RawPool {
     pub passive: Option<S<RawPassive>>,
     /// `slow_start`: the weight ramp of a returning server, a duration string.
     pub slow_start: Option<S<String>>,
+    /// `queue`: requests waiting for a connection slot.
+    pub queue: Option<S<RawQueue>>,
+    /// `retries`: how many other servers a failed request may try.
+    pub retries: Option<S<i64>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells. Validation does not also report
     /// these as missing.
+    pub broken: Vec<String>,
+}
+
+/// A pool's `queue` table.
+#[derive(Debug, Clone, Default)]
+pub struct RawQueue {
+    /// `size`: most requests waiting at once.
+    pub size: Option<S<i64>>,
+    /// `timeout`: longest wait for a slot.
+    pub timeout: Option<S<String>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells.
     pub broken: Vec<String>,
 }
 

@@ -69,7 +69,10 @@ const POOL_KEYS: &[&str] = &[
     "protocol",
     "passive",
     "slow_start",
+    "queue",
+    "retries",
 ];
+const QUEUE_KEYS: &[&str] = &["size", "timeout"];
 const HEALTH_CHECK_KEYS: &[&str] = &[
     "type",
     "send",
@@ -86,8 +89,7 @@ const HEALTH_CHECK_KEYS: &[&str] = &[
     "expect_body",
 ];
 const PASSIVE_KEYS: &[&str] = &["failures", "eject"];
-const SERVER_KEYS: &[&str] =
-    &["address", "name", "weight", "backup", "max_connections", "check_address", "slow_start"];
+const SERVER_KEYS: &[&str] = &["address", "name", "weight", "backup", "max_connections", "check_address", "slow_start"];
 const ADMIN_KEYS: &[&str] = &["listen", "tokens"];
 const TOKEN_KEYS: &[&str] = &["token", "role"];
 const ACCESS_LOG_KEYS: &[&str] = &["path", "format"];
@@ -422,6 +424,8 @@ fn read_pool(r: &mut Report<'_>, table: &DeTable<'_>) -> RawPool {
             "protocol" => raw.protocol = string(r, name, value),
             "passive" => raw.passive = table_of(r, name, value).map(|t| S::new(value.span(), read_passive(r, t))),
             "slow_start" => raw.slow_start = duration(r, name, value),
+            "queue" => raw.queue = table_of(r, name, value).map(|t| S::new(value.span(), read_queue(r, t))),
+            "retries" => raw.retries = integer(r, name, value),
             _ => raw.broken.extend(unknown_key(r, key, POOL_KEYS, "in [[pool]]")),
         }
         if r.error_count() > errors_before {
@@ -528,6 +532,23 @@ fn read_persistence(r: &mut Report<'_>, table: &DeTable<'_>) -> RawPersistence {
             "idle_timeout" => raw.idle_timeout = duration(r, name, value),
             "capacity" => raw.capacity = integer(r, name, value),
             _ => raw.broken.extend(unknown_key(r, key, PERSISTENCE_KEYS, "in `persistence`")),
+        }
+        if r.error_count() > errors_before {
+            raw.broken.push(name.to_string());
+        }
+    }
+    raw
+}
+
+fn read_queue(r: &mut Report<'_>, table: &DeTable<'_>) -> RawQueue {
+    let mut raw = RawQueue::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        let errors_before = r.error_count();
+        match name {
+            "size" => raw.size = integer(r, name, value),
+            "timeout" => raw.timeout = duration(r, name, value),
+            _ => raw.broken.extend(unknown_key(r, key, QUEUE_KEYS, "in `queue`")),
         }
         if r.error_count() > errors_before {
             raw.broken.push(name.to_string());

@@ -356,7 +356,12 @@ pub(crate) fn check_layer4_pools(cx: &mut Ctx<'_, '_>, raw_pools: &[S<RawPool>],
             reported.push(*id);
             let raw = raw.get_ref();
             let tls = raw.tls.as_ref().filter(|t| t.get_ref().enabled.as_ref().is_none_or(|e| *e.get_ref()));
-            let written = [("tls", tls.map(S::span)), ("protocol", raw.protocol.as_ref().map(S::span))];
+            let written = [
+                ("tls", tls.map(S::span)),
+                ("protocol", raw.protocol.as_ref().map(S::span)),
+                ("queue", raw.queue.as_ref().map(S::span)),
+                ("retries", raw.retries.as_ref().map(S::span)),
+            ];
             for (key, span) in written {
                 let Some(span) = span else { continue };
                 let pool = raw.name.as_ref().map_or("", |n| n.get_ref().as_str());

@@ -430,7 +430,16 @@ fn validate_pool(cx: &mut Ctx<'_, '_>, raw: &S<RawPool>) -> Pool {
             validate_servers(cx, &name, list.get_ref(), ramp)
         }
     };
+    let queue = raw.queue.as_ref().and_then(|q| validate_queue(cx, q, &name, &servers));
+    let retries = raw
+        .retries
+        .as_ref()
+        .and_then(|v| cx.int_in("retries", v, 0..=10))
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(Pool::DEFAULT_RETRIES);
     Pool {
+        queue,
+        retries,
         name,
         algorithm: algorithm.unwrap_or(Algorithm::RoundRobin),
         hash_key,
@@ -443,6 +452,36 @@ fn validate_pool(cx: &mut Ctx<'_, '_>, raw: &S<RawPool>) -> Pool {
         protocol: raw.protocol.as_ref().map_or_else(UpstreamProtocol::default, |p| parse_protocol(cx, p)),
         passive: raw.passive.as_ref().and_then(|p| validate_passive(cx, p)),
     }
+}
+
+/// A pool's `queue`: `size` 1..=1,000,000, `timeout` from 1 ms to 1 hour. A queue
+/// in a pool without any `max_connections` can never fill: that is a warning.
+fn validate_queue(cx: &mut Ctx<'_, '_>, raw: &S<RawQueue>, pool: &str, servers: &[Server]) -> Option<Queue> {
+    let q = raw.get_ref();
+    let size = match &q.size {
+        None => Some(Queue::DEFAULT_SIZE),
+        Some(v) => cx.int_in("size", v, 1..=1_000_000).and_then(|n| u32::try_from(n).ok()),
+    };
+    let timeout = cx.duration(&q.timeout, Queue::DEFAULT_TIMEOUT);
+    let mut ok = size.is_some();
+    if let Some(t) =
+        q.timeout.as_ref().filter(|_| timeout < Duration::from_millis(1) || timeout > Duration::from_secs(3600))
+    {
+        cx.r.error_hint(
+            &t.span(),
+            "a queue `timeout` must be between 1ms and 1h",
+            "a request waits at most this long for a connection slot, then gets 503",
+        );
+        ok = false;
+    }
+    if !servers.is_empty() && servers.iter().all(|s| s.max_connections.is_none()) {
+        cx.r.warning(
+            &raw.span(),
+            format!("pool `{pool}` has a `queue` but none of its servers has `max_connections`, so nothing ever waits"),
+            Some("give the servers a limit, e.g. { address = \"10.0.0.1:80\", max_connections = 100 }".to_string()),
+        );
+    }
+    Some(Queue { size: size?, timeout }).filter(|_| ok)
 }
 
 fn parse_balance(cx: &mut Ctx<'_, '_>, value: &S<String>) -> Option<Algorithm> {

@@ -40,6 +40,10 @@ pub enum Kind {
     NoPool,
     /// Every server of the pool is down or at its connection limit.
     NoServer,
+    /// Every server was at its connection limit and the pool's queue was full.
+    QueueFull,
+    /// The request waited in the pool's queue for its whole timeout.
+    QueueTimeout,
     /// Connecting to the server failed (refused, unreachable).
     ConnectFailed,
     /// Connecting to the server took longer than the connect timeout.
@@ -101,7 +105,9 @@ impl ProxyError {
             | Kind::BodyTooLarge
             | Kind::ClientClosed
             | Kind::ClientBodyTimeout => Side::Client,
-            Kind::NoPool | Kind::NoServer | Kind::SwitchToH2Pool => Side::Internal,
+            Kind::NoPool | Kind::NoServer | Kind::QueueFull | Kind::QueueTimeout | Kind::SwitchToH2Pool => {
+                Side::Internal
+            }
             Kind::ConnectFailed
             | Kind::ConnectTimeout
             | Kind::ServerTimeout
@@ -121,7 +127,7 @@ impl ProxyError {
             Kind::ExpectationFailed => 417,
             Kind::HeaderTooLarge => 431,
             Kind::ClientClosed => return None,
-            Kind::NoPool | Kind::NoServer => 503,
+            Kind::NoPool | Kind::NoServer | Kind::QueueFull | Kind::QueueTimeout => 503,
             Kind::ConnectFailed
             | Kind::ServerClosed
             | Kind::ServerTls
@@ -144,6 +150,8 @@ impl ProxyError {
             Kind::ClientBodyTimeout => "client body timeout",
             Kind::NoPool => "no pool for request",
             Kind::NoServer => "no server available",
+            Kind::QueueFull => "queue full",
+            Kind::QueueTimeout => "queue timeout",
             Kind::ConnectFailed => "server connect failed",
             Kind::ConnectTimeout => "server connect timeout",
             Kind::ServerTimeout => "server response timeout",
@@ -212,6 +220,8 @@ mod tests {
             (Kind::ClientClosed, None, Side::Client),
             (Kind::NoServer, Some(503), Side::Internal),
             (Kind::NoPool, Some(503), Side::Internal),
+            (Kind::QueueFull, Some(503), Side::Internal),
+            (Kind::QueueTimeout, Some(503), Side::Internal),
             (Kind::ConnectFailed, Some(502), Side::Server),
             (Kind::ConnectTimeout, Some(504), Side::Server),
             (Kind::ServerTimeout, Some(504), Side::Server),

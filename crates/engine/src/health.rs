@@ -215,7 +215,8 @@ impl Prober {
                     .unwrap_or_else(|| SocketAddr::new(server.addr.ip(), check.port.unwrap_or(server.addr.port())));
                 let first = now + check.interval.mul_f64(self.unit());
                 let ejections = server.ejections();
-                let fresh = |next| ProbeState { verdict: Verdict::default(), target, next, in_flight: false, ejections };
+                let fresh =
+                    |next| ProbeState { verdict: Verdict::default(), target, next, in_flight: false, ejections };
                 let state = self.states.entry(key.clone()).or_insert_with(|| fresh(first));
                 if state.target != target {
                     *state = fresh(now);

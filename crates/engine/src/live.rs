@@ -24,6 +24,7 @@ use crate::access_log::AccessLog;
 use crate::metrics::{ServerMetrics, ServiceMetrics, TlsMetrics};
 use crate::persist::PoolPersistence;
 use crate::tls::{Terminator, TlsError};
+use crate::upstream::queue::PoolQueue;
 use crate::upstream::tls::{PoolTls, TlsSetupError};
 
 /// Why a generation could not be built: TLS material or settings rustls
@@ -106,11 +107,14 @@ pub struct ServerLive {
     configured: AtomicU32,
     /// Request counters and latencies, per worker.
     pub metrics: ServerMetrics,
+    /// The queue of the server's pool, woken when a slot here is released.
+    pub queue: Arc<PoolQueue>,
 }
 
 impl ServerLive {
-    /// Fresh live state for a configured server served by `workers` workers.
-    pub fn new(server: &Server, workers: usize) -> Self {
+    /// Fresh live state for a configured server served by `workers` workers,
+    /// in the pool whose queue is `queue`.
+    pub fn new(server: &Server, workers: usize, queue: Arc<PoolQueue>) -> Self {
         ServerLive {
             name: Arc::from(server.name.as_str()),
             addr: server.addr,
@@ -124,6 +128,7 @@ impl ServerLive {
             weight: AtomicU32::new(server.weight),
             configured: AtomicU32::new(server.weight),
             metrics: ServerMetrics::new(workers),
+            queue,
         }
     }
 
@@ -360,6 +365,8 @@ impl UdpBoard {
 pub struct PoolLive {
     /// One entry per configured server, in config order.
     pub servers: Vec<Arc<ServerLive>>,
+    /// Requests waiting for a connection slot; carried across reloads.
+    pub queue: Arc<PoolQueue>,
 }
 
 impl PoolLive {
@@ -367,6 +374,7 @@ impl PoolLive {
     /// exist with the same name and address.
     /// A server added to a pool that existed before starts its slow start.
     pub fn new(pool: &Pool, previous: Option<&PoolLive>, workers: usize) -> Self {
+        let queue = previous.map_or_else(Arc::default, |p| p.queue.clone());
         let servers = pool
             .servers
             .iter()
@@ -379,7 +387,7 @@ impl PoolLive {
                         live.clone()
                     }
                     None => {
-                        let live = Arc::new(ServerLive::new(server, workers));
+                        let live = Arc::new(ServerLive::new(server, workers, queue.clone()));
                         if previous.is_some() && !server.slow_start.is_zero() {
                             live.start_ramp();
                         }
@@ -388,7 +396,7 @@ impl PoolLive {
                 }
             })
             .collect();
-        PoolLive { servers }
+        PoolLive { servers, queue }
     }
 
     /// Whether the server persistence chose for a client can take its
@@ -404,6 +412,17 @@ impl PoolLive {
             && s.healthy()
             && !s.ejected()
             && cfg.max_connections.is_none_or(|max| s.active.load(Ordering::Relaxed) < max)
+    }
+
+    /// Whether a request that found no server should wait in the queue: some
+    /// server it has not tried would take it but for its `max_connections`.
+    pub fn any_full(&self, pool: &Pool, tried: u64) -> bool {
+        self.servers.iter().zip(&pool.servers).enumerate().any(|(i, (s, cfg))| {
+            (i >= 64 || tried & (1 << i) == 0)
+                && s.takes_new()
+                && s.healthy()
+                && cfg.max_connections.is_some_and(|max| s.active.load(Ordering::Relaxed) >= max)
+        })
     }
 
     /// The index of the server called `name`.

@@ -44,6 +44,8 @@ fn pool(name: &str, servers: &[&str], persistence: Persistence) -> Pool {
         tls: None,
         protocol: UpstreamProtocol::Http1,
         passive: None,
+        queue: None,
+        retries: Pool::DEFAULT_RETRIES,
     }
 }
 

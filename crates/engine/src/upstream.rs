@@ -16,6 +16,7 @@
 //! are streams multiplexed over shared HTTP/2 connections ([`h2`]).
 
 pub mod h2;
+pub mod queue;
 pub mod stream;
 pub mod tls;
 
@@ -87,6 +88,7 @@ impl<'a> ActiveGuard<'a> {
 impl Drop for ActiveGuard<'_> {
     fn drop(&mut self) {
         self.0.active.fetch_sub(1, Ordering::Relaxed);
+        self.0.queue.released();
     }
 }
 

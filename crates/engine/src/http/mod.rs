@@ -47,8 +47,6 @@ use crate::worker::{Local, Worker};
 const CLIENT_BUF: usize = 4 * 1024;
 /// Largest response head accepted from a server.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
-/// How many times a failed connect moves on to another server.
-const CONNECT_RETRIES: u32 = 1;
 
 /// Most scratch sets a worker keeps for reuse.
 const SCRATCH_POOL: usize = 1024;
@@ -550,9 +548,17 @@ async fn handle<S: ClientStream>(
     }
 }
 
-/// Phase 5 with its retry policy: pick a server, get a connection, run the
-/// exchange; on a connect failure try another server, and replay an
-/// idempotent bodiless request once when a reused connection turns out dead.
+/// Phase 5 with its retry policy: pick a server (waiting in the pool's queue
+/// when every server is at its connection limit), get a connection, run the
+/// exchange.
+///
+/// Retries, at most the pool's `retries` in all, each to a server not tried
+/// yet for this request: after a connect failure (nothing was sent), and for
+/// an idempotent bodiless request ([`RequestInfo::replayable`]) whose server
+/// failed before any response byte. A request that is not replayable (a POST,
+/// a body) is never sent twice once its head was written. Separately, such a
+/// replayable request that met a dead reused keep-alive connection is sent
+/// once more on a fresh connection to the same server.
 async fn forward<S: ClientStream>(
     client: &mut Client<S>,
     service: &Service,
@@ -567,21 +573,34 @@ async fn forward<S: ClientStream>(
     let persistence = local.gen.persistence.get(pool.0).and_then(Option::as_ref);
     let pool_local = &local.pools[pool.0];
     let mut tried = 0u64;
-    let mut connect_failures = 0;
+    let mut retries = 0;
     let mut last_error = None;
     let mut fresh_only = false;
     loop {
-        let picked = match routed.sticky.filter(|&s| live.takes_sticky(pool_cfg, s, tried)) {
+        let pick = || match routed.sticky.filter(|&s| live.takes_sticky(pool_cfg, s, tried)) {
             Some(server) => Some(server),
             None => {
                 let view = PickView { pool: pool_cfg, live, tried };
                 pool_local.balancer.borrow_mut().pick(routed.hash, &view)
             }
         };
-        let Some(server) = picked else {
+        let picked = match (pick(), pool_cfg.queue) {
+            (Some(server), _) => Ok(server),
+            // Full servers, not failed ones, make a request wait.
+            (None, Some(queue)) if last_error.is_none() && live.any_full(pool_cfg, tried) => {
+                live.queue.wait(queue, pick).await.map_err(ProxyError::new)
+            }
             // With nothing left to try, the client learns why the last try failed.
-            let error = last_error.unwrap_or(ProxyError::new(Kind::NoServer));
-            return Err(Failed { error, response_started: false });
+            (None, _) => Err(last_error.unwrap_or(ProxyError::new(Kind::NoServer))),
+        };
+        let server = match picked {
+            Ok(server) => server,
+            Err(error) => {
+                if matches!(error.kind(), Kind::QueueFull | Kind::QueueTimeout) {
+                    tracing::warn!(service = %service.name, pool = %pool_cfg.name, reason = error.reason(), "request refused");
+                }
+                return Err(Failed { error, response_started: false });
+            }
         };
         let _slot = ActiveGuard::new(&live.servers[server]);
         client.trace.upstream = Some((pool.0, server));
@@ -615,12 +634,10 @@ async fn forward<S: ClientStream>(
                         live.servers[server].metrics.connect_failed(worker.id, error.reason());
                         live.servers[server].observe(pool_cfg.passive.as_ref(), false, error.reason());
                         tracing::warn!(service = %service.name, server = %addr, reason = error.reason(), "connect failed");
-                        if connect_failures < CONNECT_RETRIES {
-                            connect_failures += 1;
+                        if retries < pool_cfg.retries {
+                            retries += 1;
                             last_error = Some(error);
-                            if server < 64 {
-                                tried |= 1 << server;
-                            }
+                            tried |= bit(server);
                             continue;
                         }
                         return Err(Failed { error, response_started: false });
@@ -657,8 +674,24 @@ async fn forward<S: ClientStream>(
                 if failed.error.side() == crate::error::Side::Server && !stale {
                     live.servers[server].observe(pool_cfg.passive.as_ref(), false, failed.error.reason());
                 }
-                if stale && info.replayable && !fresh_only {
+                if failed.response_started || !info.replayable {
+                    return Err(failed);
+                }
+                if stale && !fresh_only {
+                    // A keep-alive connection the server had closed: the same
+                    // server, on a new connection.
                     fresh_only = true;
+                    continue;
+                }
+                if redispatchable(failed.error.kind()) && retries < pool_cfg.retries {
+                    tracing::warn!(
+                        service = %service.name, server = %addr, reason = failed.error.reason(),
+                        "idempotent request retried on another server"
+                    );
+                    retries += 1;
+                    tried |= bit(server);
+                    fresh_only = false;
+                    last_error = Some(failed.error);
                     continue;
                 }
                 return Err(failed);
@@ -1046,6 +1079,24 @@ fn client_ip(peer: SocketAddr) -> IpAddr {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
     }
+}
+
+/// Bit of server `i` in a request's set of tried servers (servers past the
+/// 64th are never marked, so they may be tried again).
+fn bit(i: usize) -> u64 {
+    if i < 64 {
+        1 << i
+    } else {
+        0
+    }
+}
+
+/// Whether a failure before any response byte sends an idempotent request to
+/// another server: the server closed, reset or answered garbage. Not a
+/// response timeout: the server may still be working on it, and waiting as
+/// long again elsewhere doubles what the client waits.
+fn redispatchable(kind: Kind) -> bool {
+    matches!(kind, Kind::ServerClosed | Kind::BadResponse(_) | Kind::ServerTls | Kind::ServerNotH2)
 }
 
 fn is_idempotent(method: &str) -> bool {

@@ -136,7 +136,7 @@ fn class_index(status: u16) -> usize {
 
 /// Termination reasons counted by metrics, as label values. The error reasons
 /// of [`crate::error`] map onto these (see [`reason_index`]).
-pub const REASONS: [&str; 16] = [
+pub const REASONS: [&str; 18] = [
     "bad-request",
     "client-header-timeout",
     "header-too-large",
@@ -146,6 +146,8 @@ pub const REASONS: [&str; 16] = [
     "client-body-timeout",
     "no-pool",
     "no-server",
+    "queue-full",
+    "queue-timeout",
     "connect-failed",
     "connect-timeout",
     "server-timeout",
@@ -156,9 +158,9 @@ pub const REASONS: [&str; 16] = [
 ];
 
 const BAD_REQUEST: usize = 0;
-const FIRST_SERVER_REASON: usize = 9;
-const BAD_RESPONSE: usize = 14;
-const OTHER: usize = 15;
+const FIRST_SERVER_REASON: usize = 11;
+const BAD_RESPONSE: usize = 16;
+const OTHER: usize = 17;
 
 /// Whether a reason (index into [`REASONS`]) is a server's failure.
 pub fn is_server_reason(index: usize) -> bool {
@@ -181,12 +183,14 @@ pub fn reason_index(reason: &str, side: Option<&str>) -> usize {
         "client body timeout" | "client-body-timeout" => 6,
         "no pool for request" | "no-pool" => 7,
         "no server available" | "no-server" => 8,
-        "server connect failed" | "connect-failed" => 9,
-        "server connect timeout" | "connect-timeout" => 10,
-        "server response timeout" | "server-timeout" => 11,
-        "server closed connection" | "server-closed" => 12,
+        "queue full" | "queue-full" => 9,
+        "queue timeout" | "queue-timeout" => 10,
+        "server connect failed" | "connect-failed" => 11,
+        "server connect timeout" | "connect-timeout" => 12,
+        "server response timeout" | "server-timeout" => 13,
+        "server closed connection" | "server-closed" => 14,
         // ALPN is part of the handshake: a server that refuses h2 failed TLS.
-        "server tls failed" | "server did not select h2" | "server-tls-failed" => 13,
+        "server tls failed" | "server did not select h2" | "server-tls-failed" => 15,
         "bad-response" => BAD_RESPONSE,
         _ => match side {
             Some("client") => BAD_REQUEST,

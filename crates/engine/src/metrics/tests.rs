@@ -36,6 +36,8 @@ fn every_error_kind_has_its_own_reason_label() {
         (Kind::ClientBodyTimeout, "client-body-timeout"),
         (Kind::NoPool, "no-pool"),
         (Kind::NoServer, "no-server"),
+        (Kind::QueueFull, "queue-full"),
+        (Kind::QueueTimeout, "queue-timeout"),
         (Kind::ConnectFailed, "connect-failed"),
         (Kind::ConnectTimeout, "connect-timeout"),
         (Kind::ServerTimeout, "server-timeout"),

@@ -57,6 +57,7 @@ fn every_example_runs() {
             "l4-tcp.toml" => l4_tcp(&file),
             "l4-udp.toml" => l4_udp(&file),
             "https.toml" => https(&prepared(&file)),
+            "persistence.toml" => persistence(&file),
             other => panic!("examples/{other} has no scenario in crates/cli/tests/examples.rs: add one"),
         }
         covered.push(name);
@@ -245,4 +246,68 @@ fn https(file: &Path) {
         Some("https://test:18443/some/page?x=1"),
         "Host of the request (the client sends `test`)"
     );
+}
+
+/// The admin API's state of server `name` in pool `pool`.
+fn server_state(admin: SocketAddr, pool: &str, name: &str) -> Option<String> {
+    let host = admin.to_string();
+    let stats =
+        Client::connect(admin).request("GET", "/api/v1/stats", &[("host", &host), ("connection", "close")]).json();
+    let pool = stats["pools"].as_array()?.iter().find(|p| p["name"] == pool)?.clone();
+    let server = pool["servers"].as_array()?.iter().find(|s| s["name"] == name)?.clone();
+    server["state"].as_str().map(str::to_string)
+}
+
+fn persistence(file: &Path) {
+    let mut origins: Vec<Option<Origin>> =
+        (0..3).map(|i| Some(origin_at(&format!("127.0.0.1:{}", 19100 + i), &format!("app-{}", i + 1)))).collect();
+    let (shop, api, admin) = (addr("127.0.0.1:18100"), addr("127.0.0.1:18101"), addr("127.0.0.1:18109"));
+    let _proxy = Proxy::run_file(file, shop);
+    let get = |to: SocketAddr, headers: &[(&str, &str)]| Client::connect(to).request("GET", "/", headers);
+    let cookie_of = |r: &common::Response| {
+        let set = r.header("set-cookie").unwrap_or_else(|| panic!("no Set-Cookie in {r:?}"));
+        assert!(set.contains("Max-Age=28800") && set.contains("HttpOnly"), "{set}");
+        set.split(';').next().unwrap_or_default().to_string()
+    };
+
+    // A browser keeps its server across requests and connections.
+    let first = get(shop, &[]);
+    assert_eq!(first.status, 200);
+    let cookie = cookie_of(&first);
+    let home = first.origin().to_string();
+    for _ in 0..6 {
+        let again = get(shop, &[("cookie", &cookie)]);
+        assert_eq!((again.status, again.origin()), (200, home.as_str()));
+        assert!(again.header("set-cookie").is_none(), "a valid cookie is not set again");
+    }
+    // One tenant, one server.
+    let tenant = get(api, &[("x-tenant", "acme")]).origin().to_string();
+    for _ in 0..4 {
+        assert_eq!(get(api, &[("x-tenant", "acme")]).origin(), tenant);
+    }
+
+    // The cookie's server dies: the next request with that cookie goes elsewhere (a
+    // connect failure is retried on another server) and the cookie is re-pointed;
+    // no request fails, and the health check soon shows the server down.
+    let index = origins.iter().position(|o| o.as_ref().is_some_and(|o| o.name == home)).expect("home origin");
+    drop(origins[index].take());
+    let moved = get(shop, &[("cookie", &cookie)]);
+    assert_eq!(moved.status, 200, "no client error when a persistent server dies");
+    assert_ne!(moved.origin(), home);
+    let new_cookie = cookie_of(&moved);
+    assert_ne!(new_cookie, cookie, "persistence re-pointed");
+    for _ in 0..4 {
+        let again = get(shop, &[("cookie", &new_cookie)]);
+        assert_eq!((again.status, again.origin()), (200, moved.origin()));
+    }
+    common::wait_for(&format!("{home} marked down"), || {
+        (server_state(admin, "shop", &home).as_deref() == Some("down")).then_some(())
+    });
+    assert_eq!(get(shop, &[("cookie", &cookie)]).status, 200, "the old cookie is still served");
+
+    // It comes back after `rise` passing checks.
+    origins[index] = Some(origin_at(&format!("127.0.0.1:{}", 19100 + index), &home));
+    common::wait_for(&format!("{home} back up"), || {
+        (server_state(admin, "shop", &home).as_deref() == Some("up")).then_some(())
+    });
 }

@@ -282,11 +282,13 @@ impl PoolPersistence {
         }
     }
 
-    /// Cookie learn: server `chosen` answered with this `Set-Cookie` value. When it sets
-    /// the learned cookie to a usable value, that value now sticks to `chosen`; when it
-    /// deletes the cookie (empty value, or `Max-Age` of zero or less), the entry goes.
-    /// Other cookies, and other kinds, are ignored.
-    pub fn learn_response(&self, set_cookie: &[u8], chosen: usize, now: Instant) {
+    /// Cookie learn: server `chosen` answered with this `Set-Cookie` value, to a
+    /// request that presented `presented` (its [`request_key`](Self::request_key)).
+    /// When the server sets the learned cookie to a usable value, that value now
+    /// sticks to `chosen`. When it deletes the cookie (an empty value, or a `Max-Age`
+    /// of zero or less), the value it names and the one the request presented leave
+    /// the table. Other cookies, and other kinds, are ignored.
+    pub fn learn_response(&self, set_cookie: &[u8], presented: Option<&[u8]>, chosen: usize, now: Instant) {
         let State::Keyed { key: key @ Key::CookieLearn(name), table, .. } = &self.state else { return };
         let Some(server) = self.servers.get(chosen) else { return };
         let mut parts = set_cookie.split(|&b| b == b';');
@@ -298,10 +300,11 @@ impl PoolPersistence {
             || parts.filter_map(split_pair).any(|(attr, v)| {
                 attr.eq_ignore_ascii_case(b"max-age") && (v.starts_with(b"-") || v.iter().all(|&b| b == b'0'))
             });
-        let Some(value) = bounded(value, key) else { return };
         if deleted {
-            table.remove(value);
-        } else {
+            for gone in [Some(value), presented].into_iter().flatten().filter_map(|k| bounded(k, key)) {
+                table.remove(gone);
+            }
+        } else if let Some(value) = bounded(value, key) {
             table.insert(Box::from(value), server.clone(), now);
         }
     }

@@ -278,25 +278,28 @@ fn cookie_learn_follows_the_servers_own_cookie() {
     assert_eq!(p.lookup(&facts, t(0)), None, "nothing learned yet");
 
     // Other cookies and other servers' names are not learned; the session cookie is.
-    p.learn_response(b"theme=light; Path=/", 0, t(0));
-    p.learn_response(b"JSESSIONIDX=zzz", 0, t(0));
+    p.learn_response(b"theme=light; Path=/", None, 0, t(0));
+    p.learn_response(b"JSESSIONIDX=zzz", None, 0, t(0));
     assert!(p.is_empty());
-    p.learn_response(b"JSESSIONID=abc123; Path=/; HttpOnly", 1, t(0));
+    p.learn_response(b"JSESSIONID=abc123; Path=/; HttpOnly", None, 1, t(0));
     assert_eq!(p.lookup(&facts, t(1)), Some(1));
     assert!(p.set_cookie(0, None).is_none(), "cookie learn never sets a cookie itself");
 
     // Re-pointed when the request had to go elsewhere; deleted by the server.
     p.learn(&facts, 0, Some(1), t(2));
     assert_eq!(p.lookup(&facts, t(3)), Some(0));
-    p.learn_response(b"JSESSIONID=abc123; Max-Age=0", 0, t(4));
+    p.learn_response(b"JSESSIONID=abc123; Max-Age=0", None, 0, t(4));
     assert_eq!(p.lookup(&facts, t(5)), None);
-    p.learn_response(b"JSESSIONID=\"quoted\"; Max-Age=60", 1, t(5));
+    p.learn(&facts, 0, None, t(5));
+    p.learn_response(b"JSESSIONID=; Path=/", Some(b"abc123"), 0, t(5));
+    assert_eq!(p.lookup(&facts, t(5)), None, "an empty value deletes the presented one");
+    p.learn_response(b"JSESSIONID=\"quoted\"; Max-Age=60", None, 1, t(5));
     let quoted = request(b"JSESSIONID=\"quoted\"");
     assert_eq!(p.lookup(&Facts { client: client(9), headers: &quoted }, t(6)), Some(1));
 
     // Over-long values are neither learned nor looked up.
     let long = format!("JSESSIONID={}", "x".repeat(MAX_HEADER_KEY + 1));
-    p.learn_response(long.as_bytes(), 0, t(6));
+    p.learn_response(long.as_bytes(), None, 0, t(6));
     assert_eq!(p.len(), 1);
 }
 

@@ -738,6 +738,7 @@ async fn exchange<S: ClientStream>(
         started: false,
         sent: Instant::now(),
         sticky,
+        presented: &client.stick_key,
         now: worker.clock.get(),
     };
     let draining = || worker.closing(gen, &service.name);
@@ -845,6 +846,8 @@ struct Response<'a> {
     sent: Instant,
     /// What persistence adds to or learns from the response.
     sticky: Sticky<'a>,
+    /// The request's stick-table key (empty: none), for cookie learn.
+    presented: &'a [u8],
     /// The worker clock when the request went out (for stick-table updates).
     now: Instant,
 }
@@ -956,8 +959,9 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
     if let Some(p) = response.sticky.learn {
         // Learned before the client sees the cookie, so its next request finds it.
         let set_cookies = response.fields.iter().filter(|f| buf[f.name.clone()].eq_ignore_ascii_case(b"set-cookie"));
+        let presented = (!response.presented.is_empty()).then_some(response.presented);
         for field in set_cookies {
-            p.learn_response(&buf[field.value.clone()], response.sticky.server, response.now);
+            p.learn_response(&buf[field.value.clone()], presented, response.sticky.server, response.now);
         }
     }
     if let Some(cookie) = response.sticky.set_cookie {

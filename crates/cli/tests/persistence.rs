@@ -56,6 +56,14 @@ fn server_action(admin: SocketAddr, server: &str, action: &str) {
     assert_eq!(r.status, 200, "{action} {server}: {}", r.text());
 }
 
+/// A server's state in the admin API's stats (`up`, `draining`, `maintenance`, `down`).
+fn server_state(admin: SocketAddr, server: &str) -> String {
+    let stats = api(admin, "GET", "/api/v1/stats").json();
+    let pools = stats["pools"].as_array().cloned().unwrap_or_default();
+    let servers = pools.iter().flat_map(|p| p["servers"].as_array().cloned().unwrap_or_default());
+    servers.filter(|s| s["name"] == server).find_map(|s| s["state"].as_str().map(str::to_string)).unwrap_or_default()
+}
+
 /// A pool's persistence table from the admin API: key → server, and the kind.
 fn table(admin: SocketAddr, pool: &str) -> (String, HashMap<String, String>) {
     let view = api(admin, "GET", &format!("/api/v1/pools/{pool}/persistence?limit=1000")).json();
@@ -214,7 +222,9 @@ fn unavailable_servers_re_point_persistence_and_draining_ones_keep_it() {
     let mut b = Some(Origin::start("b"));
     let b_addr = b.as_ref().map(|o| o.addr).expect("b");
     let (listen, admin) = (proxy_addr(), proxy_addr());
-    let toml = admin_config(listen, admin, [("a", a.addr), ("b", b_addr)], "persistence = { cookie = \"SRV\" }");
+    let extra = "persistence = { cookie = \"SRV\" }\n\
+                 health_check = { type = \"tcp\", interval = \"200ms\", rise = 1, fall = 1 }";
+    let toml = admin_config(listen, admin, [("a", a.addr), ("b", b_addr)], extra);
     let proxy = Proxy::start(&toml, listen);
     wait_admin(admin);
     let ask = |cookie: &str| Client::connect(listen).request("GET", "/", &[("cookie", cookie)]);
@@ -249,10 +259,11 @@ fn unavailable_servers_re_point_persistence_and_draining_ones_keep_it() {
     }
     assert_eq!(ask(&cookie).origin(), mine, "the old cookie still names its server, available again");
 
-    // Down: the server's process is gone. The request still succeeds elsewhere
-    // (a connect failure moves on) and the cookie is re-pointed again.
+    // Down: the server's process is gone and the health check says so. Its
+    // client goes elsewhere and the cookie is re-pointed again.
     let cookie_b = if other == "b" { repointed.clone() } else { cookie.clone() };
     drop(b.take());
+    wait_for("server b to be marked down", || (server_state(admin, "b") == "down").then_some(()));
     for _ in 0..3 {
         let r = ask(&cookie_b);
         assert_eq!((r.status, r.origin()), (200, "a"), "a down server's client goes elsewhere");
@@ -645,4 +656,25 @@ fn a_source_stick_table_survives_reloads() {
             assert_eq!(response.origin(), first, "the stick table survived reload {round}");
         }
     }
+}
+
+#[test]
+fn check_reports_persistence_a_service_cannot_use() {
+    let (listen, admin) = (proxy_addr(), proxy_addr());
+    let servers = [dead_addr(), dead_addr()];
+    let good = l4_config("tcp", listen, admin, &servers, "{ rdp_cookie = true }", 1);
+    let (code, _, stderr) = check(&write_temp("persist-check", "ok.toml", &good));
+    assert_eq!(code, 0, "{stderr}");
+
+    let bad = l4_config("tcp", listen, admin, &servers, "{ cookie = \"JSESSIONID\", mode = \"learn\" }", 1);
+    let path = write_temp("persist-check", "bad.toml", &bad);
+    let (code, stdout, stderr) = check(&path);
+    let out = format!("{stdout}{stderr}");
+    assert_eq!(code, 1, "{out}");
+    let want = format!(
+        "{}:14:26: error: pool `farm` has `cookie-learn` persistence, which a `tcp` service (`l4`) cannot use",
+        path.display()
+    );
+    assert!(out.contains(&want), "{out}");
+    assert!(out.contains("hint: cookies and headers are read from HTTP requests"), "{out}");
 }

@@ -435,8 +435,9 @@ async fn handle<S: ClientStream>(
             };
             upstream::hash_key(&pool.hash_key, view.client, origin_target, header)
         });
-        // Persistence: which server this client stuck to. A header key is
-        // kept for the table update after the head has left the buffer.
+        // Persistence: which server this client stuck to. The stick-table key
+        // (a header or cookie value) is kept for the table update after the
+        // head has left the buffer.
         let persistence = pool_for_hash.and_then(|id| local.gen.persistence.get(id.0)?.as_ref());
         let sticky = persistence.and_then(|p| {
             client.stick_key.clear();

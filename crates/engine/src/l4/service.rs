@@ -7,8 +7,9 @@
 //! choose the pool by server name and a relay of the untouched bytes
 //! (`tls-passthrough`). Persistence of a layer-4 pool is keyed by the client
 //! address, by the server name (`sni`), or by the `mstshash` cookie of an RDP
-//! connection request, peeked like the ClientHello (`rdp_cookie`). A `udp` listener runs [`serve_udp`]: a flow table
-//! per worker (SO_REUSEPORT keeps a client address on one worker).
+//! connection request, peeked like the ClientHello (`rdp_cookie`). A `udp`
+//! listener runs [`serve_udp`]: a flow table per worker (SO_REUSEPORT keeps a
+//! client address on one worker).
 //!
 //! Invariants: no peer input can panic this code; a failure closes only the
 //! connection (or drops only the datagram) it belongs to.

@@ -134,20 +134,23 @@ mod tests {
         assert_eq!(peek(&long), Peek::NotRdp);
     }
 
-    #[test]
-    fn never_panics_on_any_short_input() {
-        let mut bytes = [0u8; 16];
-        for seed in 0..20_000u32 {
-            let mut x = seed.wrapping_mul(2_654_435_761) | 1;
-            for b in &mut bytes {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                *b = x as u8;
+    proptest::proptest! {
+        /// Any bytes get a verdict without panicking, and a request's cookie survives
+        /// whatever follows the packet; more bytes never turn a verdict into "need more".
+        #[test]
+        fn total_over_any_bytes(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..1200),
+            user in "[a-zA-Z0-9._-]{1,40}",
+        ) {
+            let verdict = peek(&bytes);
+            if bytes.len() >= MAX_PEEK_LEN {
+                proptest::prop_assert_ne!(verdict, Peek::NeedMore);
             }
-            bytes[0] = 3;
-            bytes[1] = 0;
-            let _ = peek(&bytes[..(seed as usize % 16)]);
+            let mut data = format!("Cookie: mstshash={user}\r\n").into_bytes();
+            data.extend_from_slice(NEG_REQ);
+            let mut packet = request(&data);
+            packet.extend_from_slice(&bytes);
+            proptest::prop_assert_eq!(peek(&packet), Peek::Request(Some(user.as_bytes())));
         }
     }
 }

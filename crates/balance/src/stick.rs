@@ -129,6 +129,25 @@ impl<K: Hash + Eq> StickTable<K> {
         self.insert_hashed(self.hasher.hash_one(&key), key, server, now);
     }
 
+    /// Drops the entry of `key`; returns whether there was one.
+    pub fn remove<Q>(&mut self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.remove_hashed(self.hasher.hash_one(key), key)
+    }
+
+    fn remove_hashed<Q>(&mut self, hash: u64, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let Some(pos) = self.find(hash, key) else { return false };
+        self.remove_at(pos);
+        true
+    }
+
     /// Drops every entry pointing at the server `name`; returns how many. A full scan.
     pub fn remove_server(&mut self, name: &str) -> usize {
         let mut removed = 0;
@@ -395,6 +414,16 @@ impl<K: Hash + Eq> SharedStickTable<K> {
     pub fn insert(&self, key: K, server: Arc<str>, now: Instant) {
         let hash = self.hasher.hash_one(&key);
         self.shard(hash).insert_hashed(hash, key, server, now);
+    }
+
+    /// [`StickTable::remove`] on the key's shard.
+    pub fn remove<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        self.shard(hash).remove_hashed(hash, key)
     }
 
     /// [`StickTable::remove_server`] on every shard, one at a time.

@@ -102,6 +102,24 @@ fn out_of_order_clocks_keep_the_recency_order() {
 }
 
 #[test]
+fn remove_drops_one_key_and_keeps_the_rest_in_order() {
+    let t = clock();
+    let mut table = StickTable::new(10, IDLE);
+    for k in 0u32..5 {
+        table.insert(k, name("s"), t(u64::from(k)));
+    }
+    assert!(table.remove(&2));
+    assert!(!table.remove(&2), "already gone");
+    assert!(!table.remove(&7), "never there");
+    assert_eq!(keys(&table.entries(10, t(5))), [4, 3, 1, 0]);
+    assert_eq!(table.get(&2, t(5)), None);
+    let shared = SharedStickTable::new(1000, IDLE);
+    shared.insert(vec![1u8], name("s"), t(0));
+    assert!(shared.remove(&[1u8][..]));
+    assert!(shared.is_empty());
+}
+
+#[test]
 fn remove_server_drops_its_entries_and_keeps_the_rest_in_order() {
     let t = clock();
     let mut table = StickTable::new(10, IDLE);

@@ -91,6 +91,9 @@ fn persistence(p: &Persistence) -> String {
         Persistence::CookieInsert(c) => format!("cookie {}", c.name),
         Persistence::Source(_) => "source".to_string(),
         Persistence::Header { name, .. } => format!("header {name}"),
+        Persistence::CookieLearn { name, .. } => format!("cookie-learn {name}"),
+        Persistence::RdpCookie(_) => "rdp_cookie".to_string(),
+        Persistence::Sni(_) => "sni".to_string(),
     }
 }
 

@@ -616,6 +616,35 @@ pub enum Persistence {
         /// Table bounds.
         table: StickTableSpec,
     },
+    /// Cookie learn: a stick table keyed by the value of the servers' own session
+    /// cookie, learned from their `Set-Cookie` and matched in later requests' `Cookie`.
+    CookieLearn {
+        /// Cookie name (case-sensitive).
+        name: String,
+        /// Table bounds.
+        table: StickTableSpec,
+    },
+    /// A stick table keyed by the `mstshash` cookie of an RDP connection request
+    /// (`tcp` services).
+    RdpCookie(StickTableSpec),
+    /// A stick table keyed by the TLS server name of the ClientHello
+    /// (`tls-passthrough` services).
+    Sni(StickTableSpec),
+}
+
+impl Persistence {
+    /// The kind as written in the file: `cookie`, `cookie-learn`, `source`, `header`,
+    /// `rdp_cookie` or `sni`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Persistence::CookieInsert(_) => "cookie",
+            Persistence::CookieLearn { .. } => "cookie-learn",
+            Persistence::Source(_) => "source",
+            Persistence::Header { .. } => "header",
+            Persistence::RdpCookie(_) => "rdp_cookie",
+            Persistence::Sni(_) => "sni",
+        }
+    }
 }
 
 /// Settings of an inserted persistence cookie.

@@ -1,10 +1,19 @@
 //! Validation of a pool's `persistence` table.
 //!
-//! The table names exactly one kind: `cookie = "NAME"` (cookie insert),
-//! `source = true` (stick table by client address) or `header = "NAME"`
-//! (stick table by that header's value). Each kind has its own options, and
-//! an option of another kind is an error rather than ignored, so a reader of
-//! the file never wonders whether `capacity` bounds a cookie.
+//! The table names exactly one kind: `cookie = "NAME"` (cookie insert, or with
+//! `mode = "learn"` cookie learn: following the servers' own session cookie),
+//! `source = true` (stick table by client address), `header = "NAME"` (stick
+//! table by that header's value), `rdp_cookie = true` (stick table by the RDP
+//! `mstshash` cookie) or `sni = true` (stick table by the TLS server name).
+//! Each kind has its own options, and an option of another kind is an error
+//! rather than ignored, so a reader of the file never wonders whether
+//! `capacity` bounds an inserted cookie.
+//!
+//! Across the file, [`check_persistence_modes`] matches each pool's kind to the
+//! modes of the services using it: the cookie and header kinds read HTTP
+//! requests (`http`, `https`), `rdp_cookie` reads the first bytes of a `tcp`
+//! connection, `sni` the ClientHello of a `tls-passthrough` one; `source`
+//! works for every TCP-based mode.
 //!
 //! Invariants of an accepted [`Persistence`]: a cookie name is an RFC 6265
 //! token; a cookie path starts with `/`; path and domain hold no spaces,
@@ -14,71 +23,103 @@
 use std::ops::Range;
 use std::time::Duration;
 
-use crate::model::{CookieInsert, Persistence, StickTableSpec};
-use crate::raw::{RawPersistence, S};
+use crate::model::{Action, CookieInsert, Mode, Persistence, Pool, PoolId, Service, StickTableSpec};
+use crate::raw::{RawPersistence, RawPool, S};
 use crate::units::{is_token, parse_duration};
 use crate::validate::{broken, Ctx};
 
-const KINDS: &[&str] = &["cookie", "source", "header"];
-const COOKIE_MODES: &[&str] = &["insert"];
-/// Cookie modes of the product that are not built yet.
-const FUTURE_COOKIE_MODES: &[&str] = &["learn"];
+const KINDS: &[&str] = &["cookie", "source", "header", "rdp_cookie", "sni"];
+const COOKIE_MODES: &[&str] = &["insert", "learn"];
 
 /// Validates a pool's `persistence`; `None` when it is unusable (reported).
 pub(crate) fn validate_persistence(cx: &mut Ctx<'_, '_>, raw: &S<RawPersistence>) -> Option<Persistence> {
     let p = raw.get_ref();
-    let mut kinds: Vec<(&str, Range<usize>)> = [
-        ("cookie", p.cookie.as_ref().map(S::span)),
-        ("source", p.source.as_ref().map(S::span)),
-        ("header", p.header.as_ref().map(S::span)),
-    ]
-    .into_iter()
-    .filter_map(|(kind, span)| Some((kind, span?)))
-    .collect();
+    let mut kinds = written_kinds(p);
     kinds.sort_by_key(|(_, span)| span.start);
     let (kind, _) = match kinds.as_slice() {
         [] => {
             if !KINDS.iter().any(|k| broken(&p.broken, k)) {
                 cx.r.error_hint(
                     &raw.span(),
-                    "`persistence` must name one of `cookie`, `source` or `header`",
-                    "write { cookie = \"SRV\" }, { source = true } or { header = \"x-user\" }",
+                    "`persistence` must name one of `cookie`, `source`, `header`, `rdp_cookie` or `sni`",
+                    "write { cookie = \"SRV\" }, { source = true }, { header = \"x-user\" }, \
+                     { rdp_cookie = true } or { sni = true }",
                 );
             }
             return None;
         }
         [one] => one,
         [(first, _), rest @ ..] => {
-            for (_, span) in rest {
+            for (other, span) in rest {
                 cx.r.error_hint(
                     span,
-                    format!("`persistence` takes only one of `cookie`, `source` and `header`, and `{first}` is set"),
+                    format!("`persistence` takes only one kind, and `{first}` is set before `{other}`"),
                     "a pool has one kind of persistence: keep one",
                 );
             }
             return None;
         }
     };
-    foreign_options(cx, p, kind);
     match *kind {
-        "cookie" => cookie(cx, p).map(Persistence::CookieInsert),
-        "source" => source(cx, p),
-        _ => header(cx, p),
+        "cookie" => {
+            // An unknown mode is reported, and the rest still checked as an inserted cookie.
+            let mode = p.mode.as_ref().map(|m| check_mode(cx, m));
+            if mode == Some(Some("learn")) {
+                foreign_options(cx, p, "cookie learn");
+                cookie_learn(cx, p)
+            } else {
+                foreign_options(cx, p, "cookie");
+                let insert = cookie(cx, p).map(Persistence::CookieInsert);
+                insert.filter(|_| mode != Some(None))
+            }
+        }
+        "source" => {
+            foreign_options(cx, p, kind);
+            let table = stick_table(cx, p);
+            enabled(cx, p.source.as_ref()?, kind).then_some(Persistence::Source(table))
+        }
+        "rdp_cookie" => {
+            foreign_options(cx, p, kind);
+            let table = stick_table(cx, p);
+            enabled(cx, p.rdp_cookie.as_ref()?, kind).then_some(Persistence::RdpCookie(table))
+        }
+        "sni" => {
+            foreign_options(cx, p, kind);
+            let table = stick_table(cx, p);
+            enabled(cx, p.sni.as_ref()?, kind).then_some(Persistence::Sni(table))
+        }
+        _ => {
+            foreign_options(cx, p, kind);
+            header(cx, p)
+        }
     }
 }
 
-fn source(cx: &mut Ctx<'_, '_>, p: &RawPersistence) -> Option<Persistence> {
-    let table = stick_table(cx, p);
-    let source = p.source.as_ref()?;
-    if !*source.get_ref() {
+/// The kind keys written in `p`, with their spans.
+fn written_kinds(p: &RawPersistence) -> Vec<(&'static str, Range<usize>)> {
+    [
+        ("cookie", p.cookie.as_ref().map(S::span)),
+        ("source", p.source.as_ref().map(S::span)),
+        ("header", p.header.as_ref().map(S::span)),
+        ("rdp_cookie", p.rdp_cookie.as_ref().map(S::span)),
+        ("sni", p.sni.as_ref().map(S::span)),
+    ]
+    .into_iter()
+    .filter_map(|(kind, span)| Some((kind, span?)))
+    .collect()
+}
+
+/// `KIND = false` turns nothing on: an error rather than silently no persistence.
+fn enabled(cx: &mut Ctx<'_, '_>, flag: &S<bool>, kind: &str) -> bool {
+    if !*flag.get_ref() {
         cx.r.error_hint(
-            &source.span(),
-            "`source = false` turns nothing on",
-            "write source = true to stick clients by address, or remove `persistence`",
+            &flag.span(),
+            format!("`{kind} = false` turns nothing on"),
+            format!("write {kind} = true, or remove `persistence`"),
         );
-        return None;
+        return false;
     }
-    Some(Persistence::Source(table))
+    true
 }
 
 fn header(cx: &mut Ctx<'_, '_>, p: &RawPersistence) -> Option<Persistence> {
@@ -100,50 +141,68 @@ fn header(cx: &mut Ctx<'_, '_>, p: &RawPersistence) -> Option<Persistence> {
 /// An option's name and, when it is written, its span.
 type Written = (&'static str, Option<Range<usize>>);
 
-/// Reports each option that belongs to another kind than `kind`.
+/// Reports each option that belongs to another kind than `kind` (`cookie`,
+/// `cookie learn`, `source`, `header`, `rdp_cookie` or `sni`).
 fn foreign_options(cx: &mut Ctx<'_, '_>, p: &RawPersistence, kind: &str) {
-    let cookie_options = [
-        ("mode", p.mode.as_ref().map(S::span)),
+    let attributes = [
         ("path", p.path.as_ref().map(S::span)),
         ("domain", p.domain.as_ref().map(S::span)),
         ("max_age", p.max_age.as_ref().map(S::span)),
         ("secure", p.secure.as_ref().map(S::span)),
         ("http_only", p.http_only.as_ref().map(S::span)),
     ];
+    let mode = [("mode", p.mode.as_ref().map(S::span))];
     let table_options =
         [("idle_timeout", p.idle_timeout.as_ref().map(S::span)), ("capacity", p.capacity.as_ref().map(S::span))];
-    let (foreign, hint): (&[Written], _) = if kind == "cookie" {
-        (
-            &table_options,
-            "`idle_timeout` and `capacity` bound a stick table (`source` or `header`); a cookie lasts `max_age`",
-        )
-    } else {
-        (&cookie_options, "`source` and `header` persistence take only `idle_timeout` and `capacity`")
+    let (foreign, hint): (Vec<Written>, _) = match kind {
+        "cookie" => (
+            table_options.to_vec(),
+            "`idle_timeout` and `capacity` bound a stick table; an inserted cookie lasts `max_age` \
+             (with mode = \"learn\", switchyard keeps a table of the servers' cookies)",
+        ),
+        "cookie learn" => (
+            attributes.to_vec(),
+            "with mode = \"learn\" the servers set their own cookie: only `idle_timeout` and `capacity` apply",
+        ),
+        _ => (
+            attributes.iter().chain(&mode).cloned().collect(),
+            "stick-table persistence takes only `idle_timeout` and `capacity`",
+        ),
     };
     for (option, span) in foreign {
         if let Some(span) = span {
-            cx.r.error_hint(span, format!("`{option}` does not apply to `{kind}` persistence"), hint);
+            cx.r.error_hint(&span, format!("`{option}` does not apply to `{kind}` persistence"), hint);
         }
     }
 }
 
-fn cookie(cx: &mut Ctx<'_, '_>, p: &RawPersistence) -> Option<CookieInsert> {
+/// `cookie = "NAME", mode = "learn"`: a stick table of the servers' cookie values.
+fn cookie_learn(cx: &mut Ctx<'_, '_>, p: &RawPersistence) -> Option<Persistence> {
+    let table = stick_table(cx, p);
     let name = p.cookie.as_ref()?;
-    let mut ok = true;
+    cookie_name(cx, name).then(|| Persistence::CookieLearn { name: name.get_ref().clone(), table })
+}
+
+/// Whether `name` is a usable cookie name (reported if not).
+fn cookie_name(cx: &mut Ctx<'_, '_>, name: &S<String>) -> bool {
     if name.get_ref().is_empty() {
         cx.r.error_hint(&name.span(), "a cookie name must not be empty", "write cookie = \"SRV\"");
-        ok = false;
+        false
     } else if !is_token(name.get_ref()) {
         cx.r.error_hint(
             &name.span(),
             format!("`{}` is not a valid cookie name", name.get_ref()),
             "a cookie name is a token: letters, digits and !#$%&'*+-.^_`|~ (no spaces, `=`, `;`, `,` or quotes)",
         );
-        ok = false;
+        false
+    } else {
+        true
     }
-    if let Some(mode) = &p.mode {
-        ok &= check_mode(cx, mode);
-    }
+}
+
+fn cookie(cx: &mut Ctx<'_, '_>, p: &RawPersistence) -> Option<CookieInsert> {
+    let name = p.cookie.as_ref()?;
+    let mut ok = cookie_name(cx, name);
     let path = match &p.path {
         None => "/".to_string(),
         Some(path) => {
@@ -180,18 +239,19 @@ fn cookie(cx: &mut Ctx<'_, '_>, p: &RawPersistence) -> Option<CookieInsert> {
     })
 }
 
-fn check_mode(cx: &mut Ctx<'_, '_>, mode: &S<String>) -> bool {
+/// The cookie mode, `insert` or `learn`; `None` when unknown (reported).
+fn check_mode<'m>(cx: &mut Ctx<'_, '_>, mode: &'m S<String>) -> Option<&'m str> {
     let m = mode.get_ref().as_str();
     if COOKIE_MODES.contains(&m) {
-        return true;
+        return Some(m);
     }
-    let hint = "the only mode for now is \"insert\": switchyard sets the cookie";
-    if FUTURE_COOKIE_MODES.contains(&m) {
-        cx.r.error_hint(&mode.span(), format!("mode `{m}` is not supported yet"), hint);
-    } else {
-        cx.r.error_hint(&mode.span(), format!("unknown persistence mode `{m}`"), hint);
-    }
-    false
+    cx.r.error_hint(
+        &mode.span(),
+        format!("unknown cookie persistence mode `{m}`"),
+        "write mode = \"insert\" (switchyard sets the cookie, the default) or mode = \"learn\" \
+         (switchyard follows the servers' own cookie)",
+    );
+    None
 }
 
 /// A cookie attribute value goes verbatim into `Set-Cookie`: a `;` would
@@ -220,4 +280,66 @@ fn stick_table(cx: &mut Ctx<'_, '_>, p: &RawPersistence) -> StickTableSpec {
         .and_then(|c| usize::try_from(c).ok())
         .unwrap_or(d.capacity);
     StickTableSpec { idle_timeout, capacity }
+}
+
+/// The service modes that can use each persistence kind, and why.
+fn modes_for(kind: &Persistence) -> (&'static [Mode], &'static str) {
+    match kind {
+        Persistence::CookieInsert(_) | Persistence::CookieLearn { .. } | Persistence::Header { .. } => (
+            &[Mode::Http, Mode::Https],
+            "cookies and headers are read from HTTP requests (services of mode \"http\" and \"https\")",
+        ),
+        Persistence::Source(_) => {
+            (&[Mode::Http, Mode::Https, Mode::Tcp, Mode::TlsPassthrough], "the client address is known in every mode")
+        }
+        Persistence::RdpCookie(_) => {
+            (&[Mode::Tcp], "the `mstshash` cookie is read from the first bytes of a `tcp` connection")
+        }
+        Persistence::Sni(_) => {
+            (&[Mode::TlsPassthrough], "the server name is read from the ClientHello by `tls-passthrough` services")
+        }
+    }
+}
+
+/// Reports a pool whose persistence kind cannot work in the mode of a service
+/// using it (as default pool, SNI route or rule target): once per pool, at the
+/// kind's key, naming the first such service.
+pub(crate) fn check_persistence_modes(
+    cx: &mut Ctx<'_, '_>,
+    raw_pools: &[S<RawPool>],
+    pools: &[Pool],
+    services: &[Service],
+) {
+    let mut reported: Vec<PoolId> = Vec::new();
+    // A udp service's pool has no persistence at all (see `check_udp_pools`).
+    for service in services.iter().filter(|s| s.mode != Mode::Udp) {
+        let rules = service.rules.iter().filter_map(|r| match &r.action {
+            Some(Action::Pool(id)) => Some(id),
+            _ => None,
+        });
+        let used = service.default_pool.iter().chain(service.sni_routes.iter().map(|r| &r.pool)).chain(rules);
+        for id in used {
+            let (Some(raw), Some(pool)) = (raw_pools.get(id.0), pools.get(id.0)) else { continue };
+            let Some(kind) = &pool.persistence else { continue };
+            let (modes, why) = modes_for(kind);
+            if modes.contains(&service.mode) || reported.contains(id) {
+                continue;
+            }
+            reported.push(*id);
+            let Some(raw) = raw.get_ref().persistence.as_ref() else { continue };
+            let span = written_kinds(raw.get_ref()).first().map_or(raw.span(), |(_, span)| span.clone());
+            let article = if matches!(service.mode, Mode::Http | Mode::Https) { "an" } else { "a" };
+            cx.r.error_hint(
+                &span,
+                format!(
+                    "pool `{}` has `{}` persistence, which {article} `{}` service (`{}`) cannot use",
+                    pool.name,
+                    kind.kind(),
+                    service.mode.name(),
+                    service.name
+                ),
+                format!("{why}: choose another kind, or give service `{}` a pool of its own", service.name),
+            );
+        }
+    }
 }

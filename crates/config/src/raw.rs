@@ -318,6 +318,10 @@ pub struct RawPersistence {
     pub source: Option<S<bool>>,
     /// `header`: kind, stick table keyed by this header's value.
     pub header: Option<S<String>>,
+    /// `rdp_cookie`: kind, stick table keyed by the RDP `mstshash` cookie.
+    pub rdp_cookie: Option<S<bool>>,
+    /// `sni`: kind, stick table keyed by the TLS server name.
+    pub sni: Option<S<bool>>,
     /// `mode` of a cookie.
     pub mode: Option<S<String>>,
     /// `path` of a cookie.

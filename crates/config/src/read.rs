@@ -93,11 +93,13 @@ const SERVER_KEYS: &[&str] = &["address", "name", "weight", "backup", "max_conne
 const ADMIN_KEYS: &[&str] = &["listen", "tokens"];
 const TOKEN_KEYS: &[&str] = &["token", "role"];
 const ACCESS_LOG_KEYS: &[&str] = &["path", "format"];
-/// Keys of `persistence`: the three kinds, then the options of each.
+/// Keys of `persistence`: the kinds, then the options of each.
 const PERSISTENCE_KEYS: &[&str] = &[
     "cookie",
     "source",
     "header",
+    "rdp_cookie",
+    "sni",
     "mode",
     "path",
     "domain",
@@ -523,6 +525,8 @@ fn read_persistence(r: &mut Report<'_>, table: &DeTable<'_>) -> RawPersistence {
             "cookie" => raw.cookie = string(r, name, value),
             "source" => raw.source = boolean(r, name, value),
             "header" => raw.header = string(r, name, value),
+            "rdp_cookie" => raw.rdp_cookie = boolean(r, name, value),
+            "sni" => raw.sni = boolean(r, name, value),
             "mode" => raw.mode = string(r, name, value),
             "path" => raw.path = string(r, name, value),
             "domain" => raw.domain = string(r, name, value),

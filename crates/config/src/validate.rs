@@ -21,7 +21,7 @@ use crate::l4::{check_udp_pools, parse_mode, parse_send_proxy, validate_layer4};
 use crate::model::*;
 use crate::ops::{validate_access_log, validate_admin};
 use crate::pem::Files;
-use crate::persistence::validate_persistence;
+use crate::persistence::{check_persistence_modes, validate_persistence};
 use crate::raw::*;
 use crate::rule::{validate_rule, RuleScope};
 use crate::tls::{check_layer4_pools, parse_protocol, validate_http2, validate_server_tls, validate_upstream_tls};
@@ -147,6 +147,7 @@ pub(crate) fn validate(r: &mut Report<'_>, raw: &RawConfig, files: &Files) -> Co
     check_listeners(cx.r, &listeners);
     check_udp_pools(&mut cx, &raw.pools, &pools, &services);
     check_layer4_pools(&mut cx, &raw.pools, &services);
+    check_persistence_modes(&mut cx, &raw.pools, &pools, &services);
     let admin = raw.admin.as_ref().map(|a| validate_admin(&mut cx, a, &listeners));
     let access_log = raw.access_log.as_ref().map(|l| validate_access_log(&mut cx, l));
 

@@ -391,16 +391,84 @@ fn stick_table_persistence_defaults() {
 }
 
 #[test]
+fn cookie_learn_rdp_and_sni_persistence() {
+    let d = StickTableSpec::default();
+    assert_eq!(
+        persistence("{ cookie = \"JSESSIONID\", mode = \"learn\", capacity = 50 }"),
+        Some(Persistence::CookieLearn { name: "JSESSIONID".into(), table: StickTableSpec { capacity: 50, ..d } })
+    );
+    assert_eq!(
+        persistence("{ cookie = \"SRV\", mode = \"insert\" }").map(|p| p.kind()),
+        Some("cookie"),
+        "insert is the default mode, and may be written"
+    );
+    // The layer-4 kinds, on the pools of services that can read their key.
+    let l4 = |mode: &str, table: &str| {
+        format!(
+            "[[service]]\nname = \"l4\"\nmode = \"{mode}\"\nlisten = \"127.0.0.1:3389\"\npool = \"farm\"\n\n\
+             [[pool]]\nname = \"farm\"\npersistence = {table}\nservers = [{{ address = \"127.0.0.1:1\" }}]\n"
+        )
+    };
+    let pool = |src: String| parse_ok(&src).pools.remove(0).persistence;
+    assert_eq!(pool(l4("tcp", "{ rdp_cookie = true, idle_timeout = \"8h\" }")).map(|p| p.kind()), Some("rdp_cookie"));
+    assert_eq!(pool(l4("tls-passthrough", "{ sni = true }")), Some(Persistence::Sni(d)));
+    assert_eq!(pool(l4("tcp", "{ source = true }")), Some(Persistence::Source(d)));
+
+    // A kind the service cannot read is an error at the kind, naming the service.
+    let cases = [
+        (
+            "tcp",
+            "{ cookie = \"SRV\" }",
+            "pool `farm` has `cookie` persistence, which a `tcp` service (`l4`) cannot use",
+        ),
+        (
+            "tcp",
+            "{ header = \"x-user\" }",
+            "pool `farm` has `header` persistence, which a `tcp` service (`l4`) cannot use",
+        ),
+        ("tcp", "{ sni = true }", "pool `farm` has `sni` persistence, which a `tcp` service (`l4`) cannot use"),
+        (
+            "tls-passthrough",
+            "{ rdp_cookie = true }",
+            "pool `farm` has `rdp_cookie` persistence, which a `tls-passthrough` service (`l4`) cannot use",
+        ),
+        (
+            "tls-passthrough",
+            "{ cookie = \"J\", mode = \"learn\" }",
+            "pool `farm` has `cookie-learn` persistence, which a `tls-passthrough` service (`l4`) cannot use",
+        ),
+    ];
+    for (mode, table, message) in cases {
+        assert_eq!(errors(&l4(mode, table)), [message], "{mode} {table}");
+    }
+    let http = with_tables("").replace("name = \"main\"\n", "name = \"main\"\npersistence = { rdp_cookie = true }\n");
+    assert_eq!(errors(&http), ["pool `main` has `rdp_cookie` persistence, which an `http` service (`web`) cannot use"]);
+    let d = parse(&l4("tcp", "{ sni = true }"), "f.toml").unwrap_err().to_string();
+    assert!(d.starts_with("f.toml:9:23: error: pool `farm`"), "located at the kind: {d}");
+    assert!(d.contains("hint: the server name is read from the ClientHello"), "{d}");
+}
+
+#[test]
 fn persistence_errors() {
     let errs = |table: &str| {
         errors(&with_tables("").replace("name = \"main\"\n", &format!("name = \"main\"\npersistence = {table}\n")))
     };
-    assert_eq!(errs("{ cookie = \"SRV\", mode = \"learn\" }"), ["mode `learn` is not supported yet"]);
+    assert_eq!(errs("{ cookie = \"SRV\", mode = \"copy\" }"), ["unknown cookie persistence mode `copy`"]);
+    assert_eq!(
+        errs("{ cookie = \"SID\", mode = \"learn\", max_age = \"1h\" }"),
+        ["`max_age` does not apply to `cookie learn` persistence"]
+    );
+    assert_eq!(errs("{ header = \"x\", mode = \"learn\" }"), ["`mode` does not apply to `header` persistence"]);
+    assert_eq!(errs("{ rdp_cookie = false }"), ["`rdp_cookie = false` turns nothing on"]);
+    assert_eq!(
+        errs("{ sni = true, source = true }"),
+        ["`persistence` takes only one kind, and `sni` is set before `source`"]
+    );
     assert_eq!(errs("{ cookie = \"SRV\", capacity = 5 }"), ["`capacity` does not apply to `cookie` persistence"]);
     assert_eq!(errs("{ header = \"x\", max_age = \"1h\" }"), ["`max_age` does not apply to `header` persistence"]);
     assert_eq!(errs("{ source = false }"), ["`source = false` turns nothing on"]);
     assert_eq!(errs("{ cookie = \"a=b\" }"), ["`a=b` is not a valid cookie name"]);
     assert_eq!(errs("{ source = true, capacity = 10000001 }").len(), 1);
-    assert_eq!(errs("{}"), ["`persistence` must name one of `cookie`, `source` or `header`"]);
+    assert_eq!(errs("{}"), ["`persistence` must name one of `cookie`, `source`, `header`, `rdp_cookie` or `sni`"]);
     assert_eq!(errs("{ header = \"\" }"), ["a header name must not be empty"]);
 }

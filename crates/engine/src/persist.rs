@@ -13,7 +13,7 @@
 //!    `Set-Cookie` value to add to the response (cookie insertion). Both do nothing when
 //!    the request already stuck to that server.
 //!
-//! Three kinds, from the configuration's [`Persistence`]:
+//! The kinds, from the configuration's [`Persistence`]:
 //!
 //! - **cookie insert**: the response sets a cookie whose value is an opaque token of the
 //!   server ([`switchyard_balance::cookie`]); tokens are precomputed per server, so
@@ -21,9 +21,18 @@
 //!   matches nothing. No state is kept per client;
 //! - **source**: a stick table keyed by the client address (IPv4-mapped IPv6 addresses
 //!   count as the IPv4 address);
-//! - **header**: a stick table keyed by the first value of a request header. Values
-//!   longer than [`MAX_HEADER_KEY`] bytes are neither looked up nor learned, which bounds
-//!   the memory a client can make the table hold.
+//! - **header**: a stick table keyed by the first value of a request header;
+//! - **cookie learn**: a stick table keyed by the value of the servers' own session
+//!   cookie. A server's `Set-Cookie` for it is learned with
+//!   [`learn_response`](PoolPersistence::learn_response); a request presenting the
+//!   cookie looks its value up (and, when its server was unavailable, re-points it);
+//! - **RDP cookie** and **SNI**: stick tables keyed by the `mstshash` cookie of an RDP
+//!   connection request or the TLS server name, which the layer-4 relay reads from the
+//!   connection's first bytes and hands in as a key
+//!   ([`lookup_with`](PoolPersistence::lookup_with), [`learn_with`](PoolPersistence::learn_with)).
+//!
+//! Keys longer than [`MAX_HEADER_KEY`] bytes ([`MAX_NAME_KEY`] for server names) are
+//! neither looked up nor learned, which bounds the memory a client can make a table hold.
 //!
 //! Tables store server *names*, so a reload that keeps the same kind and bounds reuses
 //! the previous table (see [`PoolPersistence::new`]) and clients keep their servers.
@@ -39,8 +48,10 @@ use switchyard_balance::cookie::{self, CookieKey};
 use switchyard_balance::SharedStickTable;
 use switchyard_config::{CookieInsert, Persistence, Pool, StickTableSpec};
 
-/// Longest header value used as a stick-table key, in bytes.
+/// Longest header value, cookie value or RDP cookie used as a stick-table key, in bytes.
 pub const MAX_HEADER_KEY: usize = 128;
+/// Longest TLS server name used as a stick-table key (a DNS name's longest), in bytes.
+pub const MAX_NAME_KEY: usize = 253;
 
 /// What persistence reads of a request. The pipeline implements it on its request view;
 /// [`Facts`] is a ready-made implementation over a list of headers.
@@ -102,11 +113,44 @@ enum State {
         spec: StickTableSpec,
         table: Arc<SharedStickTable<IpAddr>>,
     },
-    Header {
-        name: String,
+    /// A table keyed by bytes of the request or connection.
+    Keyed {
+        key: Key,
         spec: StickTableSpec,
         table: Arc<SharedStickTable<Box<[u8]>>>,
     },
+}
+
+/// What keys a [`State::Keyed`] table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Key {
+    /// The first value of this request header (lower-case name).
+    Header(String),
+    /// The value of this cookie, set by the servers.
+    CookieLearn(String),
+    /// The `mstshash` cookie of an RDP connection request.
+    Rdp,
+    /// The TLS server name.
+    Sni,
+}
+
+impl Key {
+    fn of(persistence: &Persistence) -> Option<Key> {
+        match persistence {
+            Persistence::Header { name, .. } => Some(Key::Header(name.clone())),
+            Persistence::CookieLearn { name, .. } => Some(Key::CookieLearn(name.clone())),
+            Persistence::RdpCookie(_) => Some(Key::Rdp),
+            Persistence::Sni(_) => Some(Key::Sni),
+            Persistence::CookieInsert(_) | Persistence::Source(_) => None,
+        }
+    }
+
+    fn max_len(&self) -> usize {
+        match self {
+            Key::Sni => MAX_NAME_KEY,
+            _ => MAX_HEADER_KEY,
+        }
+    }
 }
 
 impl std::fmt::Debug for PoolPersistence {
@@ -135,15 +179,19 @@ impl PoolPersistence {
                 });
                 State::Source { spec: *spec, table: reused.unwrap_or_else(|| Arc::new(new_table(spec))) }
             }
-            Persistence::Header { name, table: spec } => {
+            keyed @ (Persistence::Header { table: spec, .. }
+            | Persistence::CookieLearn { table: spec, .. }
+            | Persistence::RdpCookie(spec)
+            | Persistence::Sni(spec)) => {
+                let key = Key::of(keyed)?;
                 let reused = previous.and_then(|p| match &p.state {
-                    State::Header { name: old_name, spec: old, table } if old == spec && old_name == name => {
+                    State::Keyed { key: old_key, spec: old, table } if old == spec && *old_key == key => {
                         Some(table.clone())
                     }
                     _ => None,
                 });
                 let table = reused.unwrap_or_else(|| Arc::new(new_table(spec)));
-                State::Header { name: name.clone(), spec: *spec, table }
+                State::Keyed { key, spec: *spec, table }
             }
         };
         let this = PoolPersistence { pool: pool.name.clone(), servers, state };
@@ -159,33 +207,105 @@ impl PoolPersistence {
     /// (no cookie or entry, an expired entry, a forged token, a server since removed).
     /// Refreshes the entry's last use. The caller checks the server is available.
     pub fn lookup(&self, req: &impl RequestFacts, now: Instant) -> Option<usize> {
+        if let State::Cookie { name, tokens, .. } = &self.state {
+            let mut presented = req.header_values("cookie").flat_map(|h| cookie_values(h, name.as_bytes()));
+            return presented.find_map(|value| tokens.iter().position(|t| t.as_bytes() == value));
+        }
+        self.lookup_with(req.client(), self.request_key(req), now)
+    }
+
+    /// [`lookup`](Self::lookup) for a stick table, given the client's address and the
+    /// key read from the request or connection (see [`request_key`](Self::request_key);
+    /// the layer-4 relay passes the RDP cookie or server name). `None` for cookie insert.
+    pub fn lookup_with(&self, client: IpAddr, key: Option<&[u8]>, now: Instant) -> Option<usize> {
         let name = match &self.state {
-            State::Cookie { name, tokens, .. } => {
-                let mut presented = req.header_values("cookie").flat_map(|h| cookie_values(h, name.as_bytes()));
-                return presented.find_map(|value| tokens.iter().position(|t| t.as_bytes() == value));
-            }
-            State::Source { table, .. } => table.get(&req.client().to_canonical(), now)?,
-            State::Header { name, table, .. } => table.get(header_key(req, name)?, now)?,
+            State::Cookie { .. } => return None,
+            State::Source { table, .. } => table.get(&client.to_canonical(), now)?,
+            State::Keyed { key: kind, table, .. } => table.get(bounded(key?, kind)?, now)?,
         };
         self.servers.iter().position(|s| *s == name)
     }
 
+    /// The stick-table key an HTTP request carries: the header's first value (header
+    /// persistence) or the session cookie's value (cookie learn), trimmed, non-empty
+    /// and at most [`MAX_HEADER_KEY`] bytes. `None` for the other kinds.
+    pub fn request_key<'r>(&'r self, req: &'r impl RequestFacts) -> Option<&'r [u8]> {
+        let State::Keyed { key, .. } = &self.state else { return None };
+        let value = match key {
+            Key::Header(name) => req.header_values(name).next()?.trim_ascii(),
+            Key::CookieLearn(name) => {
+                let mut values = req.header_values("cookie").flat_map(|h| cookie_values(h, name.as_bytes()));
+                values.find(|v| !v.is_empty())?
+            }
+            Key::Rdp | Key::Sni => return None,
+        };
+        bounded(value, key)
+    }
+
     /// Records that server `chosen` (an index into the pool's servers) took the request.
     /// `looked_up` is what [`lookup`](Self::lookup) returned for it: when the request
-    /// already stuck to `chosen` there is nothing to record. A no-op for cookies.
+    /// already stuck to `chosen` there is nothing to record. A no-op for cookie insert.
     pub fn learn(&self, req: &impl RequestFacts, chosen: usize, looked_up: Option<usize>, now: Instant) {
+        self.learn_with(req.client(), self.request_key(req), chosen, looked_up, now);
+    }
+
+    /// [`learn`](Self::learn) given the client's address and the key, as in
+    /// [`lookup_with`](Self::lookup_with).
+    pub fn learn_with(
+        &self,
+        client: IpAddr,
+        key: Option<&[u8]>,
+        chosen: usize,
+        looked_up: Option<usize>,
+        now: Instant,
+    ) {
         if looked_up == Some(chosen) {
             return;
         }
         let Some(server) = self.servers.get(chosen) else { return };
         match &self.state {
             State::Cookie { .. } => {}
-            State::Source { table, .. } => table.insert(req.client().to_canonical(), server.clone(), now),
-            State::Header { name, table, .. } => {
-                if let Some(key) = header_key(req, name) {
+            State::Source { table, .. } => table.insert(client.to_canonical(), server.clone(), now),
+            State::Keyed { key: kind, table, .. } => {
+                if let Some(key) = key.and_then(|k| bounded(k, kind)) {
                     table.insert(Box::from(key), server.clone(), now);
                 }
             }
+        }
+    }
+
+    /// The cookie whose `Set-Cookie` in responses is to be learned (cookie learn only).
+    pub fn learned_cookie(&self) -> Option<&str> {
+        match &self.state {
+            State::Keyed { key: Key::CookieLearn(name), .. } => Some(name),
+            _ => None,
+        }
+    }
+
+    /// Cookie learn: server `chosen` answered with this `Set-Cookie` value, to a
+    /// request that presented `presented` (its [`request_key`](Self::request_key)).
+    /// When the server sets the learned cookie to a usable value, that value now
+    /// sticks to `chosen`. When it deletes the cookie (an empty value, or a `Max-Age`
+    /// of zero or less), the value it names and the one the request presented leave
+    /// the table. Other cookies, and other kinds, are ignored.
+    pub fn learn_response(&self, set_cookie: &[u8], presented: Option<&[u8]>, chosen: usize, now: Instant) {
+        let State::Keyed { key: key @ Key::CookieLearn(name), table, .. } = &self.state else { return };
+        let Some(server) = self.servers.get(chosen) else { return };
+        let mut parts = set_cookie.split(|&b| b == b';');
+        let Some((cookie, value)) = parts.next().and_then(split_pair) else { return };
+        if cookie != name.as_bytes() {
+            return;
+        }
+        let deleted = value.is_empty()
+            || parts.filter_map(split_pair).any(|(attr, v)| {
+                attr.eq_ignore_ascii_case(b"max-age") && (v.starts_with(b"-") || v.iter().all(|&b| b == b'0'))
+            });
+        if deleted {
+            for gone in [Some(value), presented].into_iter().flatten().filter_map(|k| bounded(k, key)) {
+                table.remove(gone);
+            }
+        } else if let Some(value) = bounded(value, key) {
+            table.insert(Box::from(value), server.clone(), now);
         }
     }
 
@@ -209,7 +329,7 @@ impl PoolPersistence {
                 .into_iter()
                 .map(|e| EntryView { key: e.key.to_string(), server: e.server, idle: e.idle })
                 .collect(),
-            State::Header { table, .. } => table
+            State::Keyed { table, .. } => table
                 .entries(limit, now)
                 .into_iter()
                 .map(|e| EntryView { key: e.key.escape_ascii().to_string(), server: e.server, idle: e.idle })
@@ -243,7 +363,7 @@ impl PoolPersistence {
         match &self.state {
             State::Cookie { .. } => 0,
             State::Source { table, .. } => table.evictions(),
-            State::Header { table, .. } => table.evictions(),
+            State::Keyed { table, .. } => table.evictions(),
         }
     }
 
@@ -253,24 +373,28 @@ impl PoolPersistence {
         self.with_table(|t| t.remove_server(name), |t| t.remove_server(name))
     }
 
-    /// `"cookie"`, `"source"` or `"header"`, for logs and the admin API.
+    /// `"cookie"`, `"source"`, `"header"`, `"cookie-learn"`, `"rdp_cookie"` or `"sni"`,
+    /// for logs and the admin API.
     pub fn kind(&self) -> &'static str {
-        match self.state {
+        match &self.state {
             State::Cookie { .. } => "cookie",
             State::Source { .. } => "source",
-            State::Header { .. } => "header",
+            State::Keyed { key: Key::Header(_), .. } => "header",
+            State::Keyed { key: Key::CookieLearn(_), .. } => "cookie-learn",
+            State::Keyed { key: Key::Rdp, .. } => "rdp_cookie",
+            State::Keyed { key: Key::Sni, .. } => "sni",
         }
     }
 
     fn with_table(
         &self,
         source: impl FnOnce(&SharedStickTable<IpAddr>) -> usize,
-        header: impl FnOnce(&SharedStickTable<Box<[u8]>>) -> usize,
+        keyed: impl FnOnce(&SharedStickTable<Box<[u8]>>) -> usize,
     ) -> usize {
         match &self.state {
             State::Cookie { .. } => 0,
             State::Source { table, .. } => source(table),
-            State::Header { table, .. } => header(table),
+            State::Keyed { table, .. } => keyed(table),
         }
     }
 }
@@ -311,11 +435,21 @@ fn header_safe(s: &str) -> String {
     s.chars().filter(|c| !c.is_control() && *c != ';').collect()
 }
 
-/// The stick-table key of a request under header persistence: the first value of the
-/// header, if present, non-empty and at most [`MAX_HEADER_KEY`] bytes.
-fn header_key<'r>(req: &'r impl RequestFacts, name: &'r str) -> Option<&'r [u8]> {
-    let value = req.header_values(name).next()?.trim_ascii();
-    (!value.is_empty() && value.len() <= MAX_HEADER_KEY).then_some(value)
+/// `key` when it is non-empty and short enough to be a key of this kind.
+fn bounded<'k>(key: &'k [u8], kind: &Key) -> Option<&'k [u8]> {
+    (!key.is_empty() && key.len() <= kind.max_len()).then_some(key)
+}
+
+/// `name=value` split and trimmed (a quoted value unwrapped); `None` without `=`.
+fn split_pair(pair: &[u8]) -> Option<(&[u8], &[u8])> {
+    let eq = pair.iter().position(|&b| b == b'=')?;
+    let (key, value) = pair.split_at(eq);
+    let value = value.get(1..).unwrap_or_default().trim_ascii();
+    let value = match value {
+        [b'"', inner @ .., b'"'] => inner,
+        _ => value,
+    };
+    Some((key.trim_ascii(), value))
 }
 
 /// Values of the cookies called `name` in one `Cookie` header value, in order.
@@ -324,18 +458,7 @@ fn header_key<'r>(req: &'r impl RequestFacts, name: &'r str) -> Option<&'r [u8]>
 /// trimmed of ASCII whitespace, a value wrapped in double quotes is unwrapped, pairs
 /// without `=` are skipped. Names compare exactly (cookie names are case-sensitive).
 pub fn cookie_values<'v>(header: &'v [u8], name: &'v [u8]) -> impl Iterator<Item = &'v [u8]> + 'v {
-    header.split(|&b| b == b';').filter_map(move |pair| {
-        let eq = pair.iter().position(|&b| b == b'=')?;
-        let (key, value) = pair.split_at(eq);
-        if key.trim_ascii() != name {
-            return None;
-        }
-        let value = value.get(1..).unwrap_or_default().trim_ascii();
-        Some(match value {
-            [b'"', inner @ .., b'"'] => inner,
-            _ => value,
-        })
-    })
+    header.split(|&b| b == b';').filter_map(split_pair).filter(move |(key, _)| *key == name).map(|(_, value)| value)
 }
 
 #[cfg(test)]

@@ -264,6 +264,64 @@ fn a_stale_entry_for_an_unknown_server_is_no_answer() {
     assert_eq!(p.lookup(&v6, t(2)), Some(0));
 }
 
+#[test]
+fn cookie_learn_follows_the_servers_own_cookie() {
+    let t = clock();
+    let learn = Persistence::CookieLearn { name: "JSESSIONID".to_string(), table: table_spec() };
+    let p = build(&pool("web", &["a", "b"], learn), None);
+    assert_eq!(p.kind(), "cookie-learn");
+    assert_eq!(p.learned_cookie(), Some("JSESSIONID"));
+    let request = |cookie: &'static [u8]| [("cookie", cookie)];
+    let with = request(b"theme=dark; JSESSIONID=abc123");
+    let facts = Facts { client: client(1), headers: &with };
+    assert_eq!(p.request_key(&facts), Some(&b"abc123"[..]));
+    assert_eq!(p.lookup(&facts, t(0)), None, "nothing learned yet");
+
+    // Other cookies and other servers' names are not learned; the session cookie is.
+    p.learn_response(b"theme=light; Path=/", None, 0, t(0));
+    p.learn_response(b"JSESSIONIDX=zzz", None, 0, t(0));
+    assert!(p.is_empty());
+    p.learn_response(b"JSESSIONID=abc123; Path=/; HttpOnly", None, 1, t(0));
+    assert_eq!(p.lookup(&facts, t(1)), Some(1));
+    assert!(p.set_cookie(0, None).is_none(), "cookie learn never sets a cookie itself");
+
+    // Re-pointed when the request had to go elsewhere; deleted by the server.
+    p.learn(&facts, 0, Some(1), t(2));
+    assert_eq!(p.lookup(&facts, t(3)), Some(0));
+    p.learn_response(b"JSESSIONID=abc123; Max-Age=0", None, 0, t(4));
+    assert_eq!(p.lookup(&facts, t(5)), None);
+    p.learn(&facts, 0, None, t(5));
+    p.learn_response(b"JSESSIONID=; Path=/", Some(b"abc123"), 0, t(5));
+    assert_eq!(p.lookup(&facts, t(5)), None, "an empty value deletes the presented one");
+    p.learn_response(b"JSESSIONID=\"quoted\"; Max-Age=60", None, 1, t(5));
+    let quoted = request(b"JSESSIONID=\"quoted\"");
+    assert_eq!(p.lookup(&Facts { client: client(9), headers: &quoted }, t(6)), Some(1));
+
+    // Over-long values are neither learned nor looked up.
+    let long = format!("JSESSIONID={}", "x".repeat(MAX_HEADER_KEY + 1));
+    p.learn_response(long.as_bytes(), None, 0, t(6));
+    assert_eq!(p.len(), 1);
+}
+
+#[test]
+fn connection_keys_stick_and_survive_a_reload_of_the_same_kind() {
+    let t = clock();
+    let rdp = build(&pool("farm", &["a", "b"], Persistence::RdpCookie(table_spec())), None);
+    assert_eq!(rdp.lookup_with(client(1), Some(b"alice"), t(0)), None);
+    rdp.learn_with(client(1), Some(b"alice"), 1, None, t(0));
+    assert_eq!(rdp.lookup_with(client(2), Some(b"alice"), t(1)), Some(1), "the name, not the address");
+    assert_eq!(rdp.lookup_with(client(1), None, t(1)), None, "no cookie, no persistence");
+    assert_eq!(rdp.entries(10, t(1))[0].key, "alice");
+
+    let again = build(&pool("farm", &["b", "a"], Persistence::RdpCookie(table_spec())), Some(&rdp));
+    assert_eq!(again.lookup_with(client(3), Some(b"alice"), t(2)), Some(0), "b, now first");
+    let sni = build(&pool("farm", &["a", "b"], Persistence::Sni(table_spec())), Some(&again));
+    assert!(sni.is_empty(), "another kind starts empty");
+    let name = "a".repeat(MAX_NAME_KEY);
+    sni.learn_with(client(1), Some(name.as_bytes()), 0, None, t(3));
+    assert_eq!(sni.lookup_with(client(1), Some(name.as_bytes()), t(4)), Some(0), "a 253-byte name is a key");
+}
+
 proptest! {
     #[test]
     fn cookie_parsing_is_total_and_finds_an_embedded_pair(

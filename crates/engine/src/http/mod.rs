@@ -28,7 +28,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
-use switchyard_config::{Action, HeaderEdits, Persistence, PoolId, Service, UpstreamProtocol};
+use switchyard_config::{Action, HeaderEdits, PoolId, Service, UpstreamProtocol};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::timeout_at;
 
@@ -39,7 +39,6 @@ use self::parse::{Connection, Field, Framing, HeadLimits, RequestHead, Version};
 use self::rewrite::Forwarding;
 pub use self::stream::{ClientStream, Transport};
 use crate::error::{Kind, ProxyError};
-use crate::persist::Facts;
 use crate::upstream::{self, ActiveGuard, PickView, UpstreamConn};
 use crate::worker::{Local, Worker};
 
@@ -436,15 +435,14 @@ async fn handle<S: ClientStream>(
             };
             upstream::hash_key(&pool.hash_key, view.client, origin_target, header)
         });
-        // Persistence: which server this client stuck to. A header key is
-        // kept for the table update after the head has left the buffer.
+        // Persistence: which server this client stuck to. The stick-table key
+        // (a header or cookie value) is kept for the table update after the
+        // head has left the buffer.
         let persistence = pool_for_hash.and_then(|id| local.gen.persistence.get(id.0)?.as_ref());
         let sticky = persistence.and_then(|p| {
-            if let Some(Persistence::Header { name, .. }) = &local.gen.config.pool(pool_for_hash?).persistence {
-                client.stick_key.clear();
-                if let Some(v) = route::RequestView::header_values(&view, name).next() {
-                    client.stick_key.extend_from_slice(v);
-                }
+            client.stick_key.clear();
+            if let Some(key) = p.request_key(&view) {
+                client.stick_key.extend_from_slice(key);
             }
             p.lookup(&view, worker.clock.get())
         });
@@ -648,12 +646,12 @@ async fn forward<S: ClientStream>(
         client.trace.connect_us = (!reused).then(|| micros(connect_started.elapsed()));
         // The server took the request: persistence remembers it.
         let set_cookie = persistence.and_then(|p| {
-            let stick: [(&str, &[u8]); 1] = [(stick_header(pool_cfg), &client.stick_key)];
-            let facts = Facts { client: client.ip, headers: &stick };
-            p.learn(&facts, server, routed.sticky, worker.clock.get());
+            let key = (!client.stick_key.is_empty()).then_some(client.stick_key.as_slice());
+            p.learn_with(client.ip, key, server, routed.sticky, worker.clock.get());
             p.set_cookie(server, routed.sticky)
         });
-        match exchange(client, &mut conn, service, worker, local.gen.number, routed, info, set_cookie).await {
+        let sticky = Sticky { set_cookie, learn: persistence.filter(|p| p.learned_cookie().is_some()), server };
+        match exchange(client, &mut conn, service, worker, local.gen.number, routed, info, sticky).await {
             Ok((outcome, reusable)) => {
                 let healthy = !crate::live::passive_failure_status(outcome.status);
                 live.servers[server].observe(pool_cfg.passive.as_ref(), healthy, "5xx response");
@@ -717,7 +715,7 @@ async fn exchange<S: ClientStream>(
     gen: u64,
     routed: &Routed<'_>,
     info: RequestInfo,
-    set_cookie: Option<&str>,
+    sticky: Sticky<'_>,
 ) -> Result<(Outcome, bool), Failed> {
     let t = &service.timeouts;
     let early = |error| Err(Failed { error, response_started: false });
@@ -740,7 +738,9 @@ async fn exchange<S: ClientStream>(
         fields: &mut client.resp_fields,
         started: false,
         sent: Instant::now(),
-        set_cookie,
+        sticky,
+        presented: &client.stick_key,
+        now: worker.clock.get(),
     };
     let draining = || worker.closing(gen, &service.name);
     if upload.is_finished() {
@@ -818,14 +818,6 @@ fn proxy_header<S: ClientStream>(pool: &switchyard_config::Pool, client: &Client
     head
 }
 
-/// The header a header-keyed persistence table uses ("" for other kinds).
-fn stick_header(pool: &switchyard_config::Pool) -> &str {
-    match &pool.persistence {
-        Some(Persistence::Header { name, .. }) => name,
-        _ => "",
-    }
-}
-
 /// After a relayed protocol switch (WebSocket): bytes already read on either
 /// side go across first, then both directions are copied until one side
 /// closes (its FIN is passed on) or fails. No HTTP framing applies any more.
@@ -853,8 +845,24 @@ struct Response<'a> {
     started: bool,
     /// When the request was sent to the server.
     sent: Instant,
+    /// What persistence adds to or learns from the response.
+    sticky: Sticky<'a>,
+    /// The request's stick-table key (empty: none), for cookie learn.
+    presented: &'a [u8],
+    /// The worker clock when the request went out (for stick-table updates).
+    now: Instant,
+}
+
+/// Persistence at the response: a cookie to insert, or the pool whose servers'
+/// session cookie is learned from their `Set-Cookie` (cookie learn), for `server`.
+#[derive(Clone, Copy)]
+struct Sticky<'a> {
     /// A persistence cookie to add to the response.
     set_cookie: Option<&'a str>,
+    /// Cookie learn: the pool's persistence, told about the server's `Set-Cookie`.
+    learn: Option<&'a crate::persist::PoolPersistence>,
+    /// The server (index in the pool) that answers.
+    server: usize,
 }
 
 /// What [`respond`] learned about the finished response.
@@ -949,7 +957,15 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
         client_keep_alive && info.version == Version::Http10,
         dechunk,
     );
-    if let Some(cookie) = response.set_cookie {
+    if let Some(p) = response.sticky.learn {
+        // Learned before the client sees the cookie, so its next request finds it.
+        let set_cookies = response.fields.iter().filter(|f| buf[f.name.clone()].eq_ignore_ascii_case(b"set-cookie"));
+        let presented = (!response.presented.is_empty()).then_some(response.presented);
+        for field in set_cookies {
+            p.learn_response(&buf[field.value.clone()], presented, response.sticky.server, response.now);
+        }
+    }
+    if let Some(cookie) = response.sticky.set_cookie {
         // Before the head's final CRLF.
         response.out.truncate(response.out.len().saturating_sub(2));
         response.out.extend_from_slice(b"set-cookie: ");

@@ -9,9 +9,12 @@
 //!   carries the client's address, parsed on accept and encoded towards servers.
 //! - [`sni`]: a peek at the TLS ClientHello (server name, ALPN) to route a
 //!   `tls-passthrough` connection without terminating TLS.
+//! - [`rdp`]: a peek at the RDP connection request's `mstshash` cookie, for
+//!   `rdp_cookie` persistence.
 
 mod cursor;
 pub mod proxy_protocol;
+pub mod rdp;
 mod service;
 pub mod sni;
 

@@ -5,8 +5,11 @@
 //! is a trusted source ([`read_proxy`]); then, by mode, the HTTP pipeline, a
 //! relay to a server of the pool (`tcp`), or a peek at the ClientHello to
 //! choose the pool by server name and a relay of the untouched bytes
-//! (`tls-passthrough`). A `udp` listener runs [`serve_udp`]: a flow table
-//! per worker (SO_REUSEPORT keeps a client address on one worker).
+//! (`tls-passthrough`). Persistence of a layer-4 pool is keyed by the client
+//! address, by the server name (`sni`), or by the `mstshash` cookie of an RDP
+//! connection request, peeked like the ClientHello (`rdp_cookie`). A `udp`
+//! listener runs [`serve_udp`]: a flow table per worker (SO_REUSEPORT keeps a
+//! client address on one worker).
 //!
 //! Invariants: no peer input can panic this code; a failure closes only the
 //! connection (or drops only the datagram) it belongs to.
@@ -16,16 +19,16 @@ use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::BytesMut;
-use switchyard_config::{Mode, PoolId, ProxyVersion, Service};
+use switchyard_config::{Mode, Persistence, PoolId, ProxyVersion, Service};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 
 use super::proxy_protocol::{self, Parsed};
+use super::rdp;
 use super::sni::{self, Peek};
 use crate::http::Transport;
 use crate::live::Proto;
 use crate::metrics::{Record, Timings, Upstream};
-use crate::persist::Facts;
 use crate::relay::{self, RelayOptions, UdpOptions, UdpRelay};
 use crate::upstream::{self, ActiveGuard, PickView};
 use crate::worker::{Local, Worker};
@@ -53,7 +56,7 @@ pub async fn serve_stream(stream: TcpStream, peer: SocketAddr, local: Rc<Local>,
     match svc.mode {
         Mode::Http => crate::http::serve(stream, client, pre, local, service, worker, Transport::default()).await,
         Mode::Https => Box::pin(crate::tls::serve(stream, client, pre, local, service, worker)).await,
-        Mode::Tcp => Box::pin(relay_to_pool(stream, client, pre, &local, service, &worker, None)).await,
+        Mode::Tcp => Box::pin(relay_to_pool(stream, client, pre, &local, service, &worker, None, None)).await,
         Mode::TlsPassthrough => Box::pin(passthrough(stream, client, pre, &local, service, &worker)).await,
         Mode::Udp => {}
     }
@@ -122,20 +125,46 @@ async fn passthrough(
         }
     };
     let route = name.as_deref().and_then(|n| svc.sni_routes.iter().find(|r| sni::sni_matches(&r.pattern, n)));
-    relay_to_pool(stream, client, pre, local, service, worker, route.map(|r| r.pool)).await;
+    let pool = route.map(|r| r.pool);
+    relay_to_pool(stream, client, pre, local, service, worker, pool, name.as_deref().map(str::as_bytes)).await;
+}
+
+/// `rdp_cookie` persistence: reads the client's first bytes (into `pre`, to be
+/// relayed as they are) until they hold a whole RDP connection request, and
+/// returns its `mstshash` name. A connection that sends something else, nothing
+/// within the client header timeout, or more than [`rdp::MAX_PEEK_LEN`] bytes
+/// without completing a request has none: it is balanced normally.
+async fn peek_rdp_cookie(stream: &mut TcpStream, pre: &mut BytesMut, timeout: Duration) -> Option<Vec<u8>> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match rdp::peek(pre) {
+            rdp::Peek::Request(name) => return name.map(<[u8]>::to_vec),
+            rdp::Peek::NotRdp => return None,
+            rdp::Peek::NeedMore if pre.len() >= rdp::MAX_PEEK_LEN => return None,
+            rdp::Peek::NeedMore => {}
+        }
+        pre.reserve(rdp::MAX_PEEK_LEN);
+        match tokio::time::timeout_at(deadline, stream.read_buf(pre)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return None,
+        }
+    }
 }
 
 /// Connects to a server of `pool` (else the service's default pool), sends
 /// the PROXY header if the pool asks for one and the bytes already read, then
 /// relays both ways. A server refusing the connection moves on to the next.
+/// `name` is the ClientHello's server name of a `tls-passthrough` connection.
+#[allow(clippy::too_many_arguments)]
 async fn relay_to_pool(
-    stream: TcpStream,
+    mut stream: TcpStream,
     client: SocketAddr,
-    pre: BytesMut,
+    mut pre: BytesMut,
     local: &Rc<Local>,
     service: usize,
     worker: &Rc<Worker>,
     pool: Option<PoolId>,
+    name: Option<&[u8]>,
 ) {
     let started = Instant::now();
     let svc = &local.gen.config.services[service];
@@ -145,8 +174,14 @@ async fn relay_to_pool(
     };
     let (cfg, live) = (local.gen.config.pool(pool), &local.gen.pools[pool.0]);
     let persistence = local.gen.persistence.get(pool.0).and_then(Option::as_ref);
-    let facts = Facts { client: client.ip(), headers: &[] };
-    let sticky = persistence.and_then(|p| p.lookup(&facts, worker.clock.get()));
+    let stick_key = match &cfg.persistence {
+        Some(Persistence::RdpCookie(_)) if persistence.is_some() => {
+            peek_rdp_cookie(&mut stream, &mut pre, svc.timeouts.client_header).await
+        }
+        Some(Persistence::Sni(_)) => name.map(<[u8]>::to_vec),
+        _ => None,
+    };
+    let sticky = persistence.and_then(|p| p.lookup_with(client.ip(), stick_key.as_deref(), worker.clock.get()));
     let key = upstream::hash_key(&cfg.hash_key, client.ip(), b"", None);
     let mut tried = 0u64;
     for _ in 0..cfg.servers.len().max(1) {
@@ -174,7 +209,7 @@ async fn relay_to_pool(
             }
         };
         if let Some(p) = persistence {
-            p.learn(&facts, server, sticky, worker.clock.get());
+            p.learn_with(client.ip(), stick_key.as_deref(), server, sticky, worker.clock.get());
         }
         let mut head = Vec::new();
         match cfg.send_proxy {

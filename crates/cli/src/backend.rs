@@ -103,7 +103,7 @@ fn server_view(gen: &Generation, p: usize, s: usize) -> ServerView {
         name: live.name.to_string(),
         address: live.addr.to_string(),
         state: live.status().to_string(),
-        weight: live.weight(),
+        weight: live.ramped_weight(pool.servers[s].slow_start),
         configured_weight: pool.servers[s].weight,
         backup: pool.servers[s].backup,
         active: u64::from(live.active.load(std::sync::atomic::Ordering::Relaxed)),

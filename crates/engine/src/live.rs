@@ -243,6 +243,15 @@ impl ServerLive {
         permille
     }
 
+    /// The weight balancing gives the server now: its effective weight
+    /// scaled by its slow start share under `period` (rounded up, so a
+    /// ramping server with a non-zero weight shows at least 1).
+    pub fn ramped_weight(&self, period: Duration) -> u32 {
+        let ramp = u64::from(self.ramp(period));
+        let full = u64::from(switchyard_balance::FULL_RAMP);
+        u32::try_from((u64::from(self.weight()) * ramp).div_ceil(full)).unwrap_or(u32::MAX)
+    }
+
     /// Whether new requests may go to this server.
     pub fn takes_new(&self) -> bool {
         self.state() == AdminState::Up

@@ -172,6 +172,17 @@ fn get_until(proxy: &Proxy, what: &str, mut done: impl FnMut(&str) -> bool) {
     });
 }
 
+/// Prints the proxy's log when the test fails (dropped before the proxy).
+struct LogOnFailure<'a>(&'a Proxy);
+
+impl Drop for LogOnFailure<'_> {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            eprintln!("--- proxy log\n{}", self.0.log());
+        }
+    }
+}
+
 fn kill_hard(pid: u32) {
     let status = Command::new("kill").arg("-KILL").arg(pid.to_string()).status().expect("run kill");
     assert!(status.success(), "kill -KILL {pid}");
@@ -186,6 +197,7 @@ fn an_http_check_takes_a_failing_server_down_and_rise_passes_bring_it_back() {
                  expect_body = \"ok\", interval = \"200ms\", timeout = \"150ms\", rise = 2, fall = 2 }";
     let servers = [server("a", a.addr, ""), server("b", b.addr, "")];
     let proxy = Proxy::start(&config(listen, admin, &servers, check), listen);
+    let _log = LogOnFailure(&proxy);
     let seen: HashSet<String> = origins(&proxy, "/", 10).into_iter().collect();
     assert_eq!(seen.len(), 2, "both servers take traffic at first: {seen:?}");
     wait_for("a passing check of a", || (a.health_answers() >= 1).then_some(()));
@@ -236,6 +248,7 @@ fn a_killed_server_is_marked_down_and_no_idempotent_request_fails() {
     let check = "health_check = { type = \"tcp\", interval = \"200ms\", timeout = \"100ms\", rise = 2, fall = 2 }";
     let proxy =
         Proxy::start(&config(listen, admin, &[server("a", a_addr, ""), server("b", b_addr, "")], check), listen);
+    let _log = LogOnFailure(&proxy);
 
     // A client sending GETs in a loop on one keep-alive connection, counting what answers.
     let stop = Arc::new(AtomicBool::new(false));
@@ -332,6 +345,7 @@ fn a_tls_check_needs_a_completed_handshake() {
         server("untrusted", untrusted.addr, "")
     ));
     let proxy = Proxy::start(&toml, listen);
+    let _log = LogOnFailure(&proxy);
 
     wait_state(admin, "plain", "down");
     let log = proxy.log();
@@ -358,6 +372,7 @@ fn checks_go_to_the_check_address_not_the_traffic_address() {
         server("b", b.addr, &format!(", check_address = \"{}\"", b_check.addr)),
     ];
     let proxy = Proxy::start(&config(listen, admin, &servers, check), listen);
+    let _log = LogOnFailure(&proxy);
 
     // a's traffic address is alive, but its check address is not.
     wait_state(admin, "a", "down");
@@ -379,6 +394,7 @@ fn passive_checking_ejects_a_failing_server_for_the_eject_period() {
     let passive = "passive = { failures = 2, eject = \"1s\" }";
     let proxy =
         Proxy::start(&config(listen, admin, &[server("a", a.addr, ""), server("b", b.addr, "")], passive), listen);
+    let _log = LogOnFailure(&proxy);
     a.set_traffic(500);
 
     // Round robin on one connection: a answers 500 every other request.
@@ -427,6 +443,7 @@ fn passive_checking_ejects_a_server_refusing_connections_and_retries_hide_it() {
     let passive = "passive = { failures = 2, eject = \"1s\" }";
     let proxy =
         Proxy::start(&config(listen, admin, &[server("a", dead, ""), server("b", b.addr, "")], passive), listen);
+    let _log = LogOnFailure(&proxy);
     let mut client = proxy.connect();
     wait_for("a to be ejected", || {
         let r = client.get("/");
@@ -457,6 +474,7 @@ fn an_ejected_server_with_an_active_check_returns_only_once_the_check_passes() {
                  rise = 1, fall = 100 }";
     let proxy =
         Proxy::start(&config(listen, admin, &[server("a", a.addr, ""), server("b", b.addr, "")], extra), listen);
+    let _log = LogOnFailure(&proxy);
     a.set_health(503, "");
     a.set_traffic(500);
     // Once a failing answer was given, no passing probe of a is still in flight.
@@ -493,6 +511,7 @@ fn slow_start_ramps_a_returning_server_up() {
                  rise = 1, fall = 1 }";
     let servers = [server("a", a.addr, ", weight = 100"), server("b", b.addr, ", weight = 100")];
     let proxy = Proxy::start(&config(listen, admin, &servers, extra), listen);
+    let _log = LogOnFailure(&proxy);
     a.set_health(503, "");
     wait_state(admin, "a", "down");
     a.set_health(200, "ok");
@@ -528,6 +547,7 @@ fn a_drained_server_finishes_its_request_and_takes_no_new_ones() {
     let (a, b) = (Origin::start("a"), Origin::start("b"));
     let (listen, admin) = (proxy_addr(), proxy_addr());
     let proxy = Proxy::start(&config(listen, admin, &[server("a", a.addr, ""), server("b", b.addr, "")], ""), listen);
+    let _log = LogOnFailure(&proxy);
     let slow = thread::spawn(move || Client::connect(listen).get("/?delay_ms=1500"));
     let busy = wait_for("the slow request to be in flight", || {
         ["a", "b"].into_iter().find(|name| server_view(admin, "main", name)["active"] == 1)

@@ -98,7 +98,7 @@ fn no_keys(cx: &mut Ctx<'_, '_>, kind: &str, keys: &[(&str, std::ops::Range<usiz
     for (key, span) in keys {
         cx.r.error_hint(
             span,
-            format!("`{key}` does not apply to a `{kind}` health check"),
+            format!("`{key}` does not apply to a health check of type `{kind}`"),
             format!("`{key}` belongs to type = \"{owner}\""),
         );
     }
@@ -236,8 +236,13 @@ pub(crate) fn validate_passive(cx: &mut Ctx<'_, '_>, raw: &S<RawPassive>) -> Opt
     eject_ok.then_some(Passive { failures, eject })
 }
 
-/// A `slow_start` duration: zero (none) up to 1h.
+/// A `slow_start` duration: zero (none) up to 1h. Unlike other durations it
+/// may be written as zero (`"0s"`), which turns off a slow start a server
+/// would otherwise take from its pool.
 pub(crate) fn slow_start(cx: &mut Ctx<'_, '_>, raw: &Option<S<String>>, default: Duration) -> Duration {
+    if raw.as_ref().is_some_and(|v| is_zero_duration(v.get_ref())) {
+        return Duration::ZERO;
+    }
     let d = cx.duration(raw, default);
     match raw {
         Some(v) if d > MAX_INTERVAL => {
@@ -246,4 +251,11 @@ pub(crate) fn slow_start(cx: &mut Ctx<'_, '_>, raw: &Option<S<String>>, default:
         }
         _ => d,
     }
+}
+
+/// Whether `text` is a zero duration with a valid unit (`"0s"`, `"0ms"`).
+fn is_zero_duration(text: &str) -> bool {
+    let text = text.trim();
+    let unit = text.trim_start_matches('0');
+    unit.len() < text.len() && ["ms", "s", "m", "h", "d"].contains(&unit.trim_start())
 }

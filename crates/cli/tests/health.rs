@@ -567,3 +567,55 @@ fn a_drained_server_finishes_its_request_and_takes_no_new_ones() {
     // The slot is released just after the response went out.
     wait_for("the draining server to be idle", || (server_view(admin, "main", busy)["active"] == 0).then_some(()));
 }
+
+#[test]
+fn a_tcp_service_ejects_a_server_refusing_connections() {
+    let (dead, b) = (dead_addr(), Origin::start("b"));
+    let (listen, admin) = (proxy_addr(), proxy_addr());
+    let passive = "passive = { failures = 1, eject = \"1s\" }";
+    let toml = config(listen, admin, &[server("a", dead, ""), server("b", b.addr, "")], passive)
+        .replace("pool = \"main\"\n", "mode = \"tcp\"\npool = \"main\"\n");
+    let proxy = Proxy::start(&toml, listen);
+    let _log = LogOnFailure(&proxy);
+    // Every connection is relayed (to b, the relay moving on from a refusing server).
+    wait_for("a to be ejected", || {
+        let r = proxy.get("/");
+        assert_eq!((r.status, r.origin()), (200, "b"));
+        (state(admin, "a") == "down").then_some(())
+    });
+    let ejected = Instant::now();
+    let tried = attempts(admin, "a");
+    assert_eq!(tried, 1, "one refused connection ejects it (failures = 1)");
+    while ejected.elapsed() < Duration::from_millis(600) {
+        assert_eq!(proxy.get("/").origin(), "b");
+    }
+    assert_eq!(attempts(admin, "a"), tried, "no connection attempt to a while it was ejected");
+    wait_for("a to be tried again", || {
+        assert_eq!(proxy.get("/").status, 200);
+        (attempts(admin, "a") > tried).then_some(())
+    });
+}
+
+#[test]
+fn a_reload_keeps_the_verdict_of_a_down_server() {
+    let (a, b) = (Backend::start("a"), Backend::start("b"));
+    let (listen, admin) = (proxy_addr(), proxy_addr());
+    let check = "health_check = { type = \"http\", path = \"/healthz\", interval = \"200ms\", timeout = \"150ms\", \
+                 rise = 2, fall = 1 }";
+    let toml = config(listen, admin, &[server("a", a.addr, ""), server("b", b.addr, "")], check);
+    let proxy = Proxy::start(&toml, listen);
+    let _log = LogOnFailure(&proxy);
+    a.set_health(500, "");
+    wait_state(admin, "a", "down");
+
+    // The check itself changes (not its target): the verdict is kept, no new start "up".
+    std::fs::write(&proxy.config, toml.replace("interval = \"200ms\"", "interval = \"300ms\"")).expect("rewrite");
+    proxy.reload(1);
+    assert!(proxy.log().contains("configuration reloaded"), "{}", proxy.log());
+    assert_eq!(state(admin, "a"), "down");
+    assert!(origins(&proxy, "/", 10).iter().all(|o| o == "b"));
+    assert!(!proxy.log().contains("server up"), "{}", proxy.log());
+
+    a.set_health(200, "ok");
+    wait_state(admin, "a", "up");
+}

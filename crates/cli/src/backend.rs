@@ -192,13 +192,13 @@ impl Backend for EngineBackend {
             .map(|(s, board)| (s.name.as_str(), board.total()))
             .collect();
         for (p, pool) in gen.config.pools.iter().enumerate() {
-            for live in &gen.pools[p].servers {
+            for (live, server) in gen.pools[p].servers.iter().zip(&pool.servers) {
                 view.servers.push(ServerRow {
                     pool: &pool.name,
                     server: &live.name,
                     address: live.addr,
                     state: live.status(),
-                    weight: live.weight(),
+                    weight: live.ramped_weight(server.slow_start),
                     active: live.active.load(std::sync::atomic::Ordering::Relaxed),
                     metrics: &live.metrics,
                 });

@@ -27,6 +27,8 @@ struct Answers {
     health: (u16, String),
     /// Status of any other path.
     traffic: u16,
+    /// How long an answer to any other path waits.
+    delay: Duration,
     /// `/healthz` answers given since `health` was last set.
     health_answers: u64,
     /// Requests to other paths.
@@ -45,8 +47,13 @@ impl Backend {
     fn start(name: &'static str) -> Backend {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind backend");
         let addr = listener.local_addr().expect("backend address");
-        let answers =
-            Arc::new(Mutex::new(Answers { health: (200, "ok".to_string()), traffic: 200, health_answers: 0, hits: 0 }));
+        let answers = Arc::new(Mutex::new(Answers {
+            health: (200, "ok".to_string()),
+            traffic: 200,
+            delay: Duration::ZERO,
+            health_answers: 0,
+            hits: 0,
+        }));
         let shared = answers.clone();
         thread::spawn(move || {
             for stream in listener.incoming().flatten() {
@@ -65,6 +72,10 @@ impl Backend {
 
     fn set_traffic(&self, status: u16) {
         self.answers.lock().expect("lock").traffic = status;
+    }
+
+    fn set_delay(&self, delay: Duration) {
+        self.answers.lock().expect("lock").delay = delay;
     }
 
     fn health_answers(&self) -> u64 {
@@ -89,16 +100,17 @@ fn answer(stream: TcpStream, name: &str, answers: &Mutex<Answers>) {
         line.clear();
     }
     let path = first.split_whitespace().nth(1).unwrap_or("/");
-    let (status, body) = {
+    let (status, body, delay) = {
         let mut a = answers.lock().expect("lock");
         if path == "/healthz" {
             a.health_answers += 1;
-            a.health.clone()
+            (a.health.0, a.health.1.clone(), Duration::ZERO)
         } else {
             a.hits += 1;
-            (a.traffic, format!("{name}\n"))
+            (a.traffic, format!("{name}\n"), a.delay)
         }
     };
+    thread::sleep(delay);
     let response = format!(
         "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\nx-origin: {name}\r\n\r\n{body}",
         body.len()
@@ -618,4 +630,33 @@ fn a_reload_keeps_the_verdict_of_a_down_server() {
 
     a.set_health(200, "ok");
     wait_state(admin, "a", "up");
+}
+
+#[test]
+fn passive_checking_ejects_a_server_that_stalls_past_server_response() {
+    let (a, b) = (Backend::start("a"), Origin::start("b"));
+    a.set_delay(Duration::from_millis(1500));
+    let (listen, admin) = (proxy_addr(), proxy_addr());
+    let passive = "passive = { failures = 2, eject = \"1s\" }";
+    let toml = config(listen, admin, &[server("a", a.addr, ""), server("b", b.addr, "")], passive)
+        .replace("pool = \"main\"\n", "pool = \"main\"\ntimeouts = { server_response = \"200ms\" }\n");
+    let proxy = Proxy::start(&toml, listen);
+    let _log = LogOnFailure(&proxy);
+    let mut timeouts = 0;
+    wait_for("a to be ejected", || {
+        // A fresh connection each: a 504 closes the client's connection.
+        let r = proxy.get("/");
+        match r.status {
+            504 => timeouts += 1,
+            status => assert_eq!((status, r.origin()), (200, "b")),
+        }
+        (state(admin, "a") == "down").then_some(())
+    });
+    assert_eq!(timeouts, 2, "two stalled responses (504) eject it");
+    let log = proxy.log();
+    assert!(
+        log.lines().any(|l| l.contains("ejected by passive check") && l.contains("server response timeout")),
+        "{log}"
+    );
+    assert!(origins(&proxy, "/", 10).iter().all(|o| o == "b"));
 }

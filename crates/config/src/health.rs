@@ -8,7 +8,7 @@
 //! Invariants of an accepted [`HealthCheck`]: a `udp` check's `send` holds at
 //! least one byte, its `expect`, when present, too; an `http` check's path
 //! starts with `/`, its method is an upper-case token, its status ranges lie
-//! in 100..=599 and its `expect_body` is not empty; `interval` is
+//! in 100..=599 and its `expect_body` is not empty (and absent with `HEAD`); `interval` is
 //! 100ms..=1h; `timeout` is shorter than `interval` (a probe ends before the
 //! next starts); `rise` and `fall` are 1..=100; `port`, when present, is
 //! 1..=65535. An accepted [`Passive`] has `failures` 1..=1000 and `eject`
@@ -147,6 +147,14 @@ fn http(cx: &mut Ctx<'_, '_>, h: &RawHealthCheck) -> Option<HttpCheck> {
     let statuses = h.expect_status.as_ref().map_or(Some(vec![(200, 399)]), |s| statuses(cx, s));
     let body = h.expect_body.as_ref().map(|b| payload(cx, "expect_body", b));
     let body = body.map_or(Some(None), |b| b.map(Some));
+    if let (Some(Some(_)), Some("HEAD"), Some(b)) = (&body, method.as_deref(), &h.expect_body) {
+        cx.r.error_hint(
+            &b.span(),
+            "`expect_body` can never match the answer to a HEAD request (it has no body)",
+            "use method = \"GET\", or drop `expect_body`",
+        );
+        return None;
+    }
     if !udp_ok {
         return None;
     }

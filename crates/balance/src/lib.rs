@@ -266,6 +266,15 @@ impl<S: ServerState> TierView<'_, S> {
         }
     }
 
+    /// The weight under slow start in thousandths of a weight, ramping or
+    /// not: one scale for methods that keep scores from pick to pick (smooth
+    /// round robin), which [`ramped`](Self::ramped)'s change of scale when a
+    /// ramp ends would skew for as many picks as the scores had grown.
+    pub(crate) fn ramped_permille(&self, pos: usize) -> u64 {
+        let share = self.ramps.and_then(|r| r.get(pos).copied()).unwrap_or(FULL_RAMP);
+        u64::from(self.weight(pos)) * u64::from(share)
+    }
+
     /// The pool-wide server id of the server at `pos`.
     pub(crate) fn server(&self, pos: usize) -> usize {
         self.members.get(pos).copied().unwrap_or(usize::MAX)

@@ -35,7 +35,7 @@ impl SmoothRoundRobin {
             if !view.is_eligible(pos) {
                 continue;
             }
-            let weight = i64::try_from(view.ramped(pos)).unwrap_or(i64::MAX);
+            let weight = i64::try_from(view.ramped_permille(pos)).unwrap_or(i64::MAX);
             // Saturating: scores stay within ±sum(weights) in practice, but a pool of
             // billions of maximal weights must not panic in debug builds.
             self.current[pos] = self.current[pos].saturating_add(weight);
@@ -101,6 +101,18 @@ mod tests {
         let mut rr = SmoothRoundRobin::new(2);
         let picks: Vec<_> = (0..500).filter_map(|_| rr.pick(&v)).collect();
         assert_eq!(picks.iter().filter(|&&p| p == 1).count(), 100, "a quarter weight: 1 in 5");
+    }
+
+    #[test]
+    fn shares_are_even_again_as_soon_as_a_ramp_ends() {
+        let (members, weights, state) = (ids(2), [100, 100], FakeState::up(2));
+        let mut rr = SmoothRoundRobin::new(2);
+        let ramping = crate::testing::ramped_view(&members, &weights, &[1000, 150], &state);
+        let during = (0..1000).filter(|_| rr.pick(&ramping) == Some(1)).count();
+        assert!((120..=140).contains(&during), "{during} of 1000 while at 15 %");
+        let done = view(&members, &weights, &state);
+        let after = (0..200).filter(|_| rr.pick(&done) == Some(1)).count();
+        assert!((95..=105).contains(&after), "{after} of 200 once the ramp is over");
     }
 
     #[test]

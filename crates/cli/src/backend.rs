@@ -106,7 +106,7 @@ fn server_view(gen: &Generation, p: usize, s: usize) -> ServerView {
         name: live.name.to_string(),
         address: live.addr.to_string(),
         state: live.status().to_string(),
-        weight: live.weight(),
+        weight: live.ramped_weight(pool.servers[s].slow_start),
         configured_weight: pool.servers[s].weight,
         backup: pool.servers[s].backup,
         active: u64::from(live.active.load(std::sync::atomic::Ordering::Relaxed)),
@@ -195,13 +195,13 @@ impl Backend for EngineBackend {
             .map(|(s, board)| (s.name.as_str(), board.total()))
             .collect();
         for (p, pool) in gen.config.pools.iter().enumerate() {
-            for live in &gen.pools[p].servers {
+            for (live, server) in gen.pools[p].servers.iter().zip(&pool.servers) {
                 view.servers.push(ServerRow {
                     pool: &pool.name,
                     server: &live.name,
                     address: live.addr,
                     state: live.status(),
-                    weight: live.weight(),
+                    weight: live.ramped_weight(server.slow_start),
                     active: live.active.load(std::sync::atomic::Ordering::Relaxed),
                     metrics: &live.metrics,
                 });

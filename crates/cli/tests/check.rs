@@ -87,3 +87,46 @@ fn missing_file_exits_1() {
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("error:"), "{stderr}");
 }
+
+/// Health check, passive checking and slow start mistakes, on the lines named below.
+const HEALTH: &str = r#"
+[[pool]]
+name = "main"
+servers = [{ address = "127.0.0.1:19999", slow_start = "2h" }]
+health_check = { type = "ping" }
+passive = { failures = 0 }
+
+[[pool]]
+name = "web"
+servers = [{ address = "127.0.0.1:19998" }]
+health_check = { type = "tcp", path = "/healthz" }
+
+[[pool]]
+name = "api"
+servers = [{ address = "127.0.0.1:19997" }]
+health_check = { type = "http", expect_status = ["2xx", 700] }
+
+[[service]]
+name = "web"
+listen = ["127.0.0.1:18999"]
+pool = "main"
+rules = [{ path_prefix = "/web", pool = "web" }, { path_prefix = "/api", pool = "api" }]
+"#;
+
+#[test]
+fn health_check_passive_and_slow_start_mistakes_are_located() {
+    let path = write_temp("check", "health.toml", HEALTH);
+    let file = path.display().to_string();
+    let (code, stdout, stderr) = check(&path);
+    assert_eq!(code, 1, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let error_at = |line: u32, text: &str| {
+        stderr.lines().any(|l| l.starts_with(&format!("{file}:{line}:")) && l.contains(": error: ") && l.contains(text))
+    };
+    assert!(error_at(4, "`slow_start` must be at most 1h"), "{stderr}");
+    assert!(error_at(5, "unknown health check type `ping`"), "{stderr}");
+    assert!(error_at(6, "`failures` must be between 1 and 1000, not 0"), "{stderr}");
+    assert!(error_at(11, "`path` does not apply to a health check of type `tcp`"), "{stderr}");
+    assert!(error_at(16, "`700` is not a status"), "{stderr}");
+    assert_eq!(stderr.lines().filter(|l| l.contains(": error: ")).count(), 5, "{stderr}");
+    assert!(stderr.contains("hint: `path` belongs to type = \"http\""), "{stderr}");
+}

@@ -8,7 +8,7 @@
 //! Invariants of an accepted [`HealthCheck`]: a `udp` check's `send` holds at
 //! least one byte, its `expect`, when present, too; an `http` check's path
 //! starts with `/`, its method is an upper-case token, its status ranges lie
-//! in 100..=599 and its `expect_body` is not empty; `interval` is
+//! in 100..=599 and its `expect_body` is not empty (and absent with `HEAD`); `interval` is
 //! 100ms..=1h; `timeout` is shorter than `interval` (a probe ends before the
 //! next starts); `rise` and `fall` are 1..=100; `port`, when present, is
 //! 1..=65535. An accepted [`Passive`] has `failures` 1..=1000 and `eject`
@@ -98,7 +98,7 @@ fn no_keys(cx: &mut Ctx<'_, '_>, kind: &str, keys: &[(&str, std::ops::Range<usiz
     for (key, span) in keys {
         cx.r.error_hint(
             span,
-            format!("`{key}` does not apply to a `{kind}` health check"),
+            format!("`{key}` does not apply to a health check of type `{kind}`"),
             format!("`{key}` belongs to type = \"{owner}\""),
         );
     }
@@ -147,6 +147,14 @@ fn http(cx: &mut Ctx<'_, '_>, h: &RawHealthCheck) -> Option<HttpCheck> {
     let statuses = h.expect_status.as_ref().map_or(Some(vec![(200, 399)]), |s| statuses(cx, s));
     let body = h.expect_body.as_ref().map(|b| payload(cx, "expect_body", b));
     let body = body.map_or(Some(None), |b| b.map(Some));
+    if let (Some(Some(_)), Some("HEAD"), Some(b)) = (&body, method.as_deref(), &h.expect_body) {
+        cx.r.error_hint(
+            &b.span(),
+            "`expect_body` can never match the answer to a HEAD request (it has no body)",
+            "use method = \"GET\", or drop `expect_body`",
+        );
+        return None;
+    }
     if !udp_ok {
         return None;
     }
@@ -236,8 +244,13 @@ pub(crate) fn validate_passive(cx: &mut Ctx<'_, '_>, raw: &S<RawPassive>) -> Opt
     eject_ok.then_some(Passive { failures, eject })
 }
 
-/// A `slow_start` duration: zero (none) up to 1h.
+/// A `slow_start` duration: zero (none) up to 1h. Unlike other durations it
+/// may be written as zero (`"0s"`), which turns off a slow start a server
+/// would otherwise take from its pool.
 pub(crate) fn slow_start(cx: &mut Ctx<'_, '_>, raw: &Option<S<String>>, default: Duration) -> Duration {
+    if raw.as_ref().is_some_and(|v| is_zero_duration(v.get_ref())) {
+        return Duration::ZERO;
+    }
     let d = cx.duration(raw, default);
     match raw {
         Some(v) if d > MAX_INTERVAL => {
@@ -246,4 +259,11 @@ pub(crate) fn slow_start(cx: &mut Ctx<'_, '_>, raw: &Option<S<String>>, default:
         }
         _ => d,
     }
+}
+
+/// Whether `text` is a zero duration with a valid unit (`"0s"`, `"0ms"`).
+fn is_zero_duration(text: &str) -> bool {
+    let text = text.trim();
+    let unit = text.trim_start_matches('0');
+    unit.len() < text.len() && ["ms", "s", "m", "h", "d"].contains(&unit.trim_start())
 }

@@ -472,3 +472,28 @@ fn persistence_errors() {
     assert_eq!(errs("{}"), ["`persistence` must name one of `cookie`, `source`, `header`, `rdp_cookie` or `sni`"]);
     assert_eq!(errs("{ header = \"\" }"), ["a header name must not be empty"]);
 }
+
+#[test]
+fn health_checks_passive_checking_and_slow_start() {
+    let c = parse_ok(
+        "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\npool = \"main\"\n\
+         [[pool]]\nname = \"main\"\nslow_start = \"30s\"\npassive = {}\n\
+         servers = [ { address = \"127.0.0.1:9000\", check_address = \"127.0.0.2:9100\", slow_start = \"0s\" },\n\
+         { address = \"127.0.0.1:9001\", slow_start = \"1m\" }, { address = \"127.0.0.1:9002\" } ]\n\
+         health_check = { type = \"http\", path = \"/healthz\", expect_status = [204, \"3xx\", \"401-403\"], interval = \"300ms\" }\n",
+    );
+    let pool = &c.pools[0];
+    let slow: Vec<Duration> = pool.servers.iter().map(|s| s.slow_start).collect();
+    assert_eq!(slow, [Duration::ZERO, Duration::from_secs(60), Duration::from_secs(30)], "\"0s\" turns it off");
+    assert_eq!(pool.servers[0].check_addr, Some("127.0.0.2:9100".parse().unwrap()));
+    assert_eq!(pool.servers[1].check_addr, None);
+    assert_eq!(pool.passive, Some(Passive { failures: 3, eject: Duration::from_secs(10) }), "defaults");
+    let check = pool.health_check.as_ref().unwrap();
+    assert_eq!((check.interval, check.timeout), (Duration::from_millis(300), Duration::from_millis(150)));
+    assert_eq!((check.rise, check.fall, check.port), (2, 2, None));
+    let CheckKind::Http(http) = &check.kind else { panic!("{:?}", check.kind) };
+    assert_eq!((http.method.as_str(), http.path.as_str(), http.host.as_deref()), ("GET", "/healthz", None));
+    let accepted: Vec<u16> =
+        [200, 204, 302, 399, 400, 401, 403, 404].into_iter().filter(|&s| http.accepts(s)).collect();
+    assert_eq!(accepted, [204, 302, 399, 401, 403]);
+}

@@ -207,9 +207,17 @@ impl ServerLive {
             return false;
         }
         self.failures.store(0, Ordering::Relaxed);
-        let until = stamp().saturating_add(nanos(passive.eject));
-        if self.ejected_until.swap(until, Ordering::Relaxed) != 0 {
+        let now = stamp();
+        let before = self.ejected_until.load(Ordering::Relaxed);
+        // Failures of requests still in flight do not extend an ejection;
+        // one that is over (if not yet cleared by a pick) does not stop a
+        // new one, which counts, so the prober resets its verdict again.
+        if before > now {
             return false;
+        }
+        let until = now.saturating_add(nanos(passive.eject));
+        if self.ejected_until.compare_exchange(before, until, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+            return false; // another worker ejected it just now
         }
         self.ejections.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
@@ -241,6 +249,15 @@ impl ServerLive {
             let _ = self.ramp_from.compare_exchange(from, 0, Ordering::Relaxed, Ordering::Relaxed);
         }
         permille
+    }
+
+    /// The weight balancing gives the server now: its effective weight
+    /// scaled by its slow start share under `period` (rounded up, so a
+    /// ramping server with a non-zero weight shows at least 1).
+    pub fn ramped_weight(&self, period: Duration) -> u32 {
+        let ramp = u64::from(self.ramp(period));
+        let full = u64::from(switchyard_balance::FULL_RAMP);
+        u32::try_from((u64::from(self.weight()) * ramp).div_ceil(full)).unwrap_or(u32::MAX)
     }
 
     /// Whether new requests may go to this server.
@@ -588,6 +605,30 @@ mod tests {
             Ok(c) => c,
             Err(d) => panic!("{d}"),
         }
+    }
+
+    #[test]
+    fn passive_failures_eject_once_and_an_ejection_that_is_over_can_repeat() {
+        let config = config(&[("a", 1)]);
+        let server = ServerLive::new(&config.pools[0].servers[0], 1, Arc::default());
+        let passive = Passive { failures: 2, eject: Duration::from_secs(60) };
+        let fail = |s: &ServerLive| s.observe(Some(&passive), false, "connect-failed");
+        assert!(!fail(&server));
+        assert!(!server.observe(Some(&passive), true, ""), "a success resets the count");
+        assert!(!fail(&server));
+        assert!(fail(&server), "two in a row eject it");
+        assert!(server.ejected());
+        assert_eq!(server.status(), "down");
+        let until = server.ejected_until.load(Ordering::Relaxed);
+        assert!(!fail(&server) && !fail(&server), "failures of requests in flight");
+        assert_eq!(server.ejected_until.load(Ordering::Relaxed), until, "do not extend the ejection");
+        assert_eq!(server.ejections(), 1);
+        // The period is over but no pick has cleared it yet: a new ejection counts.
+        server.ejected_until.store(1, Ordering::Relaxed);
+        assert!(!fail(&server));
+        assert!(fail(&server));
+        assert_eq!(server.ejections(), 2);
+        assert!(!server.observe(None, false, "x"), "no passive checking: nothing happens");
     }
 
     #[test]

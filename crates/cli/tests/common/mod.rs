@@ -356,6 +356,11 @@ impl OriginProcess {
         });
         origin
     }
+
+    /// The process id (to kill it abruptly with `kill -KILL`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for OriginProcess {

@@ -192,6 +192,9 @@ impl Backend for EngineBackend {
             .map(|(s, board)| (s.name.as_str(), board.total()))
             .collect();
         for (p, pool) in gen.config.pools.iter().enumerate() {
+            if pool.queue.is_some() {
+                view.queues.push((&pool.name, gen.pools[p].queue.waiting()));
+            }
             for live in &gen.pools[p].servers {
                 view.servers.push(ServerRow {
                     pool: &pool.name,

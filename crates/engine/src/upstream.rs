@@ -83,6 +83,22 @@ impl<'a> ActiveGuard<'a> {
         server.active.fetch_add(1, Ordering::Relaxed);
         ActiveGuard(server)
     }
+
+    /// Takes a slot on `server` unless it already has `max` requests in flight.
+    ///
+    /// The balancer's look at the count and the taking are separate steps, and
+    /// other workers take slots in between: only this check-and-increment in
+    /// one atomic step keeps a server within its `max_connections`.
+    pub fn take(server: &'a ServerLive, max: Option<u32>) -> Option<Self> {
+        match max {
+            None => Some(ActiveGuard::new(server)),
+            Some(max) => server
+                .active
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1))
+                .ok()
+                .map(|_| ActiveGuard(server)),
+        }
+    }
 }
 
 impl Drop for ActiveGuard<'_> {

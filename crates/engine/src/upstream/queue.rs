@@ -83,10 +83,11 @@ impl PoolQueue {
         }
     }
 
-    /// Waits for `pick` to find a server, as one of at most `spec.size`
-    /// waiters, for at most `spec.timeout`. Returns the server `pick` found,
-    /// or why the request is refused ([`Kind::QueueFull`], [`Kind::QueueTimeout`]).
-    pub async fn wait(&self, spec: Queue, mut pick: impl FnMut() -> Option<usize>) -> Result<usize, Kind> {
+    /// Waits for `pick` to find a server (and take a slot on it), as one of at
+    /// most `spec.size` waiters, for at most `spec.timeout`. Returns what `pick`
+    /// found, or why the request is refused ([`Kind::QueueFull`],
+    /// [`Kind::QueueTimeout`]).
+    pub async fn wait<T>(&self, spec: Queue, mut pick: impl FnMut() -> Option<T>) -> Result<T, Kind> {
         let Some(_ticket) = self.join(spec.size) else {
             return Err(Kind::QueueFull);
         };
@@ -140,7 +141,7 @@ mod tests {
     async fn a_waiter_times_out_when_nothing_frees() {
         let q = PoolQueue::default();
         let looks = Cell::new(0);
-        let got = q
+        let got: Result<usize, Kind> = q
             .wait(spec(1, 1000), || {
                 looks.set(looks.get() + 1);
                 None

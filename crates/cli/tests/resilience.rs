@@ -338,13 +338,17 @@ fn first_pool(servers: &[SocketAddr], extra: &str) -> String {
 #[test]
 fn a_get_whose_server_closes_without_answering_is_retried_on_another() {
     let (closer, good) = (Closer::start(), Origin::start("good"));
-    let Setup { proxy, log, .. } = start(1, "", &first_pool(&[closer.addr, good.addr], ""), "");
+    let Setup { proxy, admin, log } = start(1, "", &first_pool(&[closer.addr, good.addr], ""), "");
     let r = proxy.get("/page");
     assert_eq!((r.status, r.origin()), (200, "good"), "{}", r.text());
     assert_eq!(closer.requests(), 1);
     assert_eq!(good.requests(), 1);
     assert_eq!(log_line(&log, "/page")["status"], 200);
     assert!(proxy.log().contains("idempotent request retried on another server"), "{}", proxy.log());
+    // The client saw nothing, but the failed server's metrics count it.
+    let closer_name = closer.addr.to_string();
+    let failed = [("server", closer_name.as_str()), ("reason", "server-closed")];
+    assert_eq!(metric(admin, "switchyard_server_failures_total", &failed), Some(1.0));
 }
 
 #[test]

@@ -689,6 +689,8 @@ async fn forward<S: ClientStream>(
                     continue;
                 }
                 if redispatchable(failed.error.kind()) && retries < pool_cfg.retries {
+                    // The final record names the next server: count this one's failure now.
+                    live.servers[server].metrics.connect_failed(worker.id, failed.error.reason());
                     tracing::warn!(
                         service = %service.name, server = %addr, reason = failed.error.reason(),
                         "idempotent request retried on another server"

@@ -252,7 +252,12 @@ impl Scrape {
                 .filter(move |(i, _)| is_server_reason(*i) || f[*i] > 0)
                 .map(move |(i, reason)| (r.labels_with("reason", reason), f[i]))
         });
-        counter(enc, "server_failures", "Server failures per reason (retried connect failures included).", failures)
+        counter(
+            enc,
+            "server_failures",
+            "Server failures per reason (requests retried on another server included).",
+            failures,
+        )
     }
 }
 

@@ -25,7 +25,8 @@
 //!   requests.
 //! - **Re-check**: a waiter also looks again every [`RECHECK`], because a
 //!   slot is not the only way a server becomes available (it comes back up,
-//!   leaves maintenance, a reload raises its limit) and those do not notify.
+//!   leaves maintenance) and those do not notify. A waiter keeps the limits
+//!   of the generation its request started under.
 //! - **Timeout**: a request waits at most the pool's queue `timeout`.
 
 use std::sync::atomic::{fence, AtomicU32, Ordering};

@@ -134,11 +134,14 @@ pub enum TestKind {
     UdpFrames,
     /// UDP forwarding of the IMIX mixes.
     UdpImix,
+    /// L7 keep-alive load over two servers, one killed mid-run: how long until the
+    /// target stops sending requests to it, and how many client requests fail.
+    L7Failover,
 }
 
 impl TestKind {
     /// Every test, in the order of the enum.
-    pub const ALL: [TestKind; 16] = [
+    pub const ALL: [TestKind; 17] = [
         TestKind::L4Cps,
         TestKind::L4Throughput,
         TestKind::L7Cps,
@@ -155,6 +158,7 @@ impl TestKind {
         TestKind::ConcurrentConnections,
         TestKind::UdpFrames,
         TestKind::UdpImix,
+        TestKind::L7Failover,
     ];
 
     /// Machine-friendly name (`--only`): the serialized name with `-` for `_`.
@@ -176,6 +180,7 @@ impl TestKind {
             TestKind::ConcurrentConnections => "concurrent-connections",
             TestKind::UdpFrames => "udp-frames",
             TestKind::UdpImix => "udp-imix",
+            TestKind::L7Failover => "l7-failover",
         }
     }
 
@@ -264,6 +269,45 @@ pub struct RunFigures {
     /// tests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp_search: Option<UdpSearch>,
+    /// What the failover test saw (absent in older files and other tests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<Failover>,
+}
+
+/// One failover run: steady keep-alive load over two servers, one of them killed
+/// (SIGKILL: its listener and connections close) part-way through. Times are in
+/// milliseconds from the kill; "seen" times come from polling the target every
+/// [`Failover::poll_ms`], so they are that coarse.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Failover {
+    /// Seconds of load before the kill.
+    pub kill_after_s: f64,
+    /// Seconds of load after the kill.
+    pub observed_s: f64,
+    /// Interval of the polls of the target's own account, milliseconds.
+    pub poll_ms: f64,
+    /// When the target first reported the killed server unavailable: the failover time,
+    /// after which it sends no new request there; `None`: not within the run.
+    pub down_ms: Option<f64>,
+    /// When the target's count of requests that failed on the killed server last rose;
+    /// `None`: none counted. A target may count a request late: HAProxy waits up to 1 s
+    /// (its turn-around timer) before a retry, and its retry and redispatch counters
+    /// rise then.
+    pub last_attempt_ms: Option<f64>,
+    /// Requests that failed on the killed server after the kill, by the target's own
+    /// count (retried ones included: the client may not have seen them fail).
+    pub attempts: u64,
+    /// Where `down_ms` and the attempts come from (admin metrics, stats socket, error log).
+    pub source: String,
+    /// Client requests that failed after the kill (error status, reset, timeout).
+    pub failed: u64,
+    /// When the last failed client request ended; `None`: none failed.
+    pub last_failure_ms: Option<f64>,
+    /// The longest client request among those that ended after the kill, milliseconds
+    /// (a retry's delay shows here).
+    pub slowest_ms: Option<f64>,
+    /// Client requests that succeeded after the kill.
+    pub succeeded: u64,
 }
 
 /// How a UDP cell's loss-free rate was found (RFC 2544-style search over open-loop

@@ -195,6 +195,9 @@ impl Backend for EngineBackend {
             .map(|(s, board)| (s.name.as_str(), board.total()))
             .collect();
         for (p, pool) in gen.config.pools.iter().enumerate() {
+            if pool.queue.is_some() {
+                view.queues.push((&pool.name, gen.pools[p].queue.waiting()));
+            }
             for (live, server) in gen.pools[p].servers.iter().zip(&pool.servers) {
                 view.servers.push(ServerRow {
                     pool: &pool.name,

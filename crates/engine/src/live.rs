@@ -438,6 +438,7 @@ impl PoolLive {
             (i >= 64 || tried & (1 << i) == 0)
                 && s.takes_new()
                 && s.healthy()
+                && !s.ejected()
                 && cfg.max_connections.is_some_and(|max| s.active.load(Ordering::Relaxed) >= max)
         })
     }

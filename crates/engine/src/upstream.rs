@@ -78,10 +78,23 @@ impl ServerState for PickView<'_> {
 pub struct ActiveGuard<'a>(&'a ServerLive);
 
 impl<'a> ActiveGuard<'a> {
-    /// Takes a slot on `server`.
-    pub fn new(server: &'a ServerLive) -> Self {
-        server.active.fetch_add(1, Ordering::Relaxed);
-        ActiveGuard(server)
+    /// Takes a slot on `server` unless it already has `max` requests in flight.
+    ///
+    /// The balancer's look at the count and the taking are separate steps, and
+    /// other workers take slots in between: only this check-and-increment in
+    /// one atomic step keeps a server within its `max_connections`.
+    pub fn take(server: &'a ServerLive, max: Option<u32>) -> Option<Self> {
+        match max {
+            None => {
+                server.active.fetch_add(1, Ordering::Relaxed);
+                Some(ActiveGuard(server))
+            }
+            Some(max) => server
+                .active
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1))
+                .ok()
+                .map(|_| ActiveGuard(server)),
+        }
     }
 }
 

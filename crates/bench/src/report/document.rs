@@ -197,8 +197,11 @@ pub(crate) fn build(r: &Results) -> Vec<Block> {
     ]);
 
     let tests = model::tests_in_order(r);
-    let plain: Vec<TestKind> =
-        tests.iter().copied().filter(|t| !is_udp(*t) && *t != TestKind::ConcurrentConnections).collect();
+    let plain: Vec<TestKind> = tests
+        .iter()
+        .copied()
+        .filter(|t| !is_udp(*t) && !matches!(t, TestKind::ConcurrentConnections | TestKind::L7Failover))
+        .collect();
     if !plain.is_empty() {
         d.h(2, "Results by test");
     }
@@ -239,6 +242,22 @@ pub(crate) fn build(r: &Results) -> Vec<Block> {
         ));
         d.table(tables::concurrency_table(r));
         d.list(tables::cell_notes(r, TestKind::ConcurrentConnections));
+    }
+
+    if tests.contains(&TestKind::L7Failover) {
+        d.h(2, test_name(TestKind::L7Failover));
+        d.p(format!(
+            "{} **Failover** is the time from the kill until the target reported the server unavailable \
+             (its own account, polled every 10 ms): from then on it sends no new request there. **Failures \
+             counted on it** are the requests the target itself counted as failed on the dead server, most \
+             of them retried on the other one: they cost the client latency, not an error (HAProxy waits up \
+             to 1 s before a retry, and counts then). A **failed client request** is an error status, a \
+             reset or a 2 s timeout.",
+            test_definition(TestKind::L7Failover)
+        ));
+        d.table(tables::failover_table(r));
+        d.list(tables::failover_notes(r));
+        d.list(tables::cell_notes(r, TestKind::L7Failover));
     }
 
     let udp: Vec<TestKind> = tests.iter().copied().filter(|t| is_udp(*t)).collect();

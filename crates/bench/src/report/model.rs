@@ -68,6 +68,8 @@ pub(crate) struct Figures {
     pub connections: Option<f64>,
     /// Median proxy memory per connection, bytes (concurrency test).
     pub memory_per_connection: Option<f64>,
+    /// What the failover test saw (its first run).
+    pub failover: Option<crate::results::Failover>,
     /// The cell's warnings.
     pub flags: Vec<String>,
 }
@@ -94,6 +96,7 @@ impl Figures {
             connections: Spread::of(runs.iter().map(|r| r.connections as f64)).map(|s| s.median),
             memory_per_connection: Spread::of(runs.iter().filter_map(|r| r.memory_per_connection_bytes))
                 .map(|s| s.median),
+            failover: runs.iter().find_map(|r| r.failover.clone()),
             flags: m.flags.clone(),
         }
     }
@@ -216,6 +219,7 @@ pub(crate) fn test_name(t: TestKind) -> &'static str {
         TestKind::ConcurrentConnections => "Concurrent connections",
         TestKind::UdpFrames => "UDP forwarding per frame size",
         TestKind::UdpImix => "UDP forwarding, IMIX",
+        TestKind::L7Failover => "L7 failover: a server killed under load",
     }
 }
 
@@ -238,6 +242,7 @@ pub(crate) fn test_short(t: TestKind) -> &'static str {
         TestKind::ConcurrentConnections => "Conns",
         TestKind::UdpFrames => "UDP",
         TestKind::UdpImix => "IMIX",
+        TestKind::L7Failover => "Failover",
     }
 }
 
@@ -280,6 +285,12 @@ pub(crate) fn test_definition(t: TestKind) -> &'static str {
         }
         TestKind::UdpFrames => "UDP datagrams forwarded per Ethernet frame size (64…1518 bytes).",
         TestKind::UdpImix => "UDP datagrams forwarded with the three IMIX frame mixes.",
+        TestKind::L7Failover => {
+            "Keep-alive load from 8 clients over two servers with an active TCP health check (every 250 ms, \
+             fall 2, rise 2; NGINX open source has none and uses its passive check, max_fails=1); one server \
+             is killed (SIGKILL) after 3 s and the load goes on for 6 s: how long until the target stops \
+             sending requests to it, and how many client requests fail."
+        }
     }
 }
 

@@ -65,7 +65,7 @@ pub(crate) fn summary(r: &Results) -> Table {
         "req/s ratio",
     ]);
     for test in model::tests_in_order(r) {
-        if test == TestKind::ConcurrentConnections {
+        if matches!(test, TestKind::ConcurrentConnections | TestKind::L7Failover) {
             continue;
         }
         for size in summary_sizes(r, test) {
@@ -127,7 +127,71 @@ pub(crate) fn summary_notes(r: &Results) -> Vec<String> {
     if !conc.is_empty() {
         out.push(format!("Proxy memory per idle connection: {}.", conc.join(", ")));
     }
+    let failover: Vec<String> = model::targets_in_order(r)
+        .iter()
+        .filter_map(|target| {
+            let v = view(r, TestKind::L7Failover, None, target);
+            let f = v.figures()?.failover.clone()?;
+            let down =
+                f.down_ms.map_or_else(|| format!("not within {}", model::fmt_secs(f.observed_s)), |m| fmt_ms(Some(m)));
+            Some(format!("{target} {down} ({} failed requests)", fmt_int(f.failed)))
+        })
+        .collect();
+    if !failover.is_empty() {
+        out.push(format!("Failover after a server is killed under load: {}.", failover.join(", ")));
+    }
     out
+}
+
+/// Milliseconds after the kill, "—" when nothing was seen.
+fn fmt_ms(ms: Option<f64>) -> String {
+    ms.map_or_else(|| "—".into(), |m| format!("{} ms", fmt_num(m)))
+}
+
+/// The failover table: one row per target.
+pub(crate) fn failover_table(r: &Results) -> Table {
+    let mut t = Table::new(&[
+        "Target",
+        "failover (marked down)",
+        "last failure counted on it",
+        "failures counted on it",
+        "failed client requests",
+        "last failed client request",
+        "slowest request after the kill",
+        "requests after the kill",
+        "req/s",
+    ]);
+    for (_, target, c) in model::cells_in_order(r, TestKind::L7Failover) {
+        let v = View::of(&c.outcome);
+        let Some((f, fo)) = v.figures().and_then(|f| Some((f, f.failover.as_ref()?))) else {
+            t.note(vec![target.clone()], v.reason().unwrap_or_else(|| "no failover figures".into()));
+            continue;
+        };
+        let not_within = format!("not within {}", model::fmt_secs(fo.observed_s));
+        t.row(vec![
+            target.clone(),
+            fo.down_ms.map_or(not_within, |m| fmt_ms(Some(m))),
+            fmt_ms(fo.last_attempt_ms),
+            fmt_int(fo.attempts),
+            fmt_int(fo.failed),
+            fmt_ms(fo.last_failure_ms),
+            fmt_ms(fo.slowest_ms),
+            fmt_int(fo.failed + fo.succeeded),
+            fmt_opt(f.rps.map(|s| s.median)),
+        ]);
+    }
+    t
+}
+
+/// How each target's failover figures were observed, one line each.
+pub(crate) fn failover_notes(r: &Results) -> Vec<String> {
+    model::cells_in_order(r, TestKind::L7Failover)
+        .into_iter()
+        .filter_map(|(_, target, c)| {
+            let f = View::of(&c.outcome).figures()?.failover.clone()?;
+            Some(format!("{target}: {}; polled every {} ms.", f.source, fmt_num(f.poll_ms)))
+        })
+        .collect()
 }
 
 /// Every (test, size, target) whose generator was saturated in at least one run.

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::results::{
-    Limits, LoadPoint, Machine, Measurement, Method, Outcome, Percentiles, Results, RunFigures, TargetInfo, TestKind,
-    TestResult, SCHEMA_VERSION,
+    Failover, Limits, LoadPoint, Machine, Measurement, Method, Outcome, Percentiles, Results, RunFigures, TargetInfo,
+    TestKind, TestResult, SCHEMA_VERSION,
 };
 
 use super::model::{self, test_name, LARGE, SMALL};
@@ -53,6 +53,7 @@ fn run(rps: f64, cpu_us: f64, size: u64, saturated: bool) -> RunFigures {
         latency: Percentiles { p50_us: 180.0, p90_us: 260.0, p99_us: 410.0, p999_us: 900.0, max_us: 2_000.0 },
         memory_per_connection_bytes: None,
         udp_search: None,
+        failover: None,
     }
 }
 
@@ -167,6 +168,33 @@ pub(crate) fn sample() -> Results {
         }
     }
     tests.push(cell(TestKind::UdpImix, Some(353), "direct", measured(250_000.0, 0.0, 353, false, false)));
+    for target in ["switchyard", "haproxy", "nginx", "direct"] {
+        let outcome = if target == "direct" {
+            Outcome::NotSupported { reason: "baseline: no proxy to take a dead server out of rotation".into() }
+        } else {
+            let mut r = run(20_000.0, cpu(target), SMALL, false);
+            r.failover = Some(Failover {
+                kill_after_s: 3.0,
+                observed_s: 6.0,
+                poll_ms: 10.0,
+                down_ms: (target != "nginx").then_some(if target == "switchyard" { 412.0 } else { 455.0 }),
+                last_attempt_ms: Some(440.0),
+                attempts: 2_500,
+                source: format!("{target} <own account>"),
+                failed: if target == "haproxy" { 3 } else { 0 },
+                last_failure_ms: (target == "haproxy").then_some(1.5),
+                slowest_ms: Some(if target == "haproxy" { 1_004.0 } else { 40.0 }),
+                succeeded: 120_000,
+            });
+            Outcome::Measured(Measurement {
+                runs: vec![r],
+                latency_at_load: vec![],
+                limit_fraction: None,
+                flags: vec![],
+            })
+        };
+        tests.push(cell(TestKind::L7Failover, None, target, outcome));
+    }
     Results {
         schema: SCHEMA_VERSION,
         started: "2025-03-01T10:00:00Z".into(),
@@ -288,6 +316,22 @@ fn markdown_has_every_section_and_every_reason() {
     assert!(md.contains("3.0 KiB"), "memory per connection");
     // The 128 KB headline rows are there too.
     assert!(md.contains("| L7 RPS | 128 KB | haproxy |"));
+}
+
+#[test]
+fn failover_has_its_own_table_and_a_summary_line() {
+    let (_dir, md, html) = written(&sample());
+    assert!(md.contains("## L7 failover: a server killed under load"), "{md}");
+    let row = |target: &str| {
+        md.lines().find(|l| l.starts_with(&format!("| {target} | ")) && l.contains(" ms |")).unwrap_or("").to_string()
+    };
+    assert!(row("switchyard").starts_with("| switchyard | 412 ms | 440 ms | 2,500 | 0 | — | 40.0 ms |"), "{md}");
+    assert!(row("haproxy").contains("| 455 ms |") && row("haproxy").contains("| 1,004 ms |"), "{md}");
+    assert!(row("nginx").starts_with("| nginx | not within 6 s |"), "{md}");
+    assert!(md.contains("- haproxy: haproxy \\<own account>; polled every 10.0 ms."), "{md}");
+    assert!(md.contains("Failover after a server is killed under load: switchyard 412 ms (0 failed requests)"));
+    assert!(!md.contains("| Failover | — |"), "failover is not in the efficiency summary");
+    assert!(html.contains("L7 failover: a server killed under load"));
 }
 
 #[test]

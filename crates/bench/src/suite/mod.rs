@@ -9,6 +9,7 @@
 //! in the results: measured, not supported (with the reason) or failed (with the reason).
 
 pub mod checks;
+pub mod failover;
 pub mod limits;
 pub mod machine;
 pub mod plan;
@@ -178,7 +179,15 @@ pub fn run(opts: &SuiteOptions) -> anyhow::Result<Results> {
         }
     }
 
-    let ctx = runner::Ctx { plan: &plan, limits: &limits, load_cpu: opts.load_cpu, bar: &bar };
+    let ctx = runner::Ctx {
+        plan: &plan,
+        limits: &limits,
+        load_cpu: opts.load_cpu,
+        bar: &bar,
+        env: &env,
+        bin: &opts.switchyard_bin,
+        logs: &logs,
+    };
     for &setup in &setups {
         let tests: Vec<usize> = (0..plan.tests.len()).filter(|&i| plan.tests[i].setup == setup).collect();
         let wanted: Vec<&Target> =
@@ -389,7 +398,7 @@ fn start(t: &Target, setup: Setup, opts: &SuiteOptions, out: &Path) -> anyhow::R
                 "-p".into(),
                 run_dir.display().to_string(),
                 "-e".into(),
-                run_dir.join("error.log").display().to_string(),
+                targets::nginx_error_log(&run_dir).display().to_string(),
                 "-c".into(),
                 file.display().to_string(),
             ]

@@ -92,6 +92,9 @@ pub enum Setup {
     Cache,
     /// UDP relay to the echo server.
     Udp,
+    /// HTTP: pool `main` over two origins of the target's own, with an active TCP health
+    /// check where the target has one (see [`crate::suite::failover`]).
+    Failover,
 }
 
 impl Setup {
@@ -107,6 +110,7 @@ impl Setup {
             Setup::Gzip => "gzip",
             Setup::Cache => "cache",
             Setup::Udp => "udp",
+            Setup::Failover => "failover",
         }
     }
 
@@ -240,6 +244,7 @@ pub fn plan(quick: bool) -> Plan {
             test(CacheHit, Setup::Cache, all, None, 2),
             test(UdpFrames, Setup::Udp, frames, None, 1),
             test(UdpImix, Setup::Udp, imix, None, 1),
+            test(L7Failover, Setup::Failover, vec![None], None, 1),
         ],
         timing: Timing {
             warmup: Duration::from_secs(1),
@@ -336,6 +341,7 @@ pub fn direct_support(t: &TestPlan) -> Support {
         Setup::TlsRsa | Setup::TlsEcdsa => Support::No("baseline: the bench runs its origins in clear text".into()),
         Setup::Gzip => Support::No("baseline: the origin simulator does not compress".into()),
         Setup::Cache => Support::No("baseline: the origin has no cache in front of it".into()),
+        Setup::Failover => Support::No("baseline: no proxy to take a dead server out of rotation".into()),
     }
 }
 
@@ -385,6 +391,7 @@ pub fn estimate(plan: &Plan, cells: &[Cell]) -> Duration {
         let t = &plan.tests[cell.test];
         secs += match t.kind {
             TestKind::ConcurrentConnections => 2.0 + tm.idle_connections as f64 / 2000.0,
+            TestKind::L7Failover => super::failover::BUDGET.as_secs_f64(),
             TestKind::UdpFrames | TestKind::UdpImix => {
                 // The probe, then at most `udp_trials` trials, each drained and sampled.
                 let trial = tm.udp_trial.as_secs_f64() + crate::load::DRAIN.as_secs_f64() + RUN_OVERHEAD_S;

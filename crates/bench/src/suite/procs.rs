@@ -180,6 +180,19 @@ impl Proc {
             }
         }
     }
+
+    /// Kills the process at once (SIGKILL), as a crash would: the kernel closes its
+    /// listening socket and its connections. Nothing happens once it is stopped.
+    pub fn kill(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.stopped = true;
+        let pid = self.pid();
+        live().retain(|&p| p != pid);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for Proc {

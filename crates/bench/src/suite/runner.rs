@@ -47,6 +47,12 @@ pub struct Ctx<'a> {
     pub load_cpu: usize,
     /// Progress bar (one step per run).
     pub bar: &'a ProgressBar,
+    /// Ports, certificates and the run folder of the targets' configurations.
+    pub env: &'a super::targets::Env<'a>,
+    /// The switchyard binary (origins the runner starts itself).
+    pub bin: &'a std::path::Path,
+    /// Folder of the processes' logs.
+    pub logs: &'a std::path::Path,
 }
 
 /// The request paths of a test at a size: 9 in 10 go to pool `main`, 1 in 10 is a `.png`
@@ -112,6 +118,7 @@ pub fn figures(r: &LoadReport, proxy_cpu_s: f64) -> RunFigures {
         latency: r.latency,
         memory_per_connection_bytes: None,
         udp_search: None,
+        failover: None,
     }
 }
 
@@ -220,6 +227,17 @@ pub fn measure_setup(ctx: &Ctx, tests: &[usize], live: &[Live], cells: &mut BTre
                         ctx.bar.set_message(format!("{:?} {}", t.kind, l.target.name()));
                         let cell = cells.entry((ti, size, l.target)).or_default();
                         match idle_connections(l, ctx.plan.timing.idle_connections) {
+                            Ok(r) => cell.runs.push(r),
+                            Err(e) => cell.failure = Some(format!("{e:#}")),
+                        }
+                        ctx.bar.inc(1);
+                    }
+                }
+                TestKind::L7Failover => {
+                    for l in &here {
+                        ctx.bar.set_message(format!("{:?} {}", t.kind, l.target.name()));
+                        let cell = cells.entry((ti, size, l.target)).or_default();
+                        match super::failover::run(ctx, l) {
                             Ok(r) => cell.runs.push(r),
                             Err(e) => cell.failure = Some(format!("{e:#}")),
                         }

@@ -4,7 +4,7 @@
 use super::*;
 use crate::suite::procs::which;
 
-const SETUPS: [Setup; 9] = [
+const SETUPS: [Setup; 10] = [
     Setup::L7,
     Setup::L7Log,
     Setup::L4,
@@ -14,6 +14,7 @@ const SETUPS: [Setup; 9] = [
     Setup::Gzip,
     Setup::Cache,
     Setup::Udp,
+    Setup::Failover,
 ];
 
 struct Fixture {
@@ -108,6 +109,26 @@ fn only_the_log_setup_logs_each_request_to_a_file_in_the_run_folder() {
     assert!(!switchyard(Setup::L7, &e).contains("access_log"));
     assert!(!haproxy(Setup::L7, &e).expect("l7").contains("httplog"));
     assert!(nginx(Setup::L7, &e).expect("l7").contains("access_log off;"));
+}
+
+#[test]
+fn failover_configs_check_their_own_two_servers() {
+    let f = Fixture::new("failover");
+    let e = f.env();
+    let port = |t: TargetKind, i: usize| format!("127.0.0.1:{}", f.ports.failover[&t][i]);
+    let sw = switchyard(Setup::Failover, &e);
+    assert!(sw.contains("health_check = { type = \"tcp\", interval = \"250ms\", fall = 2, rise = 2 }"), "{sw}");
+    assert!(sw.contains(&port(TargetKind::Switchyard, 0)) && sw.contains(&port(TargetKind::Switchyard, 1)));
+    assert!(sw.contains("[admin]\nlisten = \"127.0.0.1:41031\""), "{sw}");
+    let ha = haproxy(Setup::Failover, &e).expect("haproxy checks servers");
+    assert!(ha.contains(&format!("server a {} check inter 250 fall 2 rise 2", port(TargetKind::Haproxy, 0))), "{ha}");
+    assert!(ha.contains("option redispatch 1") && ha.contains("stats socket"), "{ha}");
+    let ng = nginx(Setup::Failover, &e).expect("nginx, passively");
+    assert!(ng.contains(&format!("server {} max_fails=1 fail_timeout=10s;", port(TargetKind::Nginx, 1))), "{ng}");
+    // Each target has its own pair, apart from every other port of the run.
+    let all = f.ports.all();
+    let distinct: std::collections::BTreeSet<u16> = all.iter().copied().collect();
+    assert_eq!(distinct.len(), all.len());
 }
 
 #[test]

@@ -575,15 +575,21 @@ async fn forward<S: ClientStream>(
     let mut last_error = None;
     let mut fresh_only = false;
     loop {
-        let pick = || match routed.sticky.filter(|&s| live.takes_sticky(pool_cfg, s, tried)) {
-            Some(server) => Some(server),
-            None => {
-                let view = PickView { pool: pool_cfg, live, tried };
-                pool_local.balancer.borrow_mut().pick(routed.hash, &view)
-            }
+        // A server, with one of its connection slots taken.
+        let pick = || {
+            let server = match routed.sticky.filter(|&s| live.takes_sticky(pool_cfg, s, tried)) {
+                Some(server) => server,
+                None => {
+                    let view = PickView { pool: pool_cfg, live, tried };
+                    pool_local.balancer.borrow_mut().pick(routed.hash, &view)?
+                }
+            };
+            // Another worker may have taken the last slot since the balancer looked:
+            // then the server is full, as if the balancer had seen it so.
+            ActiveGuard::take(&live.servers[server], pool_cfg.servers[server].max_connections).map(|s| (server, s))
         };
         let picked = match (pick(), pool_cfg.queue) {
-            (Some(server), _) => Ok(server),
+            (Some(picked), _) => Ok(picked),
             // Full servers, not failed ones, make a request wait.
             (None, Some(queue)) if last_error.is_none() && live.any_full(pool_cfg, tried) => {
                 live.queue.wait(queue, pick).await.map_err(ProxyError::new)
@@ -591,8 +597,8 @@ async fn forward<S: ClientStream>(
             // With nothing left to try, the client learns why the last try failed.
             (None, _) => Err(last_error.unwrap_or(ProxyError::new(Kind::NoServer))),
         };
-        let server = match picked {
-            Ok(server) => server,
+        let (server, _slot) = match picked {
+            Ok(picked) => picked,
             Err(error) => {
                 if matches!(error.kind(), Kind::QueueFull | Kind::QueueTimeout) {
                     tracing::warn!(service = %service.name, pool = %pool_cfg.name, reason = error.reason(), "request refused");
@@ -600,7 +606,6 @@ async fn forward<S: ClientStream>(
                 return Err(Failed { error, response_started: false });
             }
         };
-        let _slot = ActiveGuard::new(&live.servers[server]);
         client.trace.upstream = Some((pool.0, server));
         let addr = pool_cfg.servers[server].addr;
         // A connection that carried a PROXY header speaks for one client:
@@ -682,6 +687,8 @@ async fn forward<S: ClientStream>(
                     continue;
                 }
                 if redispatchable(failed.error.kind()) && retries < pool_cfg.retries {
+                    // The final record names the next server: count this one's failure now.
+                    live.servers[server].metrics.connect_failed(worker.id, failed.error.reason());
                     tracing::warn!(
                         service = %service.name, server = %addr, reason = failed.error.reason(),
                         "idempotent request retried on another server"

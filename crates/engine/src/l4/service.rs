@@ -190,7 +190,10 @@ async fn relay_to_pool(
             None => local.pools[pool.0].balancer.borrow_mut().pick(Some(key), &PickView { pool: cfg, live, tried }),
         };
         let Some(server) = picked else { break };
-        let _slot = ActiveGuard::new(&live.servers[server]);
+        // Another worker may have taken the server's last slot since the balancer looked.
+        let Some(_slot) = ActiveGuard::take(&live.servers[server], cfg.servers[server].max_connections) else {
+            continue;
+        };
         let addr = cfg.servers[server].addr;
         let deadline = tokio::time::Instant::now() + svc.timeouts.connect;
         let mut conn = match upstream::connect_tcp(addr, deadline).await {

@@ -460,10 +460,10 @@ impl ServerMetrics {
         }
     }
 
-    /// Worker `w` failed to connect to this server for a request that then
-    /// went elsewhere (retry): the final [`Record`] names the other server,
-    /// so this failure would otherwise not be counted. `reason` as in
-    /// [`Record::reason`].
+    /// Worker `w`'s request failed on this server and may go elsewhere (a
+    /// connect failure, or an idempotent request redispatched): the final
+    /// [`Record`] names the last server tried, so this failure would otherwise
+    /// not be counted. `reason` as in [`Record::reason`].
     pub fn connect_failed(&self, w: usize, reason: &str) {
         bump(&self.slots.get(w).failures[reason_index(reason, Some("server"))], 1);
     }

@@ -36,6 +36,8 @@ pub struct ExpositionView<'a> {
     pub services: Vec<(&'a str, &'a ServiceMetrics)>,
     /// Every server of every pool.
     pub servers: Vec<ServerRow<'a>>,
+    /// Requests waiting in each pool's queue now (all workers), per pool name.
+    pub queues: Vec<(&'a str, u32)>,
     /// UDP flow counters per `udp` service.
     pub udp: Vec<(&'a str, crate::relay::FlowStats)>,
     /// TLS handshake counters, once TLS exists (absent: exposed as zeros).
@@ -98,6 +100,7 @@ pub fn encode(view: &ExpositionView) -> String {
 struct Scrape {
     services: Vec<(String, ServiceTotals)>,
     servers: Vec<ServerScrape>,
+    queues: Vec<(String, u32)>,
     udp: Vec<(String, crate::relay::FlowStats)>,
     tls: TlsTotals,
     process: ProcessGauges,
@@ -131,6 +134,7 @@ impl Scrape {
                     totals: r.metrics.snapshot(),
                 })
                 .collect(),
+            queues: view.queues.iter().map(|(n, w)| (n.to_string(), *w)).collect(),
             udp: view.udp.iter().map(|(n, s)| (n.to_string(), *s)).collect(),
             tls: view.tls.map(TlsMetrics::snapshot).unwrap_or_default(),
             process: view.process,
@@ -143,6 +147,8 @@ impl Collector for Scrape {
         self.process(&mut enc)?;
         self.services(&mut enc)?;
         self.servers(&mut enc)?;
+        let waiting = self.queues.iter().map(|(n, w)| ([("pool", n.as_str())], u64::from(*w)));
+        gauge(&mut enc, "pool_queue_waiting", "Requests waiting in the pool's queue now.", waiting)?;
         self.udp(&mut enc)?;
         let t = &self.tls;
         let rows = [("full", t.full), ("resumed", t.resumed), ("failed", t.failed)];
@@ -246,7 +252,12 @@ impl Scrape {
                 .filter(move |(i, _)| is_server_reason(*i) || f[*i] > 0)
                 .map(move |(i, reason)| (r.labels_with("reason", reason), f[i]))
         });
-        counter(enc, "server_failures", "Server failures per reason (retried connect failures included).", failures)
+        counter(
+            enc,
+            "server_failures",
+            "Server failures per reason (requests retried on another server included).",
+            failures,
+        )
     }
 }
 

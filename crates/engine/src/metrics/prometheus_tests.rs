@@ -106,6 +106,7 @@ fn view<'a>(
     ExpositionView {
         services: vec![("web", web), ("a\"p\\i", api)],
         servers: vec![row("a", "up", a), row("b", "draining", b)],
+        queues: vec![("main", 3)],
         udp: Vec::new(),
         tls: Some(tls),
         process: ProcessGauges {
@@ -157,6 +158,7 @@ fn exposition_has_descriptors_labels_and_values() {
     assert_eq!(value(&s, "switchyard_server_weight", &main_a), 3.0);
     assert_eq!(value(&s, "switchyard_server_active", &main_b), 2.0);
     assert_eq!(value(&s, "switchyard_server_state", &[("server", "b"), ("state", "draining")]), 1.0);
+    assert_eq!(value(&s, "switchyard_pool_queue_waiting", &[("pool", "main")]), 3.0);
     assert_eq!(value(&s, "switchyard_server_state", &[("server", "b"), ("state", "up")]), 0.0);
     assert_eq!(find(&s, "switchyard_server_state", &main_a).iter().map(|x| x.value).sum::<f64>(), 1.0);
     assert_eq!(value(&s, "switchyard_tls_handshakes_total", &[("kind", "resumed")]), 1.0);

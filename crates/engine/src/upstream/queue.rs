@@ -25,7 +25,8 @@
 //!   requests.
 //! - **Re-check**: a waiter also looks again every [`RECHECK`], because a
 //!   slot is not the only way a server becomes available (it comes back up,
-//!   leaves maintenance, a reload raises its limit) and those do not notify.
+//!   leaves maintenance) and those do not notify. A waiter keeps the limits
+//!   of the generation its request started under.
 //! - **Timeout**: a request waits at most the pool's queue `timeout`.
 
 use std::sync::atomic::{fence, AtomicU32, Ordering};
@@ -83,10 +84,11 @@ impl PoolQueue {
         }
     }
 
-    /// Waits for `pick` to find a server, as one of at most `spec.size`
-    /// waiters, for at most `spec.timeout`. Returns the server `pick` found,
-    /// or why the request is refused ([`Kind::QueueFull`], [`Kind::QueueTimeout`]).
-    pub async fn wait(&self, spec: Queue, mut pick: impl FnMut() -> Option<usize>) -> Result<usize, Kind> {
+    /// Waits for `pick` to find a server (and take a slot on it), as one of at
+    /// most `spec.size` waiters, for at most `spec.timeout`. Returns what `pick`
+    /// found, or why the request is refused ([`Kind::QueueFull`],
+    /// [`Kind::QueueTimeout`]).
+    pub async fn wait<T>(&self, spec: Queue, mut pick: impl FnMut() -> Option<T>) -> Result<T, Kind> {
         let Some(_ticket) = self.join(spec.size) else {
             return Err(Kind::QueueFull);
         };
@@ -140,7 +142,7 @@ mod tests {
     async fn a_waiter_times_out_when_nothing_frees() {
         let q = PoolQueue::default();
         let looks = Cell::new(0);
-        let got = q
+        let got: Result<usize, Kind> = q
             .wait(spec(1, 1000), || {
                 looks.set(looks.get() + 1);
                 None

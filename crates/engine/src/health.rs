@@ -2,8 +2,9 @@
 //! request, UDP "send and expect".
 //!
 //! One prober thread per process (not per worker), with its own
-//! current-thread runtime, wakes every ~100 ms, reads the current generation
-//! and starts the probes that are due, each against the server's
+//! current-thread runtime, wakes when the next probe is due (and at least
+//! every 100 ms, to see a reload), reads the current generation and starts
+//! the probes that are due, each against the server's
 //! `check_address`, else its address with the check's `port`, within the
 //! check's `timeout` ([`probe`](self) per kind below). `rise` consecutive
 //! successes mark a down server up, `fall` consecutive failures mark an up
@@ -33,7 +34,8 @@ use tokio::sync::{mpsc, watch};
 use crate::live::Generation;
 use crate::upstream::tls::PoolTls;
 
-/// How often the prober looks for due probes.
+/// Longest sleep of the prober: how soon it sees a reload's new pools and
+/// checks. Otherwise it wakes when the next probe is due.
 const TICK: Duration = Duration::from_millis(100);
 /// Most bytes of an HTTP check's response read (head and body).
 const MAX_RESPONSE: usize = 64 * 1024;
@@ -197,8 +199,9 @@ impl Prober {
         interval.mul_f64(0.9 + 0.2 * self.unit())
     }
 
-    /// Syncs states with `gen` and returns the probes due at `now`.
-    fn due(&mut self, gen: &Generation, now: Instant) -> Vec<Job> {
+    /// Syncs states with `gen` and returns the probes due at `now`, with the
+    /// time the next one not yet started is due.
+    fn due(&mut self, gen: &Generation, now: Instant) -> (Vec<Job>, Option<Instant>) {
         let mut jobs = Vec::new();
         let mut seen = HashSet::new();
         for (p, pool) in gen.config.pools.iter().enumerate() {
@@ -237,17 +240,19 @@ impl Prober {
         }
         self.states.retain(|key, _| seen.contains(key));
         self.tls.retain(|pool, _| seen.iter().any(|(p, _)| p == pool));
-        jobs
+        let next = self.states.values().filter(|s| !s.in_flight).map(|s| s.next).min();
+        (jobs, next)
     }
 
     /// Applies a finished probe; the server's live flag follows at once.
-    fn finish(&mut self, gen: &Generation, (key, target, result): Outcome, now: Instant) {
-        let Some(p) = gen.pool_index(&key.0) else { return };
-        let Some(check) = gen.config.pools[p].health_check.as_ref() else { return };
+    /// Returns when the server's next probe is due.
+    fn finish(&mut self, gen: &Generation, (key, target, result): Outcome, now: Instant) -> Option<Instant> {
+        let p = gen.pool_index(&key.0)?;
+        let check = gen.config.pools[p].health_check.as_ref()?;
         let next = now + self.jittered(check.interval);
-        let Some(state) = self.states.get_mut(&key) else { return };
+        let state = self.states.get_mut(&key)?;
         if state.target != target {
-            return;
+            return None;
         }
         state.in_flight = false;
         state.next = next;
@@ -266,6 +271,7 @@ impl Prober {
             }
             _ => {}
         }
+        Some(next)
     }
 }
 
@@ -399,24 +405,31 @@ async fn run(generation: impl Fn() -> Option<Arc<Generation>>, mut stop: watch::
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
     let mut prober = Prober::new(seed ^ u64::from(std::process::id()));
     let (tx, mut results) = mpsc::unbounded_channel::<Outcome>();
-    let mut ticker = tokio::time::interval(TICK);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Probes start when due (not on a coarse tick: that would add up to a
+    // tick per probe to the time a dead server takes to be marked down).
+    let mut wake = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = stop.wait_for(|stopped| *stopped) => return,
-            _ = ticker.tick() => {
+            _ = tokio::time::sleep_until(wake) => {
                 let Some(gen) = generation() else { return };
-                for job in prober.due(&gen, Instant::now()) {
+                let now = Instant::now();
+                let (jobs, next) = prober.due(&gen, now);
+                for job in jobs {
                     let tx = tx.clone();
                     tokio::spawn(async move {
                         let result = probe(&job).await;
                         let _ = tx.send((job.key, job.target, result));
                     });
                 }
+                let sleep = next.map_or(TICK, |next| next.saturating_duration_since(now).min(TICK));
+                wake = tokio::time::Instant::from_std(now + sleep);
             }
             Some(outcome) = results.recv() => {
                 let Some(gen) = generation() else { return };
-                prober.finish(&gen, outcome, Instant::now());
+                if let Some(next) = prober.finish(&gen, outcome, Instant::now()) {
+                    wake = wake.min(tokio::time::Instant::from_std(next));
+                }
             }
         }
     }

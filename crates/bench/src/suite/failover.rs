@@ -236,8 +236,9 @@ fn client(addr: SocketAddr, t0: Instant, stop: &AtomicBool) -> Vec<Sample> {
     out
 }
 
-/// Reads one `content-length` response: its status and whether the connection stays open.
-fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<(u16, bool)> {
+/// Reads one `content-length` response from a keep-alive connection: its status and
+/// whether the connection stays open.
+pub(super) fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<(u16, bool)> {
     let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_string());
     buf.clear();
     let mut chunk = [0u8; 4096];

@@ -8,7 +8,7 @@
 //! measured open loop at fixed fractions of the median maximum.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -315,30 +315,6 @@ fn latency_points(ctx: &Ctx, t: &TestPlan, size: Option<u64>, l: &Live, cell: &m
     }
 }
 
-/// Reads one response (`content-length` framed) from a keep-alive connection.
-fn read_response(s: &mut TcpStream) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = s.read(&mut chunk)?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(head) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let text = String::from_utf8_lossy(&buf[..head]).to_ascii_lowercase();
-            let len: usize = text
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            if buf.len() >= head + 4 + len {
-                return Ok(());
-            }
-        }
-    }
-}
-
 /// Opens up to `n` keep-alive connections (each answered once, then left idle) and
 /// measures the proxy's resident memory per connection.
 fn idle_connections(l: &Live, n: usize) -> anyhow::Result<RunFigures> {
@@ -353,7 +329,7 @@ fn idle_connections(l: &Live, n: usize) -> anyhow::Result<RunFigures> {
         let r = TcpStream::connect_timeout(&l.addr, Duration::from_secs(2)).and_then(|mut s| {
             s.set_read_timeout(Some(Duration::from_secs(5)))?;
             s.write_all(req)?;
-            read_response(&mut s)?;
+            super::failover::read_response(&mut s, &mut Vec::new())?;
             Ok(s)
         });
         match r {

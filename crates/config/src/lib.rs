@@ -23,6 +23,7 @@
 //! - [`diff()`]: what changed between two validated configurations, by name
 //!   (the input of a reload; its `Display` is a one-line summary for logs).
 
+mod compression;
 mod diagnostic;
 mod diff;
 mod health;
@@ -38,6 +39,7 @@ mod tls;
 mod units;
 mod validate;
 
+pub use compression::{Compression, Encoding};
 pub use diagnostic::{Diagnostic, Diagnostics, Severity};
 pub use diff::{diff, Changes, Diff, PoolChange};
 pub use model::*;

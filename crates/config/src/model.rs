@@ -174,6 +174,8 @@ pub struct Service {
     pub tls: Option<ServerTls>,
     /// HTTP/2 towards clients (`http` and `https` services).
     pub http2: Http2,
+    /// Response compression (`http` and `https` services); `None`: off.
+    pub compression: Option<crate::Compression>,
 }
 
 /// A `tls-passthrough` route.
@@ -429,6 +431,8 @@ pub struct HeaderEdits {
     pub add_response: Vec<(String, String)>,
     /// Response header names to remove, lower case.
     pub remove_response: Vec<String>,
+    /// `compress = false`: responses to matching requests are not compressed.
+    pub no_compress: bool,
 }
 
 impl HeaderEdits {
@@ -440,6 +444,7 @@ impl HeaderEdits {
             && self.set_response.is_empty()
             && self.add_response.is_empty()
             && self.remove_response.is_empty()
+            && !self.no_compress
     }
 }
 

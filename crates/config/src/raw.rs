@@ -76,6 +76,8 @@ pub struct RawService {
     pub tls: Option<S<RawServerTls>>,
     /// `http2`: a boolean (read as `enabled`) or a table.
     pub http2: Option<S<RawHttp2>>,
+    /// `compression`: a boolean (read as `enabled`) or a table.
+    pub compression: Option<S<RawCompression>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells. Validation does not also report
     /// these as missing.
@@ -174,6 +176,8 @@ pub struct RawRule {
     pub add_request_headers: Option<S<RawHeaderPairs>>,
     /// `remove_request_headers`
     pub remove_request_headers: Option<S<Vec<S<String>>>>,
+    /// `compress`: only `false` means something (no compression).
+    pub compress: Option<S<bool>>,
     /// `set_response_headers`
     pub set_response_headers: Option<S<RawHeaderPairs>>,
     /// `add_response_headers`
@@ -523,4 +527,27 @@ pub struct RawHsts {
     pub include_subdomains: Option<S<bool>>,
     /// `preload`
     pub preload: Option<S<bool>>,
+}
+
+/// A service's `compression`: `compression = BOOL` is read as `enabled`.
+#[derive(Debug, Clone, Default)]
+pub struct RawCompression {
+    /// `false` only for `compression = false`.
+    pub enabled: Option<S<bool>>,
+    /// `algorithms`, in preference order.
+    pub algorithms: Option<S<Vec<S<String>>>>,
+    /// `types`: media types or `type/*` prefixes.
+    pub types: Option<S<Vec<S<String>>>>,
+    /// `min_size`
+    pub min_size: Option<S<RawSize>>,
+    /// `max_size`
+    pub max_size: Option<S<RawSize>>,
+    /// `gzip_level`
+    pub gzip_level: Option<S<i64>>,
+    /// `brotli_level`
+    pub brotli_level: Option<S<i64>>,
+    /// `zstd_level`
+    pub zstd_level: Option<S<i64>>,
+    /// `decompress`
+    pub decompress: Option<S<bool>>,
 }

@@ -24,7 +24,9 @@ use crate::diagnostic::Report;
 use crate::raw::*;
 use crate::units::{closest, suggest};
 
+mod compression;
 mod tls;
+use compression::read_compression;
 use tls::{flag_or_table, read_hsts, read_http2, read_server_tls, read_upstream_tls, redirect_https, FlagOr};
 
 type Value<'i> = Spanned<DeValue<'i>>;
@@ -51,6 +53,7 @@ const SERVICE_KEYS: &[&str] = &[
     "sni",
     "tls",
     "http2",
+    "compression",
 ];
 const UDP_KEYS: &[&str] = &["max_flows", "flow_idle", "per_datagram"];
 const SNI_ROUTE_KEYS: &[&str] = &["name", "pool"];
@@ -133,6 +136,7 @@ pub(crate) const RULE_KEYS: &[&str] = &[
     "add_response_headers",
     "remove_response_headers",
     "hsts",
+    "compress",
     "pool",
     "redirect",
     "redirect_https",
@@ -218,6 +222,17 @@ fn read_service(r: &mut Report<'_>, table: &DeTable<'_>) -> RawService {
                         match v {
                             FlagOr::Flag(b) => RawHttp2 { enabled: Some(b), ..RawHttp2::default() },
                             FlagOr::Table(t) => read_http2(r, t),
+                        },
+                    )
+                })
+            }
+            "compression" => {
+                raw.compression = flag_or_table(r, name, value).map(|v| {
+                    S::new(
+                        value.span(),
+                        match v {
+                            FlagOr::Flag(b) => RawCompression { enabled: Some(b), ..RawCompression::default() },
+                            FlagOr::Table(t) => read_compression(r, t),
                         },
                     )
                 })
@@ -334,6 +349,7 @@ fn read_rule(r: &mut Report<'_>, table: &DeTable<'_>) -> RawRule {
             "set_response_headers" => raw.set_response_headers = header_pairs(r, name, value),
             "add_response_headers" => raw.add_response_headers = header_pairs(r, name, value),
             "remove_response_headers" => raw.remove_response_headers = strings(r, name, value),
+            "compress" => raw.compress = boolean(r, name, value),
             "pool" => raw.pool = string(r, name, value),
             "redirect" => raw.redirect = string(r, name, value),
             "respond" => raw.respond = string(r, name, value),

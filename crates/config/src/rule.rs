@@ -49,6 +49,13 @@ pub(crate) fn validate_rule(cx: &mut Ctx<'_, '_>, raw: &S<RawRule>, scope: &Rule
     if let Some(hsts) = &raw.hsts {
         edits.set_response.extend(hsts_header(cx, hsts, &edits, scope));
     }
+    if let Some(c) = raw.compress.as_ref().filter(|c| *c.get_ref()) {
+        cx.r.warning(
+            &c.span(),
+            "`compress = true` in a rule does nothing: the service's `compression` decides",
+            Some("remove it; only compress = false (no compression for matching requests) has an effect".into()),
+        );
+    }
     let action = action(cx, raw, scope);
     let written = |key: &str, present: bool| present || broken(&raw.broken, key);
     let has_edit_keys = raw.set_request_headers.is_some()
@@ -57,6 +64,7 @@ pub(crate) fn validate_rule(cx: &mut Ctx<'_, '_>, raw: &S<RawRule>, scope: &Rule
         || raw.set_response_headers.is_some()
         || raw.add_response_headers.is_some()
         || raw.remove_response_headers.is_some()
+        || raw.compress.as_ref().is_some_and(|c| !*c.get_ref())
         || raw.hsts.as_ref().is_some_and(|h| h.get_ref().enabled.as_ref().is_none_or(|e| *e.get_ref()))
         || broken(&raw.broken, "hsts")
         || EDIT_KEYS.iter().any(|k| broken(&raw.broken, k));
@@ -264,6 +272,7 @@ fn edits(cx: &mut Ctx<'_, '_>, raw: &RawRule) -> HeaderEdits {
         set_response: pairs(cx, "set_response_headers", &raw.set_response_headers),
         add_response: pairs(cx, "add_response_headers", &raw.add_response_headers),
         remove_response: names(cx, "remove_response_headers", &raw.remove_response_headers),
+        no_compress: raw.compress.as_ref().is_some_and(|c| !*c.get_ref()),
     }
 }
 

@@ -15,6 +15,7 @@ use std::net::SocketAddr;
 use std::ops::{Range, RangeInclusive};
 use std::time::Duration;
 
+use crate::compression::validate_compression;
 use crate::diagnostic::Report;
 use crate::health::{slow_start, validate_health_check, validate_passive};
 use crate::l4::{check_udp_pools, parse_mode, parse_send_proxy, validate_layer4};
@@ -87,7 +88,7 @@ impl Ctx<'_, '_> {
         }
     }
 
-    fn size(&mut self, key: &str, value: &S<RawSize>) -> Option<u64> {
+    pub(crate) fn size(&mut self, key: &str, value: &S<RawSize>) -> Option<u64> {
         match value.get_ref() {
             RawSize::Bytes(n) => match u64::try_from(*n) {
                 Ok(n) => Some(n),
@@ -208,6 +209,7 @@ fn validate_service(cx: &mut Ctx<'_, '_>, service: &S<RawService>, listeners: &m
         );
     }
     let http2 = raw.http2.as_ref().map_or_else(Http2::default, |h| validate_http2(cx, h.get_ref()));
+    let compression = raw.compression.as_ref().and_then(|c| validate_compression(cx, c.get_ref()));
     let scope = RuleScope { mode, client_auth: tls.as_ref().is_some_and(|t| t.client_auth.is_some()) };
     let rules = raw.rules.iter().map(|rule| validate_rule(cx, rule, &scope)).collect();
     let layer4 = validate_layer4(cx, service, mode);
@@ -225,6 +227,7 @@ fn validate_service(cx: &mut Ctx<'_, '_>, service: &S<RawService>, listeners: &m
         sni_routes: layer4.sni_routes,
         tls: tls.filter(|_| mode == Some(Mode::Https)),
         http2,
+        compression: compression.filter(|_| matches!(mode, Some(Mode::Http | Mode::Https))),
     }
 }
 

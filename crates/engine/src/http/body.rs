@@ -270,6 +270,22 @@ impl Body {
         self.total
     }
 
+    /// Like `take`, for a body sent [`decoded`](Self::decoded): how many bytes
+    /// at the front of `buf` belong to the body, and how many of them are
+    /// payload (moved to the front of `buf`).
+    pub(super) fn take_payload(&mut self, buf: &mut [u8]) -> Result<(usize, usize), RelayError> {
+        self.take(buf)
+    }
+
+    /// The source closed: whether that ends the body (framed by the close)
+    /// rather than cutting it short.
+    pub(super) fn end_at_close(&mut self) -> bool {
+        if matches!(self.remaining, Remaining::UntilClose) {
+            self.eof_ends = true;
+        }
+        self.eof_ends
+    }
+
     /// How many bytes at the front of `buf` belong to the body, advancing the
     /// state, and how many to send: the bytes to send are moved to the front
     /// of `buf` (all of them, unless a chunked body is being decoded).

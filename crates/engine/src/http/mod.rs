@@ -9,14 +9,18 @@
 //! 5. **pick server**: persistent server or balancer, connection limits, retries ([`forward`])
 //! 6. **forward**: head and streamed body to the server ([`exchange`])
 //! 7. **response rewrite**: hop-by-hop removal, edits, connection handling ([`rewrite::response_head`])
-//! 8. **stream response**: body relayed to the client ([`body::relay`]), or a byte
-//!    tunnel after a relayed protocol switch (WebSocket, [`tunnel`])
-//! 9. **log**: metrics, the access log line, failures at `warn` ([`log`])
+//! 8. **compress**: whether the body is encoded on its way, and the head edits
+//!    that go with it ([`compress::plan`], [`compress::rewrite_head`])
+//! 9. **stream response**: body relayed to the client ([`body::relay`]), through
+//!    the coder when compressing ([`compress::relay`]), or a byte tunnel after a
+//!    relayed protocol switch (WebSocket, [`tunnel`])
+//! 10. **log**: metrics, the access log line, failures at `warn` ([`log`])
 //!
 //! Invariants: no peer input can panic this code; a failure of one request
 //! closes at most its own client connection and its own server connection.
 
 pub mod body;
+pub mod compress;
 mod log;
 pub mod parse;
 pub mod rewrite;
@@ -124,6 +128,8 @@ struct RequestInfo {
     version: Version,
     /// The client asked for a protocol switch (WebSocket) the proxy will relay.
     upgrade: bool,
+    /// The request's `Accept-Encoding`, read only when the service compresses.
+    accepted: compress::Accepted,
 }
 
 /// How a forwarded request ended, when it did not fail.
@@ -396,6 +402,16 @@ async fn handle<S: ClientStream>(
             && head.upgrade.is_some()
             && head.framing == Framing::Empty
             && head.version == Version::Http11,
+        accepted: match service.compression {
+            Some(_) => compress::Accepted::parse(
+                client
+                    .fields
+                    .iter()
+                    .filter(|f| buf[f.name.clone()].eq_ignore_ascii_case(b"accept-encoding"))
+                    .map(|f| &buf[f.value.clone()]),
+            ),
+            None => compress::Accepted::default(),
+        },
     };
     if let (Framing::Length(n), Some(max)) = (head.framing, service.limits.max_body_bytes) {
         if n > max {
@@ -764,6 +780,7 @@ async fn exchange<S: ClientStream>(
         .await?;
         client.trace.response_us = Some(done.head_us);
         client.trace.bytes_out = done.bytes_out;
+        count_compressed(client, worker, &done);
         if done.switched {
             tunnel(client, conn).await;
             return Ok((done.outcome, false));
@@ -804,8 +821,17 @@ async fn exchange<S: ClientStream>(
     client.trace.response_us = Some(done.head_us);
     client.trace.bytes_out = done.bytes_out;
     client.trace.bytes_in += upload.total();
+    count_compressed(client, worker, &done);
     let outcome = Outcome { client_keep_alive: done.outcome.client_keep_alive && complete, ..done.outcome };
     Ok((outcome, done.server_keeps && complete && conn.buf.is_empty()))
+}
+
+/// Adds an encoded response's payload bytes to the service's compression counters.
+fn count_compressed<S>(client: &Client<S>, worker: &Worker, done: &Responded) {
+    if let Some((algorithm, payload_in, payload_out)) = done.compressed {
+        let metrics = &client.local.gen.services[client.service];
+        metrics.compressed(worker.id, algorithm, payload_in, payload_out);
+    }
 }
 
 /// The pool's PROXY protocol header (the client's address) for a new server
@@ -882,6 +908,8 @@ struct Responded {
     head_us: u64,
     /// Bytes sent to the client (head and body).
     bytes_out: u64,
+    /// An encoded body: the algorithm, payload bytes in and out (metrics).
+    compressed: Option<(switchyard_config::Encoding, u64, u64)>,
 }
 
 /// Phases 7–8: read the response head (skipping interim 1xx responses),
@@ -914,7 +942,14 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
                 }
                 let outcome = Outcome { status: 101, client_keep_alive: false };
                 let (head_us, bytes_out) = (micros(response.sent.elapsed()), response.out.len() as u64);
-                return Ok(Responded { outcome, server_keeps: false, switched: true, head_us, bytes_out });
+                return Ok(Responded {
+                    outcome,
+                    server_keeps: false,
+                    switched: true,
+                    head_us,
+                    bytes_out,
+                    compressed: None,
+                });
             }
             Ok(Some(head)) if head.status == 101 => {
                 return early(ProxyError::new(Kind::BadResponse("unexpected protocol switch")))
@@ -951,9 +986,34 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
     // HTTP/1.0 clients do not know chunked coding: they get the payload,
     // delimited by the end of the connection.
     let dechunk = info.version == Version::Http10 && body_framing == Framing::Chunked;
+    // Phase 8 (compress) decides here, from the server's head, before the
+    // connection handling that depends on it.
+    let length = match body_framing {
+        Framing::Length(n) => Some(n),
+        _ => None,
+    };
+    let request = compress::RequestFacts {
+        accepted: info.accepted,
+        head_method: info.head_method,
+        switched_off: routed.edits.iter().any(|e| e.no_compress),
+    };
+    let has_body = body_framing != Framing::Empty;
+    let coding = compress::plan(
+        service.compression.as_ref(),
+        request,
+        head.status,
+        has_body,
+        length,
+        &buf[..head.len],
+        response.fields,
+    );
+    // An encoded body's length is unknown: chunked to an HTTP/1.1 client,
+    // ended by closing the connection to an HTTP/1.0 one.
+    let encoded_until_close = coding.is_some() && info.version == Version::Http10;
     // A drain that began while this request was in flight still tells the
     // client, so it does not send another request on a closing connection.
-    let client_keep_alive = info.keep_alive && body_framing != Framing::UntilClose && !dechunk && !draining();
+    let client_keep_alive =
+        info.keep_alive && body_framing != Framing::UntilClose && !dechunk && !encoded_until_close && !draining();
     rewrite::response_head(
         response.out,
         &buf[..head.len],
@@ -979,31 +1039,47 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
         response.out.extend_from_slice(cookie.as_bytes());
         response.out.extend_from_slice(b"\r\n\r\n");
     }
+    if let Some(coding) = coding {
+        compress::rewrite_head(response.out, coding, info.version == Version::Http11);
+    }
     buf.advance(head.len);
 
-    // Phase 8: stream the response body.
+    // Phase 9: stream the response body, through the coder when compressing.
     response.started = true;
+    let outcome = Outcome { status: head.status, client_keep_alive };
+    let done =
+        |bytes_out, compressed| Responded { outcome, server_keeps, switched: false, head_us, bytes_out, compressed };
+    if let Some(coding) = coding {
+        let body = Body::unlimited(body_framing).decoded();
+        let chunked = info.version == Version::Http11;
+        let idle = t.server_response;
+        return match compress::relay(response.out, server, buf, client, body, coding, length, chunked, idle).await {
+            Ok(coded) => {
+                let algorithm = match coding {
+                    compress::Coding::Encode(algorithm, _) => Some(algorithm),
+                    compress::Coding::Gunzip => None,
+                };
+                Ok(done(coded.sent, algorithm.map(|a| (a, coded.payload_in, coded.payload_out))))
+            }
+            Err(e) => Err(response_relay_error(e)),
+        };
+    }
     let body = if dechunk { Body::unlimited(body_framing).decoded() } else { Body::unlimited(body_framing) };
     match relay(response.out, server, buf, client, body, t.server_response).await {
-        Ok(body_bytes) => Ok(Responded {
-            outcome: Outcome { status: head.status, client_keep_alive },
-            server_keeps,
-            switched: false,
-            head_us,
-            bytes_out: response.out.len() as u64 + body_bytes,
-        }),
-        Err(e) => {
-            let error = match e {
-                RelayError::Read(_) => ProxyError::new(Kind::ServerClosed),
-                RelayError::ReadTimeout => ProxyError::new(Kind::ServerTimeout),
-                RelayError::Framing(why) => ProxyError::new(Kind::BadResponse(why)),
-                RelayError::Write(_) | RelayError::WriteTimeout | RelayError::TooLarge => {
-                    ProxyError::new(Kind::ClientClosed)
-                }
-            };
-            Err(Failed { error, response_started: true })
-        }
+        Ok(body_bytes) => Ok(done(response.out.len() as u64 + body_bytes, None)),
+        Err(e) => Err(response_relay_error(e)),
     }
+}
+
+/// Maps a failure while relaying the response (server → client) to its cause.
+fn response_relay_error(e: RelayError) -> Failed {
+    let error = match e {
+        RelayError::Read(_) => ProxyError::new(Kind::ServerClosed),
+        RelayError::ReadTimeout => ProxyError::new(Kind::ServerTimeout),
+        RelayError::Framing(why) => ProxyError::new(Kind::BadResponse(why)),
+        RelayError::Write(_) | RelayError::WriteTimeout | RelayError::TooLarge => ProxyError::new(Kind::ClientClosed),
+    };
+    Failed { error, response_started: true }
 }
 
 /// Maps a failure while relaying the request (client → server) to its cause.

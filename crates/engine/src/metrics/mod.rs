@@ -30,6 +30,8 @@ use std::time::SystemTime;
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
+use switchyard_config::Encoding;
+
 use crate::error::Side;
 
 pub use histogram::{index_of, lower_bound, percentile, upper_bound, HistogramSnapshot, BUCKETS, OVERFLOW_US};
@@ -293,6 +295,39 @@ struct ServiceSlot {
     bytes_out: AtomicU64,
     errors: [AtomicU64; REASONS.len()],
     latency: HistogramSlot,
+    /// Payload bytes into and out of each compression algorithm, in [`ALGORITHMS`] order.
+    compressed: [[AtomicU64; 2]; 3],
+}
+
+/// Compression algorithms as metric labels, in the order of the counters.
+pub const ALGORITHMS: [Encoding; 3] = [Encoding::Gzip, Encoding::Brotli, Encoding::Zstd];
+
+/// Payload bytes into and out of each compression algorithm, in [`ALGORITHMS`]
+/// order; serialized as a map of the algorithms used
+/// (`{"gzip": {"bytes_in": 1000, "bytes_out": 250}}`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ByAlgorithm(pub [(u64, u64); 3]);
+
+impl ByAlgorithm {
+    /// Bytes in and out of the algorithm with this token (`"gzip"`, `"br"`, `"zstd"`).
+    pub fn get(&self, token: &str) -> (u64, u64) {
+        ALGORITHMS.iter().position(|a| a.token() == token).map_or((0, 0), |i| self.0[i])
+    }
+}
+
+impl Serialize for ByAlgorithm {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Bytes {
+            bytes_in: u64,
+            bytes_out: u64,
+        }
+        let mut m = s.serialize_map(None)?;
+        for (a, (i, o)) in ALGORITHMS.iter().zip(self.0).filter(|(_, (i, _))| *i > 0) {
+            m.serialize_entry(a.token(), &Bytes { bytes_in: i, bytes_out: o })?;
+        }
+        m.end()
+    }
 }
 
 /// Metrics of one service (all its listeners), written by every worker.
@@ -322,6 +357,8 @@ pub struct ServiceTotals {
     pub latency: HistogramSnapshot,
     /// Failed requests per reason.
     pub errors: ByReason,
+    /// Response payload bytes compressed, per algorithm.
+    pub compression: ByAlgorithm,
 }
 
 impl ServiceMetrics {
@@ -337,8 +374,17 @@ impl ServiceMetrics {
                 bytes_out: AtomicU64::new(0),
                 errors: counters(),
                 latency: HistogramSlot::new(),
+                compressed: std::array::from_fn(|_| counters()),
             }),
         }
+    }
+
+    /// Worker `w` encoded a response body of `payload_in` bytes into `payload_out`.
+    pub fn compressed(&self, w: usize, algorithm: Encoding, payload_in: u64, payload_out: u64) {
+        let s = self.slots.get(w);
+        let i = ALGORITHMS.iter().position(|a| *a == algorithm).unwrap_or(0);
+        bump(&s.compressed[i][0], payload_in);
+        bump(&s.compressed[i][1], payload_out);
     }
 
     /// Worker `w` accepted a client connection.
@@ -377,6 +423,10 @@ impl ServiceMetrics {
             t.bytes_in += s.bytes_in.load(Relaxed);
             t.bytes_out += s.bytes_out.load(Relaxed);
             sum(&mut t.errors.0, &s.errors);
+            for (total, c) in t.compression.0.iter_mut().zip(&s.compressed) {
+                total.0 += c[0].load(Relaxed);
+                total.1 += c[1].load(Relaxed);
+            }
         }
         // Closed is read after opened, so it may be ahead by a few connections
         // accepted and closed in between: never show a negative count.

@@ -18,8 +18,8 @@ use prometheus_client::registry::{Registry, Unit};
 
 use super::histogram::{upper_bound, HistogramSnapshot, BUCKETS};
 use super::{
-    is_server_reason, ServerMetrics, ServerTotals, ServiceMetrics, ServiceTotals, TlsMetrics, TlsTotals, CLASSES,
-    REASONS,
+    is_server_reason, ServerMetrics, ServerTotals, ServiceMetrics, ServiceTotals, TlsMetrics, TlsTotals, ALGORITHMS,
+    CLASSES, REASONS,
 };
 
 /// The `Content-Type` of [`encode`]'s output.
@@ -205,7 +205,27 @@ impl Scrape {
         let errors = s.iter().flat_map(|(n, t)| {
             REASONS.iter().zip(t.errors.0).map(move |(r, v)| ([("service", n.as_str()), ("reason", *r)], v))
         });
-        counter(enc, "errors", "Requests that ended early, per reason.", errors)
+        counter(enc, "errors", "Requests that ended early, per reason.", errors)?;
+        let compression = |which: fn((u64, u64)) -> u64| {
+            s.iter().flat_map(move |(n, t)| {
+                ALGORITHMS
+                    .iter()
+                    .zip(t.compression.0)
+                    .map(move |(a, v)| ([("service", n.as_str()), ("algorithm", a.token())], which(v)))
+            })
+        };
+        counter(
+            enc,
+            "compression_bytes_in",
+            "Response payload bytes fed to compression, per algorithm.",
+            compression(|(i, _)| i),
+        )?;
+        counter(
+            enc,
+            "compression_bytes_out",
+            "Compressed response payload bytes, per algorithm.",
+            compression(|(_, o)| o),
+        )
     }
 
     fn servers(&self, enc: &mut DescriptorEncoder) -> fmt::Result {

@@ -227,3 +227,45 @@ pub(crate) fn validate_compression(cx: &mut Ctx<'_, '_>, raw: &RawCompression) -
     let decompress = raw.decompress.as_ref().is_some_and(|v| *v.get_ref());
     Some(Compression { algorithms, types, min_size, max_size, gzip_level, brotli_level, zstd_level, decompress })
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn service(extra: &str) -> Option<Compression> {
+        let text = format!(
+            "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\npool = \"main\"\n{extra}\n\
+             [[pool]]\nname = \"main\"\nservers = [ {{ address = \"127.0.0.1:9001\" }} ]\n"
+        );
+        crate::parse(&text, "test.toml").unwrap().services[0].compression.clone()
+    }
+
+    #[test]
+    fn flags_tables_and_defaults() {
+        assert_eq!(service(""), None);
+        assert_eq!(service("compression = false"), None);
+        assert_eq!(service("compression = true"), Some(Compression::default()));
+        assert_eq!(service("compression = {}"), Some(Compression::default()));
+        let c = service(
+            "compression = { algorithms = [\"gzip\", \"brotli\"], types = [\"Text/*\"], min_size = \"1KiB\", \
+             max_size = 5000, gzip_level = 9, brotli_level = 0, zstd_level = 22, decompress = true }",
+        )
+        .unwrap();
+        assert_eq!(c.algorithms, [Encoding::Gzip, Encoding::Brotli]);
+        assert_eq!(c.types, ["text/*"]);
+        assert_eq!((c.min_size, c.max_size), (1024, 5000));
+        assert_eq!((c.gzip_level, c.brotli_level, c.zstd_level, c.decompress), (9, 0, 22, true));
+    }
+
+    #[test]
+    fn types_match_exactly_or_by_prefix_ignoring_parameters() {
+        let c = Compression { types: vec!["text/*".into(), "application/json".into()], ..Compression::default() };
+        for yes in [&b"text/html"[..], b"TEXT/CSS; charset=utf-8", b"application/json", b" application/json ;x=1"] {
+            assert!(c.matches_type(yes), "{}", String::from_utf8_lossy(yes));
+        }
+        for no in [&b"application/jsonx"[..], b"image/png", b"", b"textual/html", b"application/json-seq"] {
+            assert!(!c.matches_type(no), "{}", String::from_utf8_lossy(no));
+        }
+    }
+}

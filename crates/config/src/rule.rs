@@ -65,6 +65,7 @@ pub(crate) fn validate_rule(cx: &mut Ctx<'_, '_>, raw: &S<RawRule>, scope: &Rule
         || raw.add_response_headers.is_some()
         || raw.remove_response_headers.is_some()
         || raw.compress.as_ref().is_some_and(|c| !*c.get_ref())
+        || broken(&raw.broken, "compress")
         || raw.hsts.as_ref().is_some_and(|h| h.get_ref().enabled.as_ref().is_none_or(|e| *e.get_ref()))
         || broken(&raw.broken, "hsts")
         || EDIT_KEYS.iter().any(|k| broken(&raw.broken, k));
@@ -78,7 +79,7 @@ pub(crate) fn validate_rule(cx: &mut Ctx<'_, '_>, raw: &S<RawRule>, scope: &Rule
             &span,
             "this rule does nothing",
             "give it an action (pool, redirect, redirect_https, respond or deny) or a header edit \
-             (set_request_headers, ..., hsts)",
+             (set_request_headers, ..., hsts, compress = false)",
         );
     }
     Rule { name: raw.name.as_ref().map(|n| n.get_ref().clone()), conditions, edits, action }

@@ -212,10 +212,9 @@ pub fn plan(
         } else if name.eq_ignore_ascii_case(b"content-encoding") {
             // Two fields mean two codings: never "just gzip".
             encoding = if encoding.is_some() { Some(b"?") } else { Some(value.trim_ascii()) };
-        } else if name.eq_ignore_ascii_case(b"content-range") {
-            return None;
-        } else if name.eq_ignore_ascii_case(b"cache-control")
-            && value.split(|&b| b == b',').any(|d| d.trim_ascii().eq_ignore_ascii_case(b"no-transform"))
+        } else if name.eq_ignore_ascii_case(b"content-range")
+            || (name.eq_ignore_ascii_case(b"cache-control")
+                && value.split(|&b| b == b',').any(|d| d.trim_ascii().eq_ignore_ascii_case(b"no-transform")))
         {
             return None;
         }

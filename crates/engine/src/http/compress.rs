@@ -454,11 +454,18 @@ impl Output<'_> {
         let start = if produced == 0 {
             data.len()
         } else if self.chunked {
-            let mut line = [0u8; CHUNK_HEAD];
-            let size = format!("{produced:x}\r\n");
-            let start = CHUNK_HEAD - size.len();
-            line[start..].copy_from_slice(size.as_bytes());
-            data[start..CHUNK_HEAD].copy_from_slice(&line[start..]);
+            // The chunk-size line, hex digits then CRLF, right before the data.
+            let mut start = CHUNK_HEAD - 2;
+            data[start..CHUNK_HEAD].copy_from_slice(b"\r\n");
+            let mut n = produced;
+            loop {
+                start -= 1;
+                data[start] = b"0123456789abcdef"[n & 0xf];
+                n >>= 4;
+                if n == 0 {
+                    break;
+                }
+            }
             data.extend_from_slice(b"\r\n");
             start
         } else {

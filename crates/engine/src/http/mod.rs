@@ -365,7 +365,7 @@ async fn read_head<S: ClientStream>(
     }
 }
 
-/// Phases 2–9 for one request whose head is at the start of `client.buf`.
+/// Phases 2–10 for one request whose head is at the start of `client.buf`.
 /// Returns whether the client connection stays open for another request.
 async fn handle<S: ClientStream>(
     client: &mut Client<S>,
@@ -543,7 +543,7 @@ async fn handle<S: ClientStream>(
     );
     client.buf.advance(head.len);
 
-    // Phases 5–8: pick a server, forward, stream the response.
+    // Phases 5–9: pick a server, forward, stream the response.
     match forward(client, service, worker, local, pool, &routed, info).await {
         Ok(outcome) => {
             log(client, service, outcome.status, None, started);
@@ -721,7 +721,7 @@ async fn forward<S: ClientStream>(
     }
 }
 
-/// Phases 6–8 on one server connection. On success, also says whether the
+/// Phases 6–9 on one server connection. On success, also says whether the
 /// server connection can go back to the idle pool.
 ///
 /// When the request body is not all sent with the head, the rest is relayed
@@ -789,7 +789,7 @@ async fn exchange<S: ClientStream>(
         return Ok((done.outcome, reusable));
     }
 
-    // Phases 6–8 in full duplex: the rest of the body goes up while the response comes down.
+    // Phases 6–9 in full duplex: the rest of the body goes up while the response comes down.
     let (done, complete) = {
         let (mut client_rd, mut client_wr) = client.stream.halves();
         let (mut server_rd, mut server_wr) = conn.stream.split();
@@ -912,8 +912,8 @@ struct Responded {
     compressed: Option<(switchyard_config::Encoding, u64, u64)>,
 }
 
-/// Phases 7–8: read the response head (skipping interim 1xx responses),
-/// rewrite it, and stream the response to the client.
+/// Phases 7–9: read the response head (skipping interim 1xx responses),
+/// rewrite it, decide on compression, and stream the response to the client.
 #[allow(clippy::too_many_arguments)]
 async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
     server: &mut R,

@@ -299,10 +299,95 @@ pub fn rewrite_head(out: &mut Vec<u8>, coding: Coding, chunked: bool) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Finished gzip compressors a worker keeps for reuse, per level.
+const GZIP_POOL: usize = 8;
+/// Output room made before each deflate call.
+const DEFLATE_ROOM: usize = 32 * 1024;
+
+thread_local! {
+    /// A worker's reset compressors: a deflate state is about 300 KiB to
+    /// allocate and fault in, which a small response would pay every time.
+    static DEFLATERS: std::cell::RefCell<Vec<(u32, flate2::Compress)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// gzip (RFC 1952): the 10-byte header, a raw deflate stream whose state
+/// comes from and goes back to the worker's pool, and the CRC-32 and length.
+struct Gzip {
+    deflate: Option<flate2::Compress>,
+    level: u32,
+    crc: flate2::Crc,
+    out: Vec<u8>,
+}
+
+impl Gzip {
+    fn new(level: u32, mut out: Vec<u8>) -> Gzip {
+        let pooled = DEFLATERS.with_borrow_mut(|pool| {
+            let i = pool.iter().rposition(|(l, _)| *l == level)?;
+            Some(pool.swap_remove(i).1)
+        });
+        let deflate = pooled.unwrap_or_else(|| flate2::Compress::new(flate2::Compression::new(level), false));
+        // No name, no time, unknown OS.
+        out.extend_from_slice(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255]);
+        Gzip { deflate: Some(deflate), level, crc: flate2::Crc::new(), out }
+    }
+
+    fn write(&mut self, data: &[u8]) -> io::Result<()> {
+        self.crc.update(data);
+        self.deflate(data, flate2::FlushCompress::None)
+    }
+
+    fn finish(&mut self) -> io::Result<Vec<u8>> {
+        self.deflate(&[], flate2::FlushCompress::Finish)?;
+        let mut out = std::mem::take(&mut self.out);
+        out.extend_from_slice(&self.crc.sum().to_le_bytes());
+        out.extend_from_slice(&self.crc.amount().to_le_bytes());
+        Ok(out)
+    }
+
+    fn deflate(&mut self, mut input: &[u8], flush: flate2::FlushCompress) -> io::Result<()> {
+        let Some(d) = self.deflate.as_mut() else { return Err(io::Error::other("gzip stream already finished")) };
+        loop {
+            if self.out.capacity() - self.out.len() < DEFLATE_ROOM / 2 {
+                self.out.reserve(DEFLATE_ROOM);
+            }
+            let (before_in, before_out) = (d.total_in(), d.total_out());
+            let status = d.compress_vec(input, &mut self.out, flush).map_err(io::Error::other)?;
+            let used = usize::try_from(d.total_in() - before_in).unwrap_or(input.len()).min(input.len());
+            input = &input[used..];
+            let room_left = self.out.len() < self.out.capacity();
+            // zlib's contract: a flush is complete once a call leaves output room.
+            let done = match flush {
+                flate2::FlushCompress::Finish => status == flate2::Status::StreamEnd,
+                _ => input.is_empty() && room_left,
+            };
+            if done {
+                return Ok(());
+            }
+            if used == 0 && d.total_out() == before_out && room_left {
+                return Err(io::Error::other("deflate made no progress"));
+            }
+        }
+    }
+}
+
+impl Drop for Gzip {
+    fn drop(&mut self) {
+        if let Some(mut deflate) = self.deflate.take() {
+            deflate.reset();
+            let level = self.level;
+            DEFLATERS.with_borrow_mut(|pool| {
+                if pool.len() < GZIP_POOL {
+                    pool.push((level, deflate));
+                }
+            });
+        }
+    }
+}
+
 /// A streaming encoder or decoder writing into a `Vec` whose first
 /// [`CHUNK_HEAD`] bytes are kept free for the chunk-size line.
 enum Coder {
-    Gzip(flate2::write::GzEncoder<Vec<u8>>),
+    Gzip(Gzip),
     Brotli(Box<brotli::CompressorWriter<Vec<u8>>>),
     Zstd(zstd::stream::write::Encoder<'static, Vec<u8>>),
     Gunzip(flate2::write::MultiGzDecoder<Vec<u8>>),
@@ -312,9 +397,7 @@ impl Coder {
     fn new(coding: Coding, length: Option<u64>) -> io::Result<Coder> {
         let out = vec![0; CHUNK_HEAD];
         Ok(match coding {
-            Coding::Encode(Encoding::Gzip, level) => {
-                Coder::Gzip(flate2::write::GzEncoder::new(out, flate2::Compression::new(level)))
-            }
+            Coding::Encode(Encoding::Gzip, level) => Coder::Gzip(Gzip::new(level, out)),
             Coding::Encode(Encoding::Brotli, level) => {
                 Coder::Brotli(Box::new(brotli::CompressorWriter::new(out, 16 * 1024, level, BROTLI_WINDOW)))
             }
@@ -330,7 +413,7 @@ impl Coder {
 
     fn write(&mut self, data: &[u8]) -> io::Result<()> {
         match self {
-            Coder::Gzip(c) => c.write_all(data),
+            Coder::Gzip(c) => c.write(data),
             Coder::Brotli(c) => c.write_all(data),
             Coder::Zstd(c) => c.write_all(data),
             Coder::Gunzip(c) => c.write_all(data),
@@ -339,7 +422,7 @@ impl Coder {
 
     fn flush(&mut self) -> io::Result<()> {
         match self {
-            Coder::Gzip(c) => c.flush(),
+            Coder::Gzip(c) => c.deflate(&[], flate2::FlushCompress::Sync),
             Coder::Brotli(c) => c.flush(),
             Coder::Zstd(c) => c.flush(),
             Coder::Gunzip(c) => c.flush(),
@@ -349,7 +432,7 @@ impl Coder {
     /// Ends the stream, returning the output not taken yet.
     fn finish(self) -> io::Result<Vec<u8>> {
         match self {
-            Coder::Gzip(c) => c.finish(),
+            Coder::Gzip(mut c) => c.finish(),
             Coder::Brotli(c) => Ok(c.into_inner()),
             Coder::Zstd(c) => c.finish(),
             Coder::Gunzip(c) => c.finish(),
@@ -358,7 +441,7 @@ impl Coder {
 
     fn output(&mut self) -> &mut Vec<u8> {
         match self {
-            Coder::Gzip(c) => c.get_mut(),
+            Coder::Gzip(c) => &mut c.out,
             Coder::Brotli(c) => c.get_mut(),
             Coder::Zstd(c) => c.get_mut(),
             Coder::Gunzip(c) => c.get_mut(),
@@ -632,6 +715,34 @@ mod tests {
             String::from_utf8_lossy(&out),
             "HTTP/1.1 200 OK\r\netag: W/\"x\"\r\nconnection: close\r\nvary: accept-encoding\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn pooled_gzip_state_starts_every_stream_afresh() {
+        let mut x = 0x1234_5678_u64;
+        let random: Vec<u8> = (0..1 << 20)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let bodies = [random.clone(), Vec::new(), b"hello hello hello".repeat(1000), random];
+        for body in bodies {
+            let mut coder = Coder::new(Coding::Encode(Encoding::Gzip, 1), None).expect("coder");
+            let mut encoded = Vec::new();
+            for piece in body.chunks(100_000) {
+                coder.write(piece).expect("write");
+                encoded.extend_from_slice(&coder.output()[CHUNK_HEAD..]);
+                coder.output().truncate(CHUNK_HEAD);
+            }
+            encoded.extend_from_slice(&coder.finish().expect("finish")[CHUNK_HEAD..]);
+            let mut d = flate2::write::GzDecoder::new(Vec::new());
+            d.write_all(&encoded).expect("gunzip");
+            assert!(d.finish().expect("gunzip") == body, "{} bytes", body.len());
+        }
+        assert!(DEFLATERS.with_borrow(|pool| pool.len()) >= 1, "the state went back to the pool");
     }
 
     #[test]

@@ -208,6 +208,7 @@ fn same_service(old_cfg: &Config, a: &Service, new_cfg: &Config, b: &Service) ->
         sni_routes,
         tls,
         http2,
+        cache,
     } = a;
     let pool_a = |id: &PoolId| old_cfg.pools.get(id.0).map(|p| &p.name);
     let pool_b = |id: &PoolId| new_cfg.pools.get(id.0).map(|p| &p.name);
@@ -231,6 +232,7 @@ fn same_service(old_cfg: &Config, a: &Service, new_cfg: &Config, b: &Service) ->
         && *accept_proxy == b.accept_proxy
         && *tls == b.tls
         && *http2 == b.http2
+        && *cache == b.cache
         && sni_routes.len() == b.sni_routes.len()
         && sni_routes
             .iter()

@@ -149,7 +149,7 @@ fn networks(cx: &mut Ctx<'_, '_>, list: &[S<String>]) -> Vec<Cidr> {
 /// The modes a service key applies to; `None` for keys of every mode.
 fn modes_of(key: &str) -> Option<&'static [Mode]> {
     Some(match key {
-        "x_forwarded_for" | "x_forwarded_proto" | "forwarded" | "timeouts" | "limits" | "rules" | "http2" => {
+        "x_forwarded_for" | "x_forwarded_proto" | "forwarded" | "timeouts" | "limits" | "rules" | "http2" | "cache" => {
             &[Mode::Http, Mode::Https]
         }
         "tls" => &[Mode::Https],
@@ -179,6 +179,7 @@ fn written_keys(raw: &RawService) -> Vec<(&'static str, Range<usize>)> {
         ("sni", raw.sni.as_ref().map(S::span)),
         ("tls", raw.tls.as_ref().map(S::span)),
         ("http2", raw.http2.as_ref().map(S::span)),
+        ("cache", raw.cache.as_ref().map(S::span)),
     ]
     .into_iter()
     .filter_map(|(key, span)| Some((key, span?)))

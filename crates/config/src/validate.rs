@@ -87,7 +87,7 @@ impl Ctx<'_, '_> {
         }
     }
 
-    fn size(&mut self, key: &str, value: &S<RawSize>) -> Option<u64> {
+    pub(crate) fn size(&mut self, key: &str, value: &S<RawSize>) -> Option<u64> {
         match value.get_ref() {
             RawSize::Bytes(n) => match u64::try_from(*n) {
                 Ok(n) => Some(n),
@@ -208,6 +208,7 @@ fn validate_service(cx: &mut Ctx<'_, '_>, service: &S<RawService>, listeners: &m
         );
     }
     let http2 = raw.http2.as_ref().map_or_else(Http2::default, |h| validate_http2(cx, h.get_ref()));
+    let cache = raw.cache.as_ref().and_then(|c| crate::cache::validate_cache(cx, c));
     let scope = RuleScope { mode, client_auth: tls.as_ref().is_some_and(|t| t.client_auth.is_some()) };
     let rules = raw.rules.iter().map(|rule| validate_rule(cx, rule, &scope)).collect();
     let layer4 = validate_layer4(cx, service, mode);
@@ -225,6 +226,7 @@ fn validate_service(cx: &mut Ctx<'_, '_>, service: &S<RawService>, listeners: &m
         sni_routes: layer4.sni_routes,
         tls: tls.filter(|_| mode == Some(Mode::Https)),
         http2,
+        cache: cache.filter(|_| matches!(mode, Some(Mode::Http | Mode::Https))),
     }
 }
 

@@ -17,6 +17,7 @@
 //! closes at most its own client connection and its own server connection.
 
 pub mod body;
+mod cached;
 mod log;
 pub mod parse;
 pub mod rewrite;
@@ -38,6 +39,7 @@ use self::log::{keep_meta, log, micros, CloseGuard, Trace};
 use self::parse::{Connection, Field, Framing, HeadLimits, RequestHead, Version};
 use self::rewrite::Forwarding;
 pub use self::stream::{ClientStream, Transport};
+use crate::cache;
 use crate::error::{Kind, ProxyError};
 use crate::upstream::{self, ActiveGuard, PickView, UpstreamConn};
 use crate::worker::{Local, Worker};
@@ -100,6 +102,11 @@ struct Client<S> {
     stick_key: Vec<u8>,
     /// TLS facts of the connection.
     transport: Transport,
+    /// Cache hook: the copy of the response being written to the client
+    /// (set for a request the cache may store), and which responses the
+    /// cache answers instead of the client ([`cached`]).
+    capture: Option<cache::Capture>,
+    intercept: cached::Intercept,
 }
 
 /// What the route phase decided, detached from the request buffer.
@@ -130,6 +137,8 @@ struct RequestInfo {
 struct Outcome {
     status: u16,
     client_keep_alive: bool,
+    /// The cache held the response back ([`cached::Intercept`]): nothing went to the client.
+    intercepted: bool,
 }
 
 /// A failed exchange, and whether the client already got part of a response.
@@ -178,6 +187,8 @@ pub async fn serve<S: ClientStream + 'static>(
         meta_at: [None; 3],
         stick_key: Vec::new(),
         transport,
+        capture: None,
+        intercept: cached::Intercept::default(),
     };
     let metrics = client.local.gen.services[service].clone();
     // A request of an HTTP/2 stream is not a connection of its own.
@@ -495,6 +506,24 @@ async fn handle<S: ClientStream>(
         info
     };
 
+    // Cache lookup: a hit is answered here, before a server is picked.
+    let cache = local.gen.caches.get(client.service).and_then(Option::as_ref);
+    let plan = match cache {
+        Some(cache) => {
+            let draining = worker.closing(local.gen.number, &service.name);
+            match cached::lookup(client, cache, service, &head, &routed, info, draining).await {
+                cached::Lookup::Served(keep) => {
+                    log(client, service, client.trace.cache_status, None, started);
+                    return keep && !worker.closing(local.gen.number, &service.name);
+                }
+                cached::Lookup::Forward(plan) => plan,
+            }
+        }
+        None => None,
+    };
+    let buf = &client.buf[..head.len];
+    let (origin_target, authority) = split_target(&buf[head.target.clone()]);
+
     // Phase 4: request rewrite. The head is consumed from the buffer once
     // rewritten; what follows it is body or the next request.
     let upgrade = head.upgrade.clone().filter(|_| info.upgrade).map(|r| &buf[r]);
@@ -526,9 +555,32 @@ async fn handle<S: ClientStream>(
         &fwd,
     );
     client.buf.advance(head.len);
+    // Cache hook: revalidate a stale entry; tee the response into a capture.
+    if let Some(plan) = &plan {
+        cached::add_validators(&mut client.out, plan);
+        client.capture = Some(plan.capture());
+        client.intercept = plan.intercept(Instant::now());
+    }
 
     // Phases 5–8: pick a server, forward, stream the response.
-    match forward(client, service, worker, local, pool, &routed, info).await {
+    let forwarded = forward(client, service, worker, local, pool, &routed, info).await;
+    let capture = client.capture.take();
+    client.intercept = cached::Intercept::default();
+    // Cache store: keep a complete response, or answer from the cache (304, stale-if-error).
+    if let Some(plan) = plan {
+        let ended = match &forwarded {
+            Ok(o) if o.intercepted => cached::Ended::Intercepted { status: o.status },
+            Ok(o) => cached::Ended::Relayed { status: o.status, capture: capture.as_ref() },
+            Err(Failed { response_started: false, .. }) => cached::Ended::Failed,
+            Err(_) => cached::Ended::Relayed { status: 0, capture: None },
+        };
+        let draining = worker.closing(local.gen.number, &service.name);
+        if let Some(keep) = cached::finish(client, service, info, plan, ended, draining).await {
+            log(client, service, client.trace.cache_status, None, started);
+            return keep && !draining;
+        }
+    }
+    match forwarded {
         Ok(outcome) => {
             log(client, service, outcome.status, None, started);
             outcome.client_keep_alive && !worker.closing(local.gen.number, &service.name)
@@ -748,20 +800,31 @@ async fn exchange<S: ClientStream>(
         sticky,
         presented: &client.stick_key,
         now: worker.clock.get(),
+        intercept: client.intercept,
     };
     let draining = || worker.closing(gen, &service.name);
     if upload.is_finished() {
-        let done = respond(
-            &mut conn.stream,
-            &mut conn.buf,
-            &mut client.stream,
-            &mut response,
-            service,
-            routed,
-            info,
-            draining,
-        )
-        .await?;
+        // Cache hook: the response is copied as it goes to the client.
+        let done = match client.capture.as_mut() {
+            Some(capture) => {
+                let mut tee = cache::Tee { inner: &mut client.stream, capture };
+                respond(&mut conn.stream, &mut conn.buf, &mut tee, &mut response, service, routed, info, draining)
+                    .await?
+            }
+            None => {
+                respond(
+                    &mut conn.stream,
+                    &mut conn.buf,
+                    &mut client.stream,
+                    &mut response,
+                    service,
+                    routed,
+                    info,
+                    draining,
+                )
+                .await?
+            }
+        };
         client.trace.response_us = Some(done.head_us);
         client.trace.bytes_out = done.bytes_out;
         if done.switched {
@@ -858,6 +921,8 @@ struct Response<'a> {
     presented: &'a [u8],
     /// The worker clock when the request went out (for stick-table updates).
     now: Instant,
+    /// Responses the cache answers instead of the client.
+    intercept: cached::Intercept,
 }
 
 /// Persistence at the response: a cookie to insert, or the pool whose servers'
@@ -912,7 +977,7 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
                 if write_all(client, response.out, t.server_response).await.is_err() {
                     return Err(Failed { error: ProxyError::new(Kind::ClientClosed), response_started: true });
                 }
-                let outcome = Outcome { status: 101, client_keep_alive: false };
+                let outcome = Outcome { status: 101, client_keep_alive: false, intercepted: false };
                 let (head_us, bytes_out) = (micros(response.sent.elapsed()), response.out.len() as u64);
                 return Ok(Responded { outcome, server_keeps: false, switched: true, head_us, bytes_out });
             }
@@ -939,6 +1004,18 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
     };
 
     let head_us = micros(response.sent.elapsed());
+
+    if response.intercept.takes(head.status) {
+        // Cache hook: a 304 to the cache's revalidation, or an error a stale
+        // entry covers, is answered by the cache; its head is kept in `out`.
+        let bodiless = head.status == 304 || head.framing == Framing::Empty || head.framing == Framing::Length(0);
+        let server_keeps = bodiless && head.version == Version::Http11 && !head.connection.close;
+        response.out.clear();
+        response.out.extend_from_slice(&buf[..head.len]);
+        buf.advance(head.len);
+        let outcome = Outcome { status: head.status, client_keep_alive: info.keep_alive, intercepted: true };
+        return Ok(Responded { outcome, server_keeps, switched: false, head_us, bytes_out: 0 });
+    }
 
     // Phase 7: response rewrite.
     let body_framing =
@@ -986,7 +1063,7 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
     let body = if dechunk { Body::unlimited(body_framing).decoded() } else { Body::unlimited(body_framing) };
     match relay(response.out, server, buf, client, body, t.server_response).await {
         Ok(body_bytes) => Ok(Responded {
-            outcome: Outcome { status: head.status, client_keep_alive },
+            outcome: Outcome { status: head.status, client_keep_alive, intercepted: false },
             server_keeps,
             switched: false,
             head_us,

@@ -328,3 +328,94 @@ fn purge_by_key_and_prefix_through_the_api_and_ctl() {
     let unknown = purge(admin, ADMIN_TOKEN, r#"{"service":"nope","prefix":"x"}"#);
     assert_eq!(unknown.status, 404);
 }
+
+#[test]
+fn the_cache_survives_a_reload_that_keeps_its_settings() {
+    let origin = Origin::start("o");
+    let (listen, admin) = (local(), local());
+    let file =
+        write_temp("cache-reload", "switchyard.toml", &config(listen, admin, origin.addr, "{ size = \"1MiB\" }"));
+    let proxy = Proxy::run_file_with(&file, listen, 2);
+    let get = || Client::connect(listen).get("/r?cache=60");
+    get();
+    get();
+    assert_eq!(origin.requests(), 1);
+
+    // Another change to the service (its forwarding headers), the same cache settings.
+    let changed = config(listen, admin, origin.addr, "{ size = \"1MiB\" }")
+        .replace("cache = {", "x_forwarded_for = false\ncache = {");
+    std::fs::write(&file, changed).expect("rewrite config");
+    proxy.reload(1);
+    assert!(proxy.log().contains("configuration reloaded"), "{}", proxy.log());
+    assert_eq!(get().status, 200);
+    assert_eq!(origin.requests(), 1, "entries survive a reload with the same cache settings");
+
+    // New settings: a new, empty cache.
+    std::fs::write(&file, config(listen, admin, origin.addr, "{ size = \"2MiB\" }")).expect("rewrite config");
+    proxy.reload(2);
+    get();
+    assert_eq!(origin.requests(), 2);
+}
+
+/// An h2c (prior knowledge) GET; returns status, `age` and the body.
+async fn h2_get(addr: SocketAddr, path: &str) -> (u16, Option<String>, Vec<u8>) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(conn);
+    let mut client = client.ready().await.expect("ready");
+    let req = http::Request::get(format!("http://test{path}")).body(()).expect("request");
+    let (response, _) = client.send_request(req, true).expect("send");
+    let (parts, mut recv) = response.await.expect("response").into_parts();
+    let mut body = Vec::new();
+    while let Some(data) = recv.data().await {
+        let data = data.expect("data");
+        body.extend_from_slice(&data);
+        let _ = recv.flow_control().release_capacity(data.len());
+    }
+    let age = parts.headers.get("age").and_then(|v| v.to_str().ok()).map(str::to_string);
+    (parts.status.as_u16(), age, body)
+}
+
+#[test]
+fn http2_clients_share_the_cache_with_http1_clients() {
+    let origin = Origin::start("o");
+    let (proxy, _admin) = start(origin.addr, "true");
+    let stored = proxy.connect().get("/h2?cache=60&size=5000");
+    assert_eq!(origin.requests(), 1);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let (status, age, body) = rt.block_on(h2_get(proxy.addr, "/h2?cache=60&size=5000"));
+    assert_eq!((status, body.len()), (200, 5000));
+    assert_eq!(body, stored.body);
+    assert!(age.is_some(), "an HTTP/2 hit carries Age");
+    assert_eq!(origin.requests(), 1, "the HTTP/2 request was a hit");
+    // And an HTTP/2 miss is stored for HTTP/1.1 clients.
+    rt.block_on(h2_get(proxy.addr, "/h2b?cache=60&size=100"));
+    let hit = proxy.connect().get("/h2b?cache=60&size=100");
+    assert!(hit.header("age").is_some());
+    assert_eq!(origin.requests(), 2);
+}
+
+#[test]
+fn the_access_log_says_what_the_cache_did() {
+    let origin = Origin::start("o");
+    let (listen, admin) = (local(), local());
+    let log = temp_dir("cache-log").join("access.log");
+    let toml = config(listen, admin, origin.addr, "true")
+        + &format!("\n[access_log]\npath = \"{}\"\nformat = \"json\"\n", log.display());
+    let proxy = Proxy::start(&toml, listen);
+    let mut client = proxy.connect();
+    client.get("/l?cache=60");
+    client.get("/l?cache=60");
+    client.get("/nocache/l?cache=60");
+    let lines = wait_for("three access log lines", || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<serde_json::Value> =
+            text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect::<Vec<_>>();
+        (lines.len() >= 3).then_some(lines)
+    });
+    assert_eq!(lines[0]["cache"], "miss");
+    assert_eq!(lines[1]["cache"], "hit");
+    assert_eq!(lines[1]["status"], 200);
+    assert!(lines[1]["server"].is_null(), "a hit picks no server");
+    assert!(lines[2].get("cache").is_none(), "a bypassed request has no cache field");
+}

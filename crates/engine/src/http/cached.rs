@@ -262,7 +262,10 @@ pub(super) async fn finish<S: ClientStream>(
                 store(&plan, status, headers, body);
             }
             // (A HEAD's response says nothing about the body: nothing is stored from it.)
-            let _ = status;
+            if plan.revalidating && status != 0 {
+                // The server sent a new response instead of a 304: it counts as a miss.
+                cache.stats.misses.fetch_add(1, Ordering::Relaxed);
+            }
             client.trace.cache = Some(if plan.revalidating { "revalidated" } else { "miss" });
             None
         }

@@ -581,6 +581,12 @@ async fn handle<S: ClientStream>(
         }
     }
     match forwarded {
+        Ok(outcome) if outcome.intercepted => {
+            // The cache held the response back but could not answer after all
+            // (its stale entry expired meanwhile, or the 304 was malformed).
+            fail(client, service, &ProxyError::new(Kind::BadResponse("response held for the cache")), started).await;
+            false
+        }
         Ok(outcome) => {
             log(client, service, outcome.status, None, started);
             outcome.client_keep_alive && !worker.closing(local.gen.number, &service.name)

@@ -4,13 +4,16 @@
 //! 1. **read head**: bytes until a complete head, under the header timeout ([`read_head`])
 //! 2. **parse**: strict framing checks ([`parse::parse_request`])
 //! 3. **route**: rules choose a pool or a direct answer ([`route::evaluate`]);
-//!    persistence names the client's server, if any ([`crate::persist`])
+//!    persistence names the client's server, if any ([`crate::persist`]);
+//!    the response cache answers a hit, or plans what to store ([`cached::lookup`])
 //! 4. **request rewrite**: hop-by-hop removal, forwarding headers, edits ([`rewrite::request_head`])
 //! 5. **pick server**: persistent server or balancer, connection limits, retries ([`forward`])
 //! 6. **forward**: head and streamed body to the server ([`exchange`])
 //! 7. **response rewrite**: hop-by-hop removal, edits, connection handling ([`rewrite::response_head`])
 //! 8. **stream response**: body relayed to the client ([`body::relay`]), or a byte
 //!    tunnel after a relayed protocol switch (WebSocket, [`tunnel`])
+//!    — through a [`cache::Tee`] that copies it for the cache, which then stores it
+//!    or answers a 304 / covered error itself ([`cached::finish`])
 //! 9. **log**: metrics, the access log line, failures at `warn` ([`log`])
 //!
 //! Invariants: no peer input can panic this code; a failure of one request

@@ -126,6 +126,12 @@ fn fresh_hits_skip_the_origin_and_carry_a_growing_age() {
     assert_eq!(etagless.status, 200, "no Last-Modified stored: the full response");
     assert_eq!(origin.requests(), 1);
 
+    // only-if-cached: the stored entry, or 504 without asking the origin.
+    let cached_only = [("cache-control", "only-if-cached")];
+    assert_eq!(client.request("GET", "/a?cache=60&size=300", &cached_only).status, 200);
+    assert_eq!(client.request("GET", "/never?cache=60", &cached_only).status, 504);
+    assert_eq!(origin.requests(), 1);
+
     // A different query is a different key; no-store (the origin's default) is never stored.
     client.get("/a?cache=60&size=10");
     assert_eq!(origin.requests(), 2);

@@ -96,3 +96,56 @@ fn captured_chunked_responses_are_decoded() {
     assert_eq!(headers, vec![("etag".to_string(), b"\"v1\"".to_vec())]);
     assert!(parse_captured(&raw[..raw.len() - 3]).is_none(), "an incomplete body is not stored");
 }
+
+#[test]
+fn client_conditionals_against_an_entry() {
+    let now = SystemTime::now();
+    let headers = vec![
+        ("etag".to_string(), b"W/\"v1\"".to_vec()),
+        ("last-modified".to_string(), b"Tue, 14 Nov 2023 22:13:20 GMT".to_vec()),
+    ];
+    let e = Entry::new(200, headers, Bytes::new(), Vec::new(), now, now, false);
+    assert!(not_modified(&e, Some(b"\"v0\", \"v1\""), None), "weak comparison");
+    assert!(not_modified(&e, Some(b"*"), None));
+    assert!(!not_modified(&e, Some(b"\"v2\""), Some(b"Tue, 14 Nov 2023 22:13:20 GMT")), "If-None-Match wins");
+    assert!(not_modified(&e, None, Some(b"Tue, 14 Nov 2023 22:13:20 GMT")));
+    assert!(!not_modified(&e, None, Some(b"Tue, 14 Nov 2023 22:13:19 GMT")));
+    assert!(!not_modified(&e, None, None));
+}
+
+#[test]
+fn freshness_staleness_and_windows() {
+    let now = SystemTime::now();
+    let cc = |v: &str| vec![("cache-control".to_string(), v.as_bytes().to_vec())];
+    let at = Instant::now();
+    let e = Entry::new(200, cc("max-age=0, stale-if-error=60"), Bytes::new(), Vec::new(), now, now, false);
+    assert!(!e.usable_fresh(at));
+    assert!(e.within(e.directives.stale_if_error, at));
+    assert!(!e.within(e.directives.stale_while_revalidate, at));
+    let strict =
+        Entry::new(200, cc("max-age=0, must-revalidate, stale-if-error=60"), Bytes::new(), Vec::new(), now, now, false);
+    assert!(!strict.within(strict.directives.stale_if_error, at), "must-revalidate forbids stale");
+    let fresh = Entry::new(200, cc("max-age=60"), Bytes::new(), Vec::new(), now, now, false);
+    assert!(fresh.usable_fresh(at));
+    let aged = vec![("cache-control".to_string(), b"max-age=60".to_vec()), ("age".to_string(), b"100".to_vec())];
+    assert!(!Entry::new(200, aged, Bytes::new(), Vec::new(), now, now, false).usable_fresh(at), "Age counts");
+    let revalidate = Entry::new(200, cc("max-age=60, no-cache"), Bytes::new(), Vec::new(), now, now, false);
+    assert!(!revalidate.usable_fresh(at), "no-cache: always revalidated");
+}
+
+#[test]
+fn a_304_refreshes_headers_and_keeps_the_body() {
+    let now = SystemTime::now();
+    let headers = vec![
+        ("cache-control".to_string(), b"max-age=0".to_vec()),
+        ("etag".to_string(), b"\"v1\"".to_vec()),
+        ("x-kept".to_string(), b"1".to_vec()),
+    ];
+    let e = Entry::new(200, headers, Bytes::from_static(b"body"), Vec::new(), now, now, false);
+    let update = vec![("cache-control".to_string(), b"max-age=60".to_vec())];
+    let r = e.refreshed(&update, now, false);
+    assert!(r.usable_fresh(Instant::now()));
+    assert_eq!(&r.body[..], b"body");
+    assert_eq!(policy::header(&r.headers, "x-kept"), Some(&b"1"[..]));
+    assert_eq!(policy::headers(&r.headers, "cache-control").count(), 1);
+}

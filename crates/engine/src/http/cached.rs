@@ -163,7 +163,8 @@ pub(super) async fn lookup<'c, S: ClientStream>(
         revalidating: false,
     };
     let wait = service.timeouts.server_response.min(MAX_COALESCE_WAIT);
-    let mut coalesce = true;
+    // A HEAD stores nothing, so it neither leads nor waits for a fetch.
+    let mut coalesce = !info.head_method;
     loop {
         let now = Instant::now();
         let found = match cache.lookup(&plan.key, &|n| plan.value(n)) {
@@ -178,6 +179,10 @@ pub(super) async fn lookup<'c, S: ClientStream>(
             }
         }
         plan.stale = found;
+        if rcc.only_if_cached {
+            // RFC 9111 §5.2.1.7: nothing usable stored, and the client forbids going to a server.
+            return Lookup::Served(gateway_timeout(client, service, info, head.len, draining).await);
+        }
         match coalesce.then(|| cache.coalesce(&plan.key)) {
             Some(Coalesce::Lead(fetch)) => {
                 plan._fetch = Some(fetch);
@@ -213,6 +218,30 @@ pub(super) async fn lookup<'c, S: ClientStream>(
         cache.stats.misses.fetch_add(1, Ordering::Relaxed);
     }
     Lookup::Forward(Some(plan))
+}
+
+/// 504 for an `only-if-cached` request the cache cannot answer.
+async fn gateway_timeout<S: ClientStream>(
+    client: &mut Client<S>,
+    service: &Service,
+    info: RequestInfo,
+    head_len: usize,
+    draining: bool,
+) -> bool {
+    client.buf.advance(head_len);
+    let keep = info.keep_alive && !draining;
+    let connection = parse::Connection {
+        close: !keep,
+        keep_alive: keep && info.version == Version::Http10,
+        ..parse::Connection::default()
+    };
+    let body: &[u8] = if info.head_method { b"" } else { b"504 not in cache\n" };
+    super::rewrite::local_response(&mut client.out, 504, None, "text/plain", body, connection);
+    let ok = super::body::write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();
+    client.trace.bytes_out = client.out.len() as u64;
+    client.trace.cache = Some("miss");
+    client.trace.cache_status = 504;
+    keep && ok
 }
 
 /// Adds the stale entry's validators to the forwarded request head in `out`.

@@ -331,6 +331,13 @@ fn purge_by_key_and_prefix_through_the_api_and_ctl() {
     assert_eq!(origin.requests(), 6);
     let out = ctl(admin, &["purge", "web", "test/p/1?cache=60"]);
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("purged 1"));
+    // An unsafe method invalidates its target's entry (RFC 9111 §4.4).
+    let before = origin.requests();
+    client.get("/q?cache=60");
+    assert_eq!(origin.requests(), before, "stored");
+    client.request("POST", "/q?cache=60", &[("content-length", "0")]);
+    client.get("/q?cache=60");
+    assert_eq!(origin.requests(), before + 2, "the POST went through and the GET after it missed");
     let unknown = purge(admin, ADMIN_TOKEN, r#"{"service":"nope","prefix":"x"}"#);
     assert_eq!(unknown.status, 404);
 }

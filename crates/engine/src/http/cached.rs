@@ -115,6 +115,27 @@ pub(super) async fn lookup<'c, S: ClientStream>(
 ) -> Lookup<'c> {
     let buf = &client.buf[..head.len];
     let method = std::str::from_utf8(&buf[head.method.clone()]).unwrap_or("");
+    let key_of = |method: &str| {
+        let (origin_target, authority) = super::split_target(&buf[head.target.clone()]);
+        let host_value = authority.or_else(|| head.host.clone().map(|r| &buf[r])).unwrap_or(b"");
+        let mut host = String::new();
+        let host = route::routing_host(host_value, &mut host).to_string();
+        let (path, query) = super::split_query(origin_target);
+        cache::key(
+            &cache.config.key,
+            if client.transport.secure { "https" } else { "http" },
+            method,
+            &host,
+            std::str::from_utf8(path).unwrap_or(""),
+            query.and_then(|q| std::str::from_utf8(q).ok()),
+        )
+    };
+    if matches!(method, "POST" | "PUT" | "DELETE" | "PATCH") {
+        // RFC 9111 §4.4: an unsafe method invalidates what is stored for its
+        // target. Done before forwarding (the RFC says after a non-error
+        // response): at worst an entry is fetched again after a failed request.
+        cache.purge(&key_of("GET"), false);
+    }
     let bypass = !matches!(method, "GET" | "HEAD")
         || info.framing != parse::Framing::Empty
         || info.upgrade
@@ -139,19 +160,7 @@ pub(super) async fn lookup<'c, S: ClientStream>(
     if rcc.no_store {
         return Lookup::Forward(None);
     }
-    let (origin_target, authority) = super::split_target(&buf[head.target.clone()]);
-    let host_value = authority.or_else(|| head.host.clone().map(|r| &buf[r])).unwrap_or(b"");
-    let mut host_buf = String::new();
-    let host = route::routing_host(host_value, &mut host_buf).to_string();
-    let (path, query) = super::split_query(origin_target);
-    let key = cache::key(
-        &cache.config.key,
-        if client.transport.secure { "https" } else { "http" },
-        method,
-        &host,
-        std::str::from_utf8(path).unwrap_or(""),
-        query.and_then(|q| std::str::from_utf8(q).ok()),
-    );
+    let key = key_of(method);
     let mut plan = Plan {
         cache,
         key,

@@ -39,6 +39,12 @@ pub trait Backend: Send + Sync + 'static {
     /// # Errors
     /// As [`Backend::persistence`].
     fn flush_persistence(&self, pool: &str) -> Result<u64, ApiError>;
+    /// Removes `key` (with `prefix`: every key starting with it) from a
+    /// service's response cache; returns how many keys it removed.
+    ///
+    /// # Errors
+    /// [`ApiError::NotFound`] when the service does not exist or has no cache.
+    fn purge_cache(&self, service: &str, key: &str, prefix: bool) -> Result<u64, ApiError>;
     /// Checks a configuration without applying it. `name` is the file name to
     /// use in diagnostics (what the client called it, or `<request>`).
     ///

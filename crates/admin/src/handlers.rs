@@ -189,6 +189,36 @@ pub(crate) async fn flush_persistence(State(state): State<AdminState>, Path(pool
     }
 }
 
+/// Body of `POST /api/v1/cache/purge`: a service and either an exact key or a prefix.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct PurgeRequest {
+    service: String,
+    key: Option<String>,
+    prefix: Option<String>,
+}
+
+/// `POST /api/v1/cache/purge` with `{"service", "key"}` or `{"service", "prefix"}`.
+pub(crate) async fn purge_cache(
+    State(state): State<AdminState>,
+    body: Result<Json<PurgeRequest>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let request = match body {
+        Ok(Json(r)) => r,
+        Err(rejection) => return error_response(rejection.status(), &rejection.body_text()),
+    };
+    let (key, prefix) = match (request.key, request.prefix) {
+        (Some(key), None) => (key, false),
+        (None, Some(prefix)) => (prefix, true),
+        _ => return error_response(StatusCode::BAD_REQUEST, "give exactly one of `key` and `prefix`"),
+    };
+    let service = request.service;
+    match call(&state, move |b| b.purge_cache(&service, &key, prefix)).await {
+        Ok(Ok(purged)) => Json(json!({ "purged": purged })).into_response(),
+        Ok(Err(e)) => e.into_response(),
+        Err(r) => r,
+    }
+}
+
 /// `POST /api/v1/config/validate[?name=FILE]` with the TOML text as body.
 pub(crate) async fn validate(
     State(state): State<AdminState>,

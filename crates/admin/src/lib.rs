@@ -105,6 +105,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/v1/reload", post(handlers::reload))
         .route("/api/v1/pools/{pool}/servers/{server}/weight", put(handlers::server_weight))
         .route("/api/v1/pools/{pool}/servers/{server}/{action}", post(handlers::server_action))
+        .route("/api/v1/cache/purge", post(handlers::purge_cache))
         .route("/api/v1/pools/{pool}/persistence", get(handlers::persistence).delete(handlers::flush_persistence))
         .route(auth::EVENTS_PATH, get(events::stream))
         .route("/metrics", get(handlers::metrics))

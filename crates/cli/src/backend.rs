@@ -186,6 +186,13 @@ impl Backend for EngineBackend {
             ..ExpositionView::default()
         };
         view.services = gen.config.services.iter().zip(&gen.services).map(|(s, m)| (s.name.as_str(), &**m)).collect();
+        view.caches = gen
+            .config
+            .services
+            .iter()
+            .zip(&gen.caches)
+            .filter_map(|(s, c)| Some((s.name.as_str(), &c.as_ref()?.stats)))
+            .collect();
         view.udp = gen
             .config
             .services
@@ -240,6 +247,14 @@ impl Backend for EngineBackend {
     fn flush_persistence(&self, pool: &str) -> Result<u64, ApiError> {
         match self.control.apply(Change::FlushPersistence { pool: pool.to_string() }).map_err(api_error)? {
             Applied::Flushed { removed, .. } => Ok(removed),
+            _ => Ok(0),
+        }
+    }
+
+    fn purge_cache(&self, service: &str, key: &str, prefix: bool) -> Result<u64, ApiError> {
+        let change = Change::PurgeCache { service: service.to_string(), key: key.to_string(), prefix };
+        match self.control.apply(change).map_err(api_error)? {
+            Applied::Purged { purged, .. } => Ok(purged),
             _ => Ok(0),
         }
     }

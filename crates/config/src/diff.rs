@@ -209,6 +209,7 @@ fn same_service(old_cfg: &Config, a: &Service, new_cfg: &Config, b: &Service) ->
         tls,
         http2,
         compression,
+        cache,
     } = a;
     let pool_a = |id: &PoolId| old_cfg.pools.get(id.0).map(|p| &p.name);
     let pool_b = |id: &PoolId| new_cfg.pools.get(id.0).map(|p| &p.name);
@@ -233,6 +234,7 @@ fn same_service(old_cfg: &Config, a: &Service, new_cfg: &Config, b: &Service) ->
         && *tls == b.tls
         && *http2 == b.http2
         && *compression == b.compression
+        && *cache == b.cache
         && sni_routes.len() == b.sni_routes.len()
         && sni_routes
             .iter()

@@ -150,7 +150,7 @@ fn networks(cx: &mut Ctx<'_, '_>, list: &[S<String>]) -> Vec<Cidr> {
 fn modes_of(key: &str) -> Option<&'static [Mode]> {
     Some(match key {
         "x_forwarded_for" | "x_forwarded_proto" | "forwarded" | "timeouts" | "limits" | "rules" | "http2"
-        | "compression" => &[Mode::Http, Mode::Https],
+        | "compression" | "cache" => &[Mode::Http, Mode::Https],
         "tls" => &[Mode::Https],
         "idle_timeout" | "max_connections" | "when_full" | "zero_copy" => &[Mode::Tcp, Mode::TlsPassthrough],
         "udp" => &[Mode::Udp],
@@ -179,6 +179,7 @@ fn written_keys(raw: &RawService) -> Vec<(&'static str, Range<usize>)> {
         ("tls", raw.tls.as_ref().map(S::span)),
         ("http2", raw.http2.as_ref().map(S::span)),
         ("compression", raw.compression.as_ref().map(S::span)),
+        ("cache", raw.cache.as_ref().map(S::span)),
     ]
     .into_iter()
     .filter_map(|(key, span)| Some((key, span?)))

@@ -23,6 +23,7 @@
 //! - [`diff()`]: what changed between two validated configurations, by name
 //!   (the input of a reload; its `Display` is a one-line summary for logs).
 
+mod cache;
 mod compression;
 mod diagnostic;
 mod diff;

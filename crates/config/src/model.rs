@@ -176,6 +176,48 @@ pub struct Service {
     pub http2: Http2,
     /// Response compression (`http` and `https` services); `None`: off.
     pub compression: Option<crate::Compression>,
+    /// The response cache (`http` and `https` services); `None`: off.
+    pub cache: Option<Cache>,
+}
+
+/// A service's response cache (RFC 9111, shared cache).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cache {
+    /// Most bytes stored (heads and bodies), default 256 MiB.
+    pub size: u64,
+    /// Largest response stored, default 8 MiB; larger ones are streamed, not stored.
+    pub max_object: u64,
+    /// What the cache key is made of, in order (default host, path, query).
+    pub key: Vec<CacheKeyPart>,
+    /// Heuristic freshness (10 % of the `Last-Modified` age) for responses
+    /// without explicit freshness; default false.
+    pub heuristic: bool,
+}
+
+impl Default for Cache {
+    fn default() -> Self {
+        Cache {
+            size: 256 * 1024 * 1024,
+            max_object: 8 * 1024 * 1024,
+            key: vec![CacheKeyPart::Host, CacheKeyPart::Path, CacheKeyPart::Query],
+            heuristic: false,
+        }
+    }
+}
+
+/// One part of a cache key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheKeyPart {
+    /// `host`: the request's host, lower case, port stripped.
+    Host,
+    /// `path`: the request path.
+    Path,
+    /// `query`: the query string (with its `?`).
+    Query,
+    /// `scheme`: http or https.
+    Scheme,
+    /// `method`: GET and HEAD share entries anyway; kept for keys that name it.
+    Method,
 }
 
 /// A `tls-passthrough` route.
@@ -433,6 +475,8 @@ pub struct HeaderEdits {
     pub remove_response: Vec<String>,
     /// `compress = false`: responses to matching requests are not compressed.
     pub no_compress: bool,
+    /// `cache = false`: the response cache neither serves nor stores the request.
+    pub no_cache: bool,
 }
 
 impl HeaderEdits {
@@ -445,6 +489,7 @@ impl HeaderEdits {
             && self.add_response.is_empty()
             && self.remove_response.is_empty()
             && !self.no_compress
+            && !self.no_cache
     }
 }
 

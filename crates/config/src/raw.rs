@@ -78,10 +78,28 @@ pub struct RawService {
     pub http2: Option<S<RawHttp2>>,
     /// `compression`: a boolean (read as `enabled`) or a table.
     pub compression: Option<S<RawCompression>>,
+    /// `cache`: a boolean (true: all defaults) or a table.
+    pub cache: Option<S<RawCache>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells. Validation does not also report
     /// these as missing.
     pub broken: Vec<String>,
+}
+
+/// A service's `cache` table (`cache = true` reads as an empty table,
+/// `cache = false` as `enabled = false`).
+#[derive(Debug, Clone, Default)]
+pub struct RawCache {
+    /// `false` from `cache = false`.
+    pub enabled: Option<S<bool>>,
+    /// `size`
+    pub size: Option<S<RawSize>>,
+    /// `max_object`
+    pub max_object: Option<S<RawSize>>,
+    /// `key`
+    pub key: Option<S<Vec<S<String>>>>,
+    /// `heuristic`
+    pub heuristic: Option<S<bool>>,
 }
 
 /// A service's `timeouts` table; every value is a duration string.
@@ -200,6 +218,8 @@ pub struct RawRule {
     pub redirect_https: Option<S<RawRedirectHttps>>,
     /// `hsts`: a boolean (read as `enabled`) or a table.
     pub hsts: Option<S<RawHsts>>,
+    /// `cache`: only `false` (caching off for matching requests).
+    pub cache: Option<S<bool>>,
     /// `client_cert`: condition on the client certificate.
     pub client_cert: Option<S<String>>,
     /// Keys that were written but could not be read (wrong type), or that

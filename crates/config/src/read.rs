@@ -54,7 +54,9 @@ const SERVICE_KEYS: &[&str] = &[
     "tls",
     "http2",
     "compression",
+    "cache",
 ];
+const CACHE_KEYS: &[&str] = &["size", "max_object", "key", "heuristic"];
 const UDP_KEYS: &[&str] = &["max_flows", "flow_idle", "per_datagram"];
 const SNI_ROUTE_KEYS: &[&str] = &["name", "pool"];
 const TIMEOUT_KEYS: &[&str] = &["client_header", "client_idle", "connect", "server_response", "server_idle"];
@@ -137,6 +139,7 @@ pub(crate) const RULE_KEYS: &[&str] = &[
     "remove_response_headers",
     "hsts",
     "compress",
+    "cache",
     "pool",
     "redirect",
     "redirect_https",
@@ -237,10 +240,38 @@ fn read_service(r: &mut Report<'_>, table: &DeTable<'_>) -> RawService {
                     )
                 })
             }
+            "cache" => {
+                raw.cache = flag_or_table(r, name, value).map(|v| {
+                    S::new(
+                        value.span(),
+                        match v {
+                            FlagOr::Flag(b) => RawCache { enabled: Some(b), ..RawCache::default() },
+                            FlagOr::Table(t) => read_cache(r, t),
+                        },
+                    )
+                })
+            }
             _ => raw.broken.extend(unknown_key(r, key, SERVICE_KEYS, "in [[service]]")),
         }
         if r.error_count() > errors_before {
             raw.broken.push(name.to_string());
+        }
+    }
+    raw
+}
+
+fn read_cache(r: &mut Report<'_>, table: &DeTable<'_>) -> RawCache {
+    let mut raw = RawCache::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        match name {
+            "size" => raw.size = size(r, name, value),
+            "max_object" => raw.max_object = size(r, name, value),
+            "key" => raw.key = strings(r, name, value),
+            "heuristic" => raw.heuristic = boolean(r, name, value),
+            _ => {
+                unknown_key(r, key, CACHE_KEYS, "in `cache`");
+            }
         }
     }
     raw
@@ -357,6 +388,7 @@ fn read_rule(r: &mut Report<'_>, table: &DeTable<'_>) -> RawRule {
             "status" => raw.status = integer(r, name, value),
             "content_type" => raw.content_type = string(r, name, value),
             "client_cert" => raw.client_cert = string(r, name, value),
+            "cache" => raw.cache = boolean(r, name, value),
             "redirect_https" => raw.redirect_https = redirect_https(r, name, value),
             "hsts" => {
                 raw.hsts = flag_or_table(r, name, value).map(|v| {

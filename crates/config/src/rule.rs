@@ -66,6 +66,7 @@ pub(crate) fn validate_rule(cx: &mut Ctx<'_, '_>, raw: &S<RawRule>, scope: &Rule
         || raw.remove_response_headers.is_some()
         || raw.compress.as_ref().is_some_and(|c| !*c.get_ref())
         || broken(&raw.broken, "compress")
+        || written("cache", raw.cache.is_some())
         || raw.hsts.as_ref().is_some_and(|h| h.get_ref().enabled.as_ref().is_none_or(|e| *e.get_ref()))
         || broken(&raw.broken, "hsts")
         || EDIT_KEYS.iter().any(|k| broken(&raw.broken, k));
@@ -274,6 +275,23 @@ fn edits(cx: &mut Ctx<'_, '_>, raw: &RawRule) -> HeaderEdits {
         add_response: pairs(cx, "add_response_headers", &raw.add_response_headers),
         remove_response: names(cx, "remove_response_headers", &raw.remove_response_headers),
         no_compress: raw.compress.as_ref().is_some_and(|c| !*c.get_ref()),
+        no_cache: cache_switch(cx, &raw.cache),
+    }
+}
+
+/// A rule's `cache` switch: only `false` means something.
+fn cache_switch(cx: &mut Ctx<'_, '_>, raw: &Option<S<bool>>) -> bool {
+    match raw {
+        Some(v) if *v.get_ref() => {
+            cx.r.error_hint(
+                &v.span(),
+                "a rule can only turn the cache off",
+                "write cache = false, or remove the key (the service's `cache` turns it on)",
+            );
+            false
+        }
+        Some(_) => true,
+        None => false,
     }
 }
 

@@ -210,6 +210,7 @@ fn validate_service(cx: &mut Ctx<'_, '_>, service: &S<RawService>, listeners: &m
     }
     let http2 = raw.http2.as_ref().map_or_else(Http2::default, |h| validate_http2(cx, h.get_ref()));
     let compression = raw.compression.as_ref().and_then(|c| validate_compression(cx, c.get_ref()));
+    let cache = raw.cache.as_ref().and_then(|c| crate::cache::validate_cache(cx, c));
     let scope = RuleScope { mode, client_auth: tls.as_ref().is_some_and(|t| t.client_auth.is_some()) };
     let rules = raw.rules.iter().map(|rule| validate_rule(cx, rule, &scope)).collect();
     let layer4 = validate_layer4(cx, service, mode);
@@ -228,6 +229,7 @@ fn validate_service(cx: &mut Ctx<'_, '_>, service: &S<RawService>, listeners: &m
         tls: tls.filter(|_| mode == Some(Mode::Https)),
         http2,
         compression: compression.filter(|_| matches!(mode, Some(Mode::Http | Mode::Https))),
+        cache: cache.filter(|_| matches!(mode, Some(Mode::Http | Mode::Https))),
     }
 }
 

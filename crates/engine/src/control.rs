@@ -40,6 +40,15 @@ const INSTALL_WAIT: Duration = Duration::from_secs(10);
 pub enum Change {
     /// Serve a new, validated configuration (the diff against the running one is applied).
     Reload(Box<Config>),
+    /// Remove entries from a service's response cache.
+    PurgeCache {
+        /// Service name.
+        service: String,
+        /// The exact cache key, or with `prefix` the start of every key removed.
+        key: String,
+        /// Remove every key starting with `key`.
+        prefix: bool,
+    },
     /// Empty the persistence table of a pool.
     FlushPersistence {
         /// Pool name.
@@ -80,6 +89,13 @@ pub enum Applied {
         summary: String,
         /// Things the reload could not apply live (e.g. the worker count).
         warnings: Vec<String>,
+    },
+    /// Entries were removed from a service's cache.
+    Purged {
+        /// Service name.
+        service: String,
+        /// Keys removed (each with all its variants).
+        purged: u64,
     },
     /// A pool's persistence table was emptied.
     Flushed {
@@ -175,6 +191,20 @@ impl Control {
         match change {
             Change::Reload(config) => self.reload(&mut bound, *config),
             Change::Server { pool, server, op } => self.server(&pool, &server, op),
+            Change::PurgeCache { service, key, prefix } => {
+                let gen = self.generation();
+                let i = gen
+                    .service_index(&service)
+                    .ok_or_else(|| ApplyError::NotFound(format!("no service named `{service}`")))?;
+                let cache = gen
+                    .caches
+                    .get(i)
+                    .and_then(Option::as_ref)
+                    .ok_or_else(|| ApplyError::NotFound(format!("service `{service}` has no cache")))?;
+                let purged = cache.purge(&key, prefix);
+                tracing::info!(service, key, prefix, purged, "cache purged by operator");
+                Ok(Applied::Purged { service, purged })
+            }
             Change::FlushPersistence { pool } => {
                 let gen = self.generation();
                 let table = persistence_of(&gen, &pool)?;

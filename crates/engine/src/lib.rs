@@ -7,6 +7,7 @@
 //! a graceful stop lets in-flight requests finish before workers exit.
 
 pub mod access_log;
+pub mod cache;
 pub mod control;
 pub mod error;
 pub mod health;

@@ -483,6 +483,10 @@ pub struct Generation {
     pub tls: Vec<Option<Arc<Terminator>>>,
     /// TLS handshake counters of the process, carried across reloads.
     pub tls_handshakes: Arc<TlsMetrics>,
+    /// The response cache per service (`None`: off), indexed like
+    /// `config.services`; carried across reloads while a service's cache
+    /// settings are unchanged.
+    pub caches: Vec<Option<Arc<crate::cache::Cache>>>,
 }
 
 impl Generation {
@@ -558,7 +562,19 @@ impl Generation {
                 None => Arc::new(UdpBoard::new(workers)),
             })
             .collect();
+        let caches = config
+            .services
+            .iter()
+            .map(|s| {
+                let settings = s.cache.as_ref()?;
+                let before = previous
+                    .and_then(|g| g.service_index(&s.name).and_then(|i| g.caches.get(i)?.clone()))
+                    .filter(|c| c.config == *settings);
+                Some(before.unwrap_or_else(|| Arc::new(crate::cache::Cache::new(settings))))
+            })
+            .collect();
         Ok(Generation {
+            caches,
             number,
             config,
             pools,

@@ -76,6 +76,16 @@ pub enum CtlCommand {
         #[arg(long, default_value_t = crate::DEFAULT_PERSISTENCE_LIMIT)]
         limit: usize,
     },
+    /// Remove a key (or, with --prefix, every key starting with it) from a service's cache.
+    Purge {
+        /// Service name.
+        service: String,
+        /// Cache key, e.g. `example.com/path?query` (with the default key parts).
+        key: Option<String>,
+        /// Remove every key starting with this instead.
+        #[arg(long, conflicts_with = "key")]
+        prefix: Option<String>,
+    },
     /// Print the running configuration (TOML).
     Config,
     /// Check a configuration file against the running switchyard, without applying it.
@@ -136,6 +146,7 @@ pub fn execute(args: &CtlArgs, out: &mut dyn Write) -> Result<(), CtlError> {
             render(args, &path, &answer, |s: ServerView| table::render_server_line(&s))?
         }
         CtlCommand::Persistence { pool, flush, limit } => persistence(&client, args, pool, *flush, *limit)?,
+        CtlCommand::Purge { service, key, prefix } => purge(&client, args, service, key.as_deref(), prefix.as_deref())?,
         CtlCommand::Config => client.call(Method::GET, "/api/v1/config", None)?,
         CtlCommand::Validate { file } => validate(&client, args, file)?,
         CtlCommand::Reload => {
@@ -225,6 +236,23 @@ fn persistence(client: &Client, args: &CtlArgs, pool: &str, flush: bool, limit: 
     let path = format!("{path}?limit={limit}");
     let answer = client.call(Method::GET, &path, None)?;
     render(args, &path, &answer, |p: PersistenceView| table::render_persistence(&p))
+}
+
+fn purge(
+    client: &Client,
+    args: &CtlArgs,
+    service: &str,
+    key: Option<&str>,
+    prefix: Option<&str>,
+) -> Result<String, CtlError> {
+    let body = match (key, prefix) {
+        (Some(key), None) => serde_json::json!({ "service": service, "key": key }),
+        (None, Some(prefix)) => serde_json::json!({ "service": service, "prefix": prefix }),
+        _ => return Err(CtlError::Usage("give a KEY or --prefix PREFIX".to_owned())),
+    };
+    let path = "/api/v1/cache/purge";
+    let answer = client.call(Method::POST, path, Some(("application/json", body.to_string())))?;
+    render(args, path, &answer, |v: serde_json::Value| format!("service {service}: purged {} keys\n", v["purged"]))
 }
 
 fn validate(client: &Client, args: &CtlArgs, file: &std::path::Path) -> Result<String, CtlError> {

@@ -211,6 +211,10 @@ impl Backend for Fake {
         Ok(3)
     }
 
+    fn purge_cache(&self, service: &str, _key: &str, _prefix: bool) -> Result<u64, ApiError> {
+        Err(ApiError::NotFound(format!("service `{service}` has no cache")))
+    }
+
     fn validate(&self, source: &str, name: &str) -> Result<Vec<String>, Vec<String>> {
         self.record(Call::Validate(source.into(), name.into()));
         if source.contains("invalid") {

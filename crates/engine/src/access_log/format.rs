@@ -155,6 +155,12 @@ pub(crate) fn json(out: &mut Vec<u8>, r: &Record, clock: &mut Clock) {
     json_opt(out, r.user_agent);
     out.extend_from_slice(b",\"referer\":");
     json_opt(out, r.referer);
+    if let Some(cache) = r.cache {
+        // Only on a service with a cache, so other lines keep their shape.
+        out.extend_from_slice(b",\"cache\":\"");
+        out.extend_from_slice(cache.as_bytes());
+        out.push(b'"');
+    }
     out.extend_from_slice(b"}\n");
 }
 

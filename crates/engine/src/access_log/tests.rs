@@ -28,6 +28,7 @@ fn record(target: &'static [u8]) -> Record<'static> {
         referer: None,
         // 2000-10-10T13:55:36.007Z
         start: UNIX_EPOCH + Duration::from_millis(971_186_136_007),
+        cache: None,
     }
 }
 

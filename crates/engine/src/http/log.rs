@@ -28,6 +28,10 @@ pub(super) struct Trace {
     /// (pool, server) indices in the request's generation.
     pub(super) upstream: Option<(usize, usize)>,
     pub(super) http10: bool,
+    /// What the cache did (`hit`, `miss`, `stale`, `revalidated`); `None`: not cached.
+    pub(super) cache: Option<&'static str>,
+    /// The status of a response the cache wrote itself.
+    pub(super) cache_status: u16,
 }
 
 /// Indices into [`Client::meta_at`].
@@ -102,6 +106,7 @@ pub(super) fn log<S>(client: &Client<S>, service: &Service, status: u16, error: 
             Some(_) => SystemTime::now() - std::time::Duration::from_micros(total_us + t.head_us),
             None => SystemTime::UNIX_EPOCH,
         },
+        cache: t.cache,
     };
     if let Some(m) = gen.services.get(client.service) {
         m.request(client.worker, &record);

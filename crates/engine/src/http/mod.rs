@@ -4,7 +4,8 @@
 //! 1. **read head**: bytes until a complete head, under the header timeout ([`read_head`])
 //! 2. **parse**: strict framing checks ([`parse::parse_request`])
 //! 3. **route**: rules choose a pool or a direct answer ([`route::evaluate`]);
-//!    persistence names the client's server, if any ([`crate::persist`])
+//!    persistence names the client's server, if any ([`crate::persist`]);
+//!    the response cache answers a hit, or plans what to store ([`cached::lookup`])
 //! 4. **request rewrite**: hop-by-hop removal, forwarding headers, edits ([`rewrite::request_head`])
 //! 5. **pick server**: persistent server or balancer, connection limits, retries ([`forward`])
 //! 6. **forward**: head and streamed body to the server ([`exchange`])
@@ -13,13 +14,16 @@
 //!    that go with it ([`compress::plan`], [`compress::rewrite_head`])
 //! 9. **stream response**: body relayed to the client ([`body::relay`]), through
 //!    the coder when compressing ([`compress::relay`]), or a byte tunnel after a
-//!    relayed protocol switch (WebSocket, [`tunnel`])
+//!    relayed protocol switch (WebSocket, [`tunnel`]) — through a [`cache::Tee`]
+//!    that copies what the client gets (compressed or not) for the cache, which
+//!    then stores it or answers a 304 / covered error itself ([`cached::finish`])
 //! 10. **log**: metrics, the access log line, failures at `warn` ([`log`])
 //!
 //! Invariants: no peer input can panic this code; a failure of one request
 //! closes at most its own client connection and its own server connection.
 
 pub mod body;
+mod cached;
 pub mod compress;
 mod log;
 pub mod parse;
@@ -42,6 +46,7 @@ use self::log::{keep_meta, log, micros, CloseGuard, Trace};
 use self::parse::{Connection, Field, Framing, HeadLimits, RequestHead, Version};
 use self::rewrite::Forwarding;
 pub use self::stream::{ClientStream, Transport};
+use crate::cache;
 use crate::error::{Kind, ProxyError};
 use crate::upstream::{self, ActiveGuard, PickView, UpstreamConn};
 use crate::worker::{Local, Worker};
@@ -104,6 +109,11 @@ struct Client<S> {
     stick_key: Vec<u8>,
     /// TLS facts of the connection.
     transport: Transport,
+    /// Cache hook: the copy of the response being written to the client
+    /// (set for a request the cache may store), and which responses the
+    /// cache answers instead of the client ([`cached`]).
+    capture: Option<cache::Capture>,
+    intercept: cached::Intercept,
 }
 
 /// What the route phase decided, detached from the request buffer.
@@ -136,6 +146,8 @@ struct RequestInfo {
 struct Outcome {
     status: u16,
     client_keep_alive: bool,
+    /// The cache held the response back ([`cached::Intercept`]): nothing went to the client.
+    intercepted: bool,
 }
 
 /// A failed exchange, and whether the client already got part of a response.
@@ -184,6 +196,8 @@ pub async fn serve<S: ClientStream + 'static>(
         meta_at: [None; 3],
         stick_key: Vec::new(),
         transport,
+        capture: None,
+        intercept: cached::Intercept::default(),
     };
     let metrics = client.local.gen.services[service].clone();
     // A request of an HTTP/2 stream is not a connection of its own.
@@ -511,6 +525,24 @@ async fn handle<S: ClientStream>(
         info
     };
 
+    // Cache lookup: a hit is answered here, before a server is picked.
+    let cache = local.gen.caches.get(client.service).and_then(Option::as_ref);
+    let plan = match cache {
+        Some(cache) => {
+            let draining = worker.closing(local.gen.number, &service.name);
+            match cached::lookup(client, cache, service, &head, &routed, info, draining).await {
+                cached::Lookup::Served(keep) => {
+                    log(client, service, client.trace.cache_status, None, started);
+                    return keep && !worker.closing(local.gen.number, &service.name);
+                }
+                cached::Lookup::Forward(plan) => plan,
+            }
+        }
+        None => None,
+    };
+    let buf = &client.buf[..head.len];
+    let (origin_target, authority) = split_target(&buf[head.target.clone()]);
+
     // Phase 4: request rewrite. The head is consumed from the buffer once
     // rewritten; what follows it is body or the next request.
     let upgrade = head.upgrade.clone().filter(|_| info.upgrade).map(|r| &buf[r]);
@@ -542,9 +574,38 @@ async fn handle<S: ClientStream>(
         &fwd,
     );
     client.buf.advance(head.len);
+    // Cache hook: revalidate a stale entry; tee the response into a capture.
+    if let Some(plan) = &plan {
+        cached::add_validators(&mut client.out, plan);
+        client.capture = Some(plan.capture());
+        client.intercept = plan.intercept(Instant::now());
+    }
 
     // Phases 5–9: pick a server, forward, stream the response.
-    match forward(client, service, worker, local, pool, &routed, info).await {
+    let forwarded = forward(client, service, worker, local, pool, &routed, info).await;
+    let capture = client.capture.take();
+    client.intercept = cached::Intercept::default();
+    // Cache store: keep a complete response, or answer from the cache (304, stale-if-error).
+    if let Some(plan) = plan {
+        let ended = match &forwarded {
+            Ok(o) if o.intercepted => cached::Ended::Intercepted { status: o.status },
+            Ok(o) => cached::Ended::Relayed { status: o.status, capture: capture.as_ref() },
+            Err(Failed { response_started: false, .. }) => cached::Ended::Failed,
+            Err(_) => cached::Ended::Relayed { status: 0, capture: None },
+        };
+        let draining = worker.closing(local.gen.number, &service.name);
+        if let Some(keep) = cached::finish(client, service, info, plan, ended, draining).await {
+            log(client, service, client.trace.cache_status, None, started);
+            return keep && !draining;
+        }
+    }
+    match forwarded {
+        Ok(outcome) if outcome.intercepted => {
+            // The cache held the response back but could not answer after all
+            // (its stale entry expired meanwhile, or the 304 was malformed).
+            fail(client, service, &ProxyError::new(Kind::BadResponse("response held for the cache")), started).await;
+            false
+        }
         Ok(outcome) => {
             log(client, service, outcome.status, None, started);
             outcome.client_keep_alive && !worker.closing(local.gen.number, &service.name)
@@ -764,20 +825,31 @@ async fn exchange<S: ClientStream>(
         sticky,
         presented: &client.stick_key,
         now: worker.clock.get(),
+        intercept: client.intercept,
     };
     let draining = || worker.closing(gen, &service.name);
     if upload.is_finished() {
-        let done = respond(
-            &mut conn.stream,
-            &mut conn.buf,
-            &mut client.stream,
-            &mut response,
-            service,
-            routed,
-            info,
-            draining,
-        )
-        .await?;
+        // Cache hook: the response is copied as it goes to the client.
+        let done = match client.capture.as_mut() {
+            Some(capture) => {
+                let mut tee = cache::Tee { inner: &mut client.stream, capture };
+                respond(&mut conn.stream, &mut conn.buf, &mut tee, &mut response, service, routed, info, draining)
+                    .await?
+            }
+            None => {
+                respond(
+                    &mut conn.stream,
+                    &mut conn.buf,
+                    &mut client.stream,
+                    &mut response,
+                    service,
+                    routed,
+                    info,
+                    draining,
+                )
+                .await?
+            }
+        };
         client.trace.response_us = Some(done.head_us);
         client.trace.bytes_out = done.bytes_out;
         count_compressed(client, worker, &done);
@@ -884,6 +956,8 @@ struct Response<'a> {
     presented: &'a [u8],
     /// The worker clock when the request went out (for stick-table updates).
     now: Instant,
+    /// Responses the cache answers instead of the client.
+    intercept: cached::Intercept,
 }
 
 /// Persistence at the response: a cookie to insert, or the pool whose servers'
@@ -940,7 +1014,7 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
                 if write_all(client, response.out, t.server_response).await.is_err() {
                     return Err(Failed { error: ProxyError::new(Kind::ClientClosed), response_started: true });
                 }
-                let outcome = Outcome { status: 101, client_keep_alive: false };
+                let outcome = Outcome { status: 101, client_keep_alive: false, intercepted: false };
                 let (head_us, bytes_out) = (micros(response.sent.elapsed()), response.out.len() as u64);
                 return Ok(Responded {
                     outcome,
@@ -974,6 +1048,18 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
     };
 
     let head_us = micros(response.sent.elapsed());
+
+    if response.intercept.takes(head.status) {
+        // Cache hook: a 304 to the cache's revalidation, or an error a stale
+        // entry covers, is answered by the cache; its head is kept in `out`.
+        let bodiless = head.status == 304 || head.framing == Framing::Empty || head.framing == Framing::Length(0);
+        let server_keeps = bodiless && head.version == Version::Http11 && !head.connection.close;
+        response.out.clear();
+        response.out.extend_from_slice(&buf[..head.len]);
+        buf.advance(head.len);
+        let outcome = Outcome { status: head.status, client_keep_alive: info.keep_alive, intercepted: true };
+        return Ok(Responded { outcome, server_keeps, switched: false, head_us, bytes_out: 0, compressed: None });
+    }
 
     // Phase 7: response rewrite.
     let body_framing =
@@ -1046,7 +1132,7 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
 
     // Phase 9: stream the response body, through the coder when compressing.
     response.started = true;
-    let outcome = Outcome { status: head.status, client_keep_alive };
+    let outcome = Outcome { status: head.status, client_keep_alive, intercepted: false };
     let done =
         |bytes_out, compressed| Responded { outcome, server_keeps, switched: false, head_us, bytes_out, compressed };
     if let Some(coding) = coding {

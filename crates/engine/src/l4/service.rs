@@ -282,6 +282,7 @@ fn record(
             Some(_) => SystemTime::now() - Duration::from_micros(total_us),
             None => SystemTime::UNIX_EPOCH,
         },
+        cache: None,
     };
     if let Some(m) = gen.services.get(service) {
         m.request(worker.id, &record);

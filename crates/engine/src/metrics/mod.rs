@@ -88,6 +88,9 @@ pub struct Record<'a> {
     pub referer: Option<&'a [u8]>,
     /// When the request started (first byte of its head).
     pub start: SystemTime,
+    /// What the response cache did: `hit`, `miss`, `stale`, `revalidated`;
+    /// `None` when the request was not a cache candidate.
+    pub cache: Option<&'static str>,
 }
 
 /// The server a request was sent to.

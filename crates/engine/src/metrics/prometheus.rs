@@ -42,6 +42,8 @@ pub struct ExpositionView<'a> {
     pub udp: Vec<(&'a str, crate::relay::FlowStats)>,
     /// TLS handshake counters, once TLS exists (absent: exposed as zeros).
     pub tls: Option<&'a TlsMetrics>,
+    /// The response cache of each service that has one.
+    pub caches: Vec<(&'a str, &'a crate::cache::CacheStats)>,
     /// Process-wide values.
     pub process: ProcessGauges,
 }
@@ -104,6 +106,8 @@ struct Scrape {
     udp: Vec<(String, crate::relay::FlowStats)>,
     tls: TlsTotals,
     process: ProcessGauges,
+    /// Per service with a cache: hits, misses, stale, revalidated, evictions, bytes.
+    caches: Vec<(String, [u64; 6])>,
 }
 
 #[derive(Debug)]
@@ -138,6 +142,15 @@ impl Scrape {
             udp: view.udp.iter().map(|(n, s)| (n.to_string(), *s)).collect(),
             tls: view.tls.map(TlsMetrics::snapshot).unwrap_or_default(),
             process: view.process,
+            caches: view
+                .caches
+                .iter()
+                .map(|(n, c)| {
+                    let read = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+                    let v = [&c.hits, &c.misses, &c.stale, &c.revalidated, &c.evictions, &c.bytes].map(read);
+                    (n.to_string(), v)
+                })
+                .collect(),
         }
     }
 }
@@ -150,6 +163,7 @@ impl Collector for Scrape {
         let waiting = self.queues.iter().map(|(n, w)| ([("pool", n.as_str())], u64::from(*w)));
         gauge(&mut enc, "pool_queue_waiting", "Requests waiting in the pool's queue now.", waiting)?;
         self.udp(&mut enc)?;
+        self.caches(&mut enc)?;
         let t = &self.tls;
         let rows = [("full", t.full), ("resumed", t.resumed), ("failed", t.failed)];
         counter(&mut enc, "tls_handshakes", "TLS handshakes by kind.", rows.map(|(k, v)| ([("kind", k)], v)))
@@ -186,6 +200,22 @@ impl Scrape {
         counter(enc, "udp_datagrams", "UDP datagrams relayed, per direction.", datagrams)?;
         let dropped = u.iter().map(|(n, s)| ([("service", n.as_str())], s.dropped));
         counter(enc, "udp_dropped", "UDP datagrams dropped (no server, send failure).", dropped)
+    }
+
+    fn caches(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+        let c = &self.caches;
+        let one = |i: usize| c.iter().map(move |(n, v)| ([("service", n.as_str())], v[i]));
+        counter(enc, "cache_hits", "Requests answered from a fresh cache entry.", one(0))?;
+        counter(enc, "cache_misses", "Cacheable requests forwarded with nothing usable stored.", one(1))?;
+        counter(
+            enc,
+            "cache_stale",
+            "Requests answered from a stale entry (stale-while-revalidate, stale-if-error).",
+            one(2),
+        )?;
+        counter(enc, "cache_revalidated", "Stale entries a server confirmed with 304.", one(3))?;
+        counter(enc, "cache_evictions", "Cache entries evicted to make room.", one(4))?;
+        gauge(enc, "cache_bytes", "Bytes stored in the cache now.", one(5))
     }
 
     fn services(&self, enc: &mut DescriptorEncoder) -> fmt::Result {

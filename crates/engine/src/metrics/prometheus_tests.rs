@@ -108,6 +108,7 @@ fn view<'a>(
         servers: vec![row("a", "up", a), row("b", "draining", b)],
         queues: vec![("main", 3)],
         udp: Vec::new(),
+        caches: Vec::new(),
         tls: Some(tls),
         process: ProcessGauges {
             workers: 2,
@@ -213,4 +214,19 @@ fn an_empty_view_still_parses() {
     let s = parse(&text);
     assert_eq!(value(&s, "switchyard_tls_handshakes_total", &[("kind", "failed")]), 0.0);
     assert!(find(&s, "switchyard_requests_total", &[]).is_empty());
+}
+
+#[test]
+fn cache_counters_are_exposed_per_service() {
+    use std::sync::atomic::Ordering;
+    let stats = crate::cache::CacheStats::default();
+    stats.hits.store(5, Ordering::Relaxed);
+    stats.bytes.store(1234, Ordering::Relaxed);
+    stats.evictions.store(2, Ordering::Relaxed);
+    let view = ExpositionView { caches: vec![("web", &stats)], ..ExpositionView::default() };
+    let text = encode(&view);
+    assert!(text.contains("switchyard_cache_hits_total{service=\"web\"} 5\n"), "{text}");
+    assert!(text.contains("switchyard_cache_bytes{service=\"web\"} 1234\n"), "{text}");
+    assert!(text.contains("switchyard_cache_evictions_total{service=\"web\"} 2\n"), "{text}");
+    assert!(text.contains("switchyard_cache_misses_total{service=\"web\"} 0\n"), "{text}");
 }

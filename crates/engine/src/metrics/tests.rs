@@ -21,6 +21,7 @@ pub(crate) fn record(status: u16, error: Option<ProxyError>) -> Record<'static> 
         user_agent: Some(b"curl/8"),
         referer: None,
         start: SystemTime::UNIX_EPOCH,
+        cache: None,
     }
 }
 

@@ -1,0 +1,373 @@
+//! The cache's two places in the pipeline ([`crate::cache`] holds the store):
+//!
+//! - **cache lookup** (after route, before request rewrite and pick server):
+//!   [`lookup`] answers a fresh hit (or a 304 to the client's own
+//!   conditional request) without touching a server, serves stale within
+//!   `stale-while-revalidate` while another request refreshes the entry,
+//!   waits for a concurrent fetch of the same key (coalescing), or returns
+//!   a [`Plan`] for the forwarded request: revalidate a stale entry, or fetch.
+//! - **cache store** (after the response went to the client): [`finish`]
+//!   stores a complete capture, turns a server's 304 into the stored
+//!   response, and covers a server error or failure with a stale entry
+//!   within `stale-if-error`.
+//!
+//! `stale-while-revalidate` refreshes in the foreground of one request: the
+//! first request to find the entry stale revalidates it (and waits for the
+//! server); requests arriving meanwhile get the stale entry at once. There is
+//! no background task, so an entry nobody asks for is never refreshed.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Buf;
+use switchyard_config::Service;
+
+use super::body::write_all_two;
+use super::parse::{self, RequestHead, Version};
+use super::{route, Client, ClientStream, RequestInfo, Routed};
+use crate::cache::{self, policy, Cache, Capture, Coalesce, Entry, Fetch, Found};
+
+/// Longest a request waits for another request's fetch of the same key.
+const MAX_COALESCE_WAIT: Duration = Duration::from_secs(10);
+
+/// Which response the cache holds back from the client and answers itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Intercept {
+    /// A 304 to the cache's own revalidation.
+    pub(super) not_modified: bool,
+    /// A 5xx, covered by a stale entry (`stale-if-error`).
+    pub(super) server_error: bool,
+}
+
+impl Intercept {
+    /// Whether a response with `status` goes to the cache instead of the client.
+    pub(super) fn takes(self, status: u16) -> bool {
+        (self.not_modified && status == 304) || (self.server_error && status >= 500)
+    }
+}
+
+/// A forwarded request the cache follows: what it may store, and what it
+/// falls back on.
+pub(super) struct Plan<'c> {
+    cache: &'c Cache,
+    key: String,
+    /// Request headers (names lower case), for `Vary` and conditionals.
+    request: Vec<(String, Vec<u8>)>,
+    /// The stale entry being revalidated or kept for `stale-if-error`.
+    stale: Option<Arc<Entry>>,
+    /// Held while this request fetches the key for others.
+    _fetch: Option<Fetch<'c>>,
+    requested: SystemTime,
+    head_method: bool,
+    /// The validators were added to the forwarded request.
+    pub(super) revalidating: bool,
+}
+
+impl Plan<'_> {
+    /// What the pipeline does with a response before it reaches the client.
+    pub(super) fn intercept(&self, now: Instant) -> Intercept {
+        let covers = self.stale.as_ref().is_some_and(|e| e.within(e.directives.stale_if_error, now));
+        Intercept { not_modified: self.revalidating, server_error: covers }
+    }
+
+    /// The capture the response is teed into (the cache's `max_object` plus room for the head).
+    pub(super) fn capture(&self) -> Capture {
+        Capture::new(usize::try_from(self.cache.config.max_object).unwrap_or(usize::MAX).saturating_add(64 * 1024))
+    }
+
+    fn value(&self, name: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (_, v) in self.request.iter().filter(|(n, _)| n == name) {
+            if !out.is_empty() {
+                out.extend_from_slice(b", ");
+            }
+            out.extend_from_slice(v);
+        }
+        if name == "accept-encoding" {
+            return policy::normalise_accept_encoding(&out);
+        }
+        out
+    }
+
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        policy::header(&self.request, name)
+    }
+}
+
+/// What the lookup phase decided.
+pub(super) enum Lookup<'c> {
+    /// The cache answered; whether the connection stays open.
+    Served(bool),
+    /// Forward the request, followed by the cache when `Some`.
+    Forward(Option<Plan<'c>>),
+}
+
+/// Phase "cache lookup". `client.buf` still holds the request head.
+pub(super) async fn lookup<'c, S: ClientStream>(
+    client: &mut Client<S>,
+    cache: &'c Cache,
+    service: &Service,
+    head: &RequestHead,
+    routed: &Routed<'_>,
+    info: RequestInfo,
+    draining: bool,
+) -> Lookup<'c> {
+    let buf = &client.buf[..head.len];
+    let method = std::str::from_utf8(&buf[head.method.clone()]).unwrap_or("");
+    let key_of = |method: &str| {
+        let (origin_target, authority) = super::split_target(&buf[head.target.clone()]);
+        let host_value = authority.or_else(|| head.host.clone().map(|r| &buf[r])).unwrap_or(b"");
+        let mut host = String::new();
+        let host = route::routing_host(host_value, &mut host).to_string();
+        let (path, query) = super::split_query(origin_target);
+        cache::key(
+            &cache.config.key,
+            if client.transport.secure { "https" } else { "http" },
+            method,
+            &host,
+            std::str::from_utf8(path).unwrap_or(""),
+            query.and_then(|q| std::str::from_utf8(q).ok()),
+        )
+    };
+    if matches!(method, "POST" | "PUT" | "DELETE" | "PATCH") {
+        // RFC 9111 §4.4: an unsafe method invalidates what is stored for its
+        // target. Done before forwarding (the RFC says after a non-error
+        // response): at worst an entry is fetched again after a failed request.
+        cache.purge(&key_of("GET"), false);
+    }
+    let bypass = !matches!(method, "GET" | "HEAD")
+        || info.framing != parse::Framing::Empty
+        || info.upgrade
+        || routed.edits.iter().any(|e| e.no_cache);
+    if bypass {
+        return Lookup::Forward(None);
+    }
+    let request: Vec<(String, Vec<u8>)> = client
+        .fields
+        .iter()
+        .map(|f| (String::from_utf8_lossy(&buf[f.name.clone()]).to_ascii_lowercase(), buf[f.value.clone()].to_vec()))
+        .collect();
+    if policy::header(&request, "range").is_some() {
+        return Lookup::Forward(None);
+    }
+    let mut rcc = policy::Directives::parse(policy::headers(&request, "cache-control"));
+    if policy::header(&request, "cache-control").is_none()
+        && policy::header(&request, "pragma").is_some_and(|p| p.eq_ignore_ascii_case(b"no-cache"))
+    {
+        rcc.no_cache = true;
+    }
+    if rcc.no_store {
+        return Lookup::Forward(None);
+    }
+    let key = key_of(method);
+    let mut plan = Plan {
+        cache,
+        key,
+        request,
+        stale: None,
+        _fetch: None,
+        requested: SystemTime::now(),
+        head_method: info.head_method,
+        revalidating: false,
+    };
+    let wait = service.timeouts.server_response.min(MAX_COALESCE_WAIT);
+    // A HEAD stores nothing, so it neither leads nor waits for a fetch.
+    let mut coalesce = !info.head_method;
+    loop {
+        let now = Instant::now();
+        let found = match cache.lookup(&plan.key, &|n| plan.value(n)) {
+            Found::Entry(e) => Some(e),
+            Found::Nothing => None,
+        };
+        if let Some(entry) = &found {
+            let within_max_age = rcc.max_age.is_none_or(|m| entry.age(now) <= Duration::from_secs(m));
+            if entry.usable_fresh(now) && !rcc.no_cache && within_max_age {
+                cache.stats.hits.fetch_add(1, Ordering::Relaxed);
+                return Lookup::Served(serve(client, service, info, head.len, &plan, entry, "hit", draining).await);
+            }
+        }
+        plan.stale = found;
+        if rcc.only_if_cached {
+            // RFC 9111 §5.2.1.7: nothing usable stored, and the client forbids going to a server.
+            return Lookup::Served(gateway_timeout(client, service, info, head.len, draining).await);
+        }
+        match coalesce.then(|| cache.coalesce(&plan.key)) {
+            Some(Coalesce::Lead(fetch)) => {
+                plan._fetch = Some(fetch);
+                break;
+            }
+            Some(Coalesce::Wait(mut done)) => {
+                if let Some(entry) = plan
+                    .stale
+                    .clone()
+                    .filter(|e| !rcc.no_cache && e.within(e.directives.stale_while_revalidate, Instant::now()))
+                {
+                    // Another request is refreshing it: the stale entry now.
+                    cache.stats.stale.fetch_add(1, Ordering::Relaxed);
+                    return Lookup::Served(
+                        serve(client, service, info, head.len, &plan, &entry, "stale", draining).await,
+                    );
+                }
+                let _ = tokio::time::timeout(wait, done.changed()).await;
+                // Look once more; a second miss fetches without coalescing
+                // (the response may not have been storable).
+                coalesce = false;
+            }
+            None => break,
+        }
+    }
+    // Revalidation needs validators and a request without its own conditionals.
+    let own_conditional = plan.header("if-none-match").is_some() || plan.header("if-modified-since").is_some();
+    if let Some(entry) = plan.stale.as_ref().filter(|_| !own_conditional) {
+        let (etag, modified) = entry.validators();
+        plan.revalidating = etag.is_some() || modified.is_some();
+    }
+    if !plan.revalidating {
+        cache.stats.misses.fetch_add(1, Ordering::Relaxed);
+    }
+    Lookup::Forward(Some(plan))
+}
+
+/// 504 for an `only-if-cached` request the cache cannot answer.
+async fn gateway_timeout<S: ClientStream>(
+    client: &mut Client<S>,
+    service: &Service,
+    info: RequestInfo,
+    head_len: usize,
+    draining: bool,
+) -> bool {
+    client.buf.advance(head_len);
+    let keep = info.keep_alive && !draining;
+    let connection = parse::Connection {
+        close: !keep,
+        keep_alive: keep && info.version == Version::Http10,
+        ..parse::Connection::default()
+    };
+    let body: &[u8] = if info.head_method { b"" } else { b"504 not in cache\n" };
+    super::rewrite::local_response(&mut client.out, 504, None, "text/plain", body, connection);
+    let ok = super::body::write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();
+    client.trace.bytes_out = client.out.len() as u64;
+    client.trace.cache = Some("miss");
+    client.trace.cache_status = 504;
+    keep && ok
+}
+
+/// Adds the stale entry's validators to the forwarded request head in `out`.
+pub(super) fn add_validators(out: &mut Vec<u8>, plan: &Plan<'_>) {
+    let Some(entry) = plan.stale.as_ref().filter(|_| plan.revalidating) else { return };
+    let (etag, modified) = entry.validators();
+    // Before the head's final CRLF.
+    out.truncate(out.len().saturating_sub(2));
+    if let Some(etag) = etag {
+        out.extend_from_slice(b"if-none-match: ");
+        out.extend_from_slice(etag);
+        out.extend_from_slice(b"\r\n");
+    }
+    if let Some(modified) = modified {
+        out.extend_from_slice(b"if-modified-since: ");
+        out.extend_from_slice(modified);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// How the forwarded request ended, as the cache sees it.
+pub(super) enum Ended<'a> {
+    /// The server's response went to the client (teed into `capture`).
+    Relayed { status: u16, capture: Option<&'a Capture> },
+    /// The cache held the response back ([`Intercept`]); its head is in `client.out`.
+    Intercepted { status: u16 },
+    /// No response: the server could not be reached or failed first.
+    Failed,
+}
+
+/// Phase "cache store". `Some(keep_alive)` when the cache answered the
+/// client itself (revalidated, or stale on error), `None` otherwise.
+pub(super) async fn finish<S: ClientStream>(
+    client: &mut Client<S>,
+    service: &Service,
+    info: RequestInfo,
+    plan: Plan<'_>,
+    ended: Ended<'_>,
+    draining: bool,
+) -> Option<bool> {
+    let cache = plan.cache;
+    match ended {
+        Ended::Relayed { status, capture } => {
+            let captured = capture.and_then(Capture::bytes).filter(|_| !plan.head_method);
+            if let Some((status, headers, body)) = captured.and_then(cache::parse_captured) {
+                store(&plan, status, headers, body);
+            }
+            // (A HEAD's response says nothing about the body: nothing is stored from it.)
+            if plan.revalidating && status != 0 {
+                // The server sent a new response instead of a 304: it counts as a miss.
+                cache.stats.misses.fetch_add(1, Ordering::Relaxed);
+            }
+            client.trace.cache = Some(if plan.revalidating { "revalidated" } else { "miss" });
+            None
+        }
+        Ended::Intercepted { status: 304 } => {
+            let stale = plan.stale.clone()?;
+            let (_, update) = cache::parse_head(&client.out)?;
+            let update: Vec<_> = update
+                .into_iter()
+                .filter(|(n, _)| !matches!(n.as_str(), "content-type" | "content-encoding"))
+                .collect();
+            let refreshed = Arc::new(stale.refreshed(&update, plan.requested, cache.config.heuristic));
+            cache.insert_shared(&plan.key, refreshed.clone());
+            cache.stats.revalidated.fetch_add(1, Ordering::Relaxed);
+            Some(serve(client, service, info, 0, &plan, &refreshed, "revalidated", draining).await)
+        }
+        Ended::Intercepted { .. } | Ended::Failed => {
+            let stale = plan.stale.clone().filter(|e| e.within(e.directives.stale_if_error, Instant::now()))?;
+            cache.stats.stale.fetch_add(1, Ordering::Relaxed);
+            Some(serve(client, service, info, 0, &plan, &stale, "stale", draining).await)
+        }
+    }
+}
+
+/// Stores a complete response when a shared cache may.
+fn store(plan: &Plan<'_>, status: u16, headers: Vec<(String, Vec<u8>)>, body: bytes::Bytes) {
+    let cache = plan.cache;
+    let d = policy::Directives::parse(policy::headers(&headers, "cache-control"));
+    let authorized = plan.header("authorization").is_some();
+    if !policy::storable(status, &d, &headers, authorized, cache.config.heuristic) {
+        return;
+    }
+    let vary = policy::headers(&headers, "vary").collect::<Vec<_>>().join(&b","[..]);
+    let vary = cache::vary_values(&vary, &|n| plan.value(n));
+    let entry = Entry::new(status, headers, body, vary, plan.requested, SystemTime::now(), cache.config.heuristic);
+    cache.insert(&plan.key, entry);
+}
+
+/// Writes a stored response to the client: the entry, or 304 when the
+/// client's own conditional request matches it; a HEAD gets the head only.
+/// `head_len`: request head bytes still to consume from `client.buf`.
+#[allow(clippy::too_many_arguments)]
+async fn serve<S: ClientStream>(
+    client: &mut Client<S>,
+    service: &Service,
+    info: RequestInfo,
+    head_len: usize,
+    plan: &Plan<'_>,
+    entry: &Entry,
+    how: &'static str,
+    draining: bool,
+) -> bool {
+    client.buf.advance(head_len);
+    let keep = info.keep_alive && !draining;
+    let status = if cache::not_modified(entry, plan.header("if-none-match"), plan.header("if-modified-since")) {
+        304
+    } else {
+        entry.status
+    };
+    let age = entry.age(Instant::now());
+    cache::hit_head(&mut client.out, entry, age, status, !keep, keep && info.version == Version::Http10);
+    let body = if info.head_method || status == 304 || status == 204 { &[][..] } else { &entry.body[..] };
+    let ok = write_all_two(&mut client.stream, &client.out, body, service.timeouts.client_idle).await.is_ok();
+    client.trace.bytes_out = (client.out.len() + body.len()) as u64;
+    client.trace.cache = Some(how);
+    client.trace.cache_status = status;
+    keep && ok
+}

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Buf;
-use switchyard_config::Service;
+use switchyard_config::{Compression, Service};
 
 use super::body::write_all_two;
 use super::parse::{self, RequestHead, Version};
@@ -60,6 +60,9 @@ pub(super) struct Plan<'c> {
     _fetch: Option<Fetch<'c>>,
     requested: SystemTime,
     head_method: bool,
+    /// The service's compression, when it has one: `Accept-Encoding` variants
+    /// are then keyed by what compression would do ([`super::compress::variant_key`]).
+    compression: Option<Compression>,
     /// The validators were added to the forwarded request.
     pub(super) revalidating: bool,
 }
@@ -85,7 +88,12 @@ impl Plan<'_> {
             out.extend_from_slice(v);
         }
         if name == "accept-encoding" {
-            return policy::normalise_accept_encoding(&out);
+            return match &self.compression {
+                Some(c) => {
+                    super::compress::variant_key(c, self.request.iter().filter(|(n, _)| n == name).map(|(_, v)| &v[..]))
+                }
+                None => policy::normalise_accept_encoding(&out),
+            };
         }
         out
     }
@@ -169,6 +177,7 @@ pub(super) async fn lookup<'c, S: ClientStream>(
         _fetch: None,
         requested: SystemTime::now(),
         head_method: info.head_method,
+        compression: service.compression.clone(),
         revalidating: false,
     };
     let wait = service.timeouts.server_response.min(MAX_COALESCE_WAIT);

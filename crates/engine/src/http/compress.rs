@@ -177,6 +177,24 @@ pub enum Coding {
     Gunzip,
 }
 
+/// What of a request's `Accept-Encoding` can change how [`decide`] treats a
+/// response under `config`: the algorithm it would pick (or `identity`),
+/// whether it refuses identity, and, with `decompress`, whether it takes gzip.
+/// The cache keys its `Accept-Encoding` variants by this, so clients that
+/// would get the same bytes share one stored variant (`br;q=1, gzip;q=0.5`
+/// and `br` both get the `br` one).
+pub fn variant_key<'a>(config: &Compression, values: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let accepted = Accepted::parse(values);
+    let mut key = accepted.choose(&config.algorithms).map_or("identity", Encoding::token).as_bytes().to_vec();
+    if accepted.refuses_identity() {
+        key.extend_from_slice(b";no-identity");
+    }
+    if config.decompress && accepted.q(Encoding::Gzip) == 0 {
+        key.extend_from_slice(b";no-gzip");
+    }
+    key
+}
+
 /// The facts of a request [`plan`] needs.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestFacts {
@@ -200,9 +218,34 @@ pub fn plan(
     head: &[u8],
     fields: &[Field],
 ) -> Option<Coding> {
-    let config = config?;
+    decide(config, request, status, has_body, length, head, fields).ok()
+}
+
+/// Why [`decide`] leaves a body as the server sent it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// Nothing about the request would change that (no compression here, the
+    /// type, the size, the status, an existing coding, `no-transform`...).
+    Ineligible,
+    /// Only because the client accepts none of the configured algorithms: the
+    /// response still varies on `Accept-Encoding` ([`add_vary`]), or a shared
+    /// cache would give this unencoded form to clients that get it encoded.
+    NotAccepted,
+}
+
+/// [`plan`], saying why a body is left alone.
+pub fn decide(
+    config: Option<&Compression>,
+    request: RequestFacts,
+    status: u16,
+    has_body: bool,
+    length: Option<u64>,
+    head: &[u8],
+    fields: &[Field],
+) -> Result<Coding, Skip> {
+    let config = config.ok_or(Skip::Ineligible)?;
     if request.switched_off || request.head_method || !has_body || status < 200 || status == 206 || length == Some(0) {
-        return None;
+        return Err(Skip::Ineligible);
     }
     let mut content_type: &[u8] = b"";
     let mut encoding: Option<&[u8]> = None;
@@ -218,7 +261,7 @@ pub fn plan(
             || (name.eq_ignore_ascii_case(b"cache-control")
                 && value.split(|&b| b == b',').any(|d| d.trim_ascii().eq_ignore_ascii_case(b"no-transform")))
         {
-            return None;
+            return Err(Skip::Ineligible);
         }
     }
     match encoding {
@@ -227,27 +270,38 @@ pub fn plan(
             let gunzip = config.decompress
                 && (e.eq_ignore_ascii_case(b"gzip") || e.eq_ignore_ascii_case(b"x-gzip"))
                 && request.accepted.q(Encoding::Gzip) == 0;
-            return gunzip.then_some(Coding::Gunzip);
+            return if gunzip { Ok(Coding::Gunzip) } else { Err(Skip::Ineligible) };
         }
         None => {}
     }
     if !config.matches_type(content_type) {
-        return None;
+        return Err(Skip::Ineligible);
     }
     if let Some(n) = length {
         // A client that refuses the unencoded form gets even a small body encoded.
         if (n < config.min_size && !request.accepted.refuses_identity()) || n > config.max_size {
-            return None;
+            return Err(Skip::Ineligible);
         }
     }
-    let algorithm = request.accepted.choose(&config.algorithms)?;
-    Some(Coding::Encode(algorithm, config.level(algorithm)))
+    let algorithm = request.accepted.choose(&config.algorithms).ok_or(Skip::NotAccepted)?;
+    Ok(Coding::Encode(algorithm, config.level(algorithm)))
 }
 
 /// Edits the response head in `out` (as [`super::rewrite::response_head`]
 /// wrote it) for a body sent with `coding`; `chunked` when the body goes to
 /// the client in chunked coding.
 pub fn rewrite_head(out: &mut Vec<u8>, coding: Coding, chunked: bool) {
+    rewrite(out, Some(coding), chunked);
+}
+
+/// Adds `Accept-Encoding` to the `Vary` of the response head in `out`, for a
+/// body left unencoded because of [`Skip::NotAccepted`]; nothing else changes.
+pub fn add_vary(out: &mut Vec<u8>) {
+    rewrite(out, None, false);
+}
+
+/// [`rewrite_head`] for `Some(coding)`; only the `Vary` merge for `None`.
+fn rewrite(out: &mut Vec<u8>, coding: Option<Coding>, chunked: bool) {
     let head = std::mem::take(out);
     let mut vary: Vec<u8> = Vec::new();
     let mut lines = head.split(|&b| b == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l));
@@ -257,7 +311,8 @@ pub fn rewrite_head(out: &mut Vec<u8>, coding: Coding, chunked: bool) {
         let colon = line.iter().position(|&b| b == b':').unwrap_or(line.len());
         let (name, value) = (&line[..colon], line.get(colon + 1..).unwrap_or(b"").trim_ascii());
         let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
-        if is(b"content-length") || is(b"transfer-encoding") || is(b"content-encoding") {
+        let coded = coding.is_some();
+        if coded && (is(b"content-length") || is(b"transfer-encoding") || is(b"content-encoding")) {
             continue;
         }
         if is(b"vary") {
@@ -269,7 +324,7 @@ pub fn rewrite_head(out: &mut Vec<u8>, coding: Coding, chunked: bool) {
             }
             continue;
         }
-        if is(b"etag") && value.starts_with(b"\"") {
+        if coded && is(b"etag") && value.starts_with(b"\"") {
             out.extend_from_slice(b"etag: W/");
             out.extend_from_slice(value);
             out.extend_from_slice(b"\r\n");
@@ -290,7 +345,7 @@ pub fn rewrite_head(out: &mut Vec<u8>, coding: Coding, chunked: bool) {
     out.extend_from_slice(b"vary: ");
     out.extend_from_slice(&vary);
     out.extend_from_slice(b"\r\n");
-    if let Coding::Encode(algorithm, _) = coding {
+    if let Some(Coding::Encode(algorithm, _)) = coding {
         out.extend_from_slice(b"content-encoding: ");
         out.extend_from_slice(algorithm.token().as_bytes());
         out.extend_from_slice(b"\r\n");

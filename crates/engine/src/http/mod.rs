@@ -1084,7 +1084,7 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
         switched_off: routed.edits.iter().any(|e| e.no_compress),
     };
     let has_body = body_framing != Framing::Empty;
-    let coding = compress::plan(
+    let decision = compress::decide(
         service.compression.as_ref(),
         request,
         head.status,
@@ -1093,6 +1093,7 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
         &buf[..head.len],
         response.fields,
     );
+    let coding = decision.ok();
     // An encoded body's length is unknown: chunked to an HTTP/1.1 client,
     // ended by closing the connection to an HTTP/1.0 one.
     let encoded_until_close = coding.is_some() && info.version == Version::Http10;
@@ -1125,8 +1126,10 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
         response.out.extend_from_slice(cookie.as_bytes());
         response.out.extend_from_slice(b"\r\n\r\n");
     }
-    if let Some(coding) = coding {
-        compress::rewrite_head(response.out, coding, info.version == Version::Http11);
+    match decision {
+        Ok(coding) => compress::rewrite_head(response.out, coding, info.version == Version::Http11),
+        Err(compress::Skip::NotAccepted) => compress::add_vary(response.out),
+        Err(compress::Skip::Ineligible) => {}
     }
     buf.advance(head.len);
 

@@ -62,7 +62,7 @@ pub(super) struct Plan<'c> {
     head_method: bool,
     /// The service's compression, when it has one: `Accept-Encoding` variants
     /// are then keyed by what compression would do ([`super::compress::variant_key`]).
-    compression: Option<Compression>,
+    compression: Option<&'c Compression>,
     /// The validators were added to the forwarded request.
     pub(super) revalidating: bool,
 }
@@ -115,7 +115,7 @@ pub(super) enum Lookup<'c> {
 pub(super) async fn lookup<'c, S: ClientStream>(
     client: &mut Client<S>,
     cache: &'c Cache,
-    service: &Service,
+    service: &'c Service,
     head: &RequestHead,
     routed: &Routed<'_>,
     info: RequestInfo,
@@ -177,7 +177,7 @@ pub(super) async fn lookup<'c, S: ClientStream>(
         _fetch: None,
         requested: SystemTime::now(),
         head_method: info.head_method,
-        compression: service.compression.clone(),
+        compression: service.compression.as_ref(),
         revalidating: false,
     };
     let wait = service.timeouts.server_response.min(MAX_COALESCE_WAIT);

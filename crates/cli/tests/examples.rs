@@ -58,6 +58,7 @@ fn every_example_runs() {
             "l4-udp.toml" => l4_udp(&file),
             "https.toml" => https(&prepared(&file)),
             "persistence.toml" => persistence(&file),
+            "cache-compress.toml" => cache_compress(&file),
             other => panic!("examples/{other} has no scenario in crates/cli/tests/examples.rs: add one"),
         }
         covered.push(name);
@@ -310,4 +311,61 @@ fn persistence(file: &Path) {
     common::wait_for(&format!("{home} back up"), || {
         (server_state(admin, "shop", &home).as_deref() == Some("up")).then_some(())
     });
+}
+
+fn cache_compress(file: &Path) {
+    let app_1 = origin_at("127.0.0.1:19110", "app-1");
+    let app_2 = origin_at("127.0.0.1:19111", "app-2");
+    let web = addr("127.0.0.1:18110");
+    let _proxy = Proxy::run_file(file, web);
+    let fetches = || app_1.requests() + app_2.requests();
+    let get = |path: &str, accept: &str| {
+        // The Host curl sends: the cache key is host (port stripped), path and query.
+        let r = Client::connect(web).request("GET", path, &[("host", "127.0.0.1:18110"), ("accept-encoding", accept)]);
+        assert_eq!(r.status, 200, "{path}: {:?}", r.headers);
+        r
+    };
+    let page = "/page?compressible=1&size=65536&cache=60";
+    let want = Client::connect(app_1.addr).get(page).body;
+    let zstd = |r: &common::Response| {
+        assert_eq!(r.header("content-encoding"), Some("zstd"), "{:?}", r.headers);
+        zstd::stream::decode_all(&r.body[..]).expect("zstd decode")
+    };
+
+    // A miss is fetched once and compressed with the client's preferred coding ...
+    let before = fetches();
+    let first = get(page, "gzip, br, zstd");
+    assert!(zstd(&first) == want, "the compressed page decodes to the origin's bytes");
+    assert_eq!(fetches(), before + 1);
+    // ... and then served from the cache, still compressed, without the origin.
+    for _ in 0..3 {
+        let hit = get(page, "zstd, gzip, br");
+        assert!(hit.header("age").is_some(), "a hit carries Age: {:?}", hit.headers);
+        assert!(zstd(&hit) == want);
+    }
+    assert_eq!(fetches(), before + 1, "hits never reach a server");
+
+    // /api/ is never cached; /downloads/ is never compressed.
+    let api = "/api/items?compressible=1&size=4096&cache=60";
+    get(api, "zstd");
+    get(api, "zstd");
+    assert_eq!(fetches(), before + 3, "both /api/ requests reached a server");
+    let download = get("/downloads/file?compressible=1&size=4096", "zstd, gzip");
+    assert_eq!(download.header("content-encoding"), None);
+    assert_eq!(fetches(), before + 4);
+
+    // Purge by prefix through ctl: the next request is a miss again.
+    let out = Command::new(common::binary())
+        .args(["ctl", "--admin", "http://127.0.0.1:18119", "purge", "web", "--prefix", "127.0.0.1/page"])
+        .output()
+        .expect("run switchyard ctl");
+    assert!(
+        out.status.success(),
+        "ctl purge: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = get(page, "zstd");
+    assert!(zstd(&after) == want);
+    assert_eq!(fetches(), before + 5, "the purged page was fetched again");
 }

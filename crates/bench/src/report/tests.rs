@@ -54,6 +54,9 @@ fn run(rps: f64, cpu_us: f64, size: u64, saturated: bool) -> RunFigures {
         memory_per_connection_bytes: None,
         udp_search: None,
         failover: None,
+        compression_ratio: None,
+        uncompressed_responses: None,
+        origin_requests: None,
     }
 }
 
@@ -232,6 +235,8 @@ pub(crate) fn sample() -> Results {
             ecdsa_p256_sign_per_s: 40_000.0,
             aes128gcm_bytes_per_s: 2.5e9,
             gzip_bytes_per_s: 150e6,
+            brotli_bytes_per_s: 60e6,
+            zstd_bytes_per_s: 300e6,
             loopback_bytes_per_s: 4e9,
         },
         method: Method {

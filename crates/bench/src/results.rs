@@ -74,6 +74,14 @@ pub struct Limits {
     pub aes128gcm_bytes_per_s: f64,
     /// gzip (level 1) throughput in bytes per second over ≈75 % compressible HTML.
     pub gzip_bytes_per_s: f64,
+    /// brotli (level 4) throughput in input bytes per second over the same HTML (absent
+    /// in older files).
+    #[serde(default)]
+    pub brotli_bytes_per_s: f64,
+    /// zstd (level 3) throughput in input bytes per second over the same HTML (absent in
+    /// older files).
+    #[serde(default)]
+    pub zstd_bytes_per_s: f64,
     /// Loopback TCP copy bandwidth in bytes per second (one stream).
     pub loopback_bytes_per_s: f64,
 }
@@ -124,7 +132,7 @@ pub enum TestKind {
     TlsHandshakeEcdsaP256,
     /// TLS with 100 requests per connection, large responses.
     TlsBulk,
-    /// gzip compression of ≈75 % compressible HTML.
+    /// gzip compression (level 1) of ≈75 % compressible HTML.
     CompressionGzip,
     /// Cache hits.
     CacheHit,
@@ -137,11 +145,15 @@ pub enum TestKind {
     /// L7 keep-alive load over two servers, one killed mid-run: how long until the
     /// target stops sending requests to it, and how many client requests fail.
     L7Failover,
+    /// brotli compression (level 4) of ≈75 % compressible HTML.
+    CompressionBrotli,
+    /// zstd compression (level 3) of ≈75 % compressible HTML.
+    CompressionZstd,
 }
 
 impl TestKind {
     /// Every test, in the order of the enum.
-    pub const ALL: [TestKind; 17] = [
+    pub const ALL: [TestKind; 19] = [
         TestKind::L4Cps,
         TestKind::L4Throughput,
         TestKind::L7Cps,
@@ -159,6 +171,8 @@ impl TestKind {
         TestKind::UdpFrames,
         TestKind::UdpImix,
         TestKind::L7Failover,
+        TestKind::CompressionBrotli,
+        TestKind::CompressionZstd,
     ];
 
     /// Machine-friendly name (`--only`): the serialized name with `-` for `_`.
@@ -181,6 +195,19 @@ impl TestKind {
             TestKind::UdpFrames => "udp-frames",
             TestKind::UdpImix => "udp-imix",
             TestKind::L7Failover => "l7-failover",
+            TestKind::CompressionBrotli => "compression-brotli",
+            TestKind::CompressionZstd => "compression-zstd",
+        }
+    }
+
+    /// The content coding a compression test asks for (`Accept-Encoding`) and expects
+    /// back (`Content-Encoding`); `None` for other tests.
+    pub fn coding(self) -> Option<&'static str> {
+        match self {
+            TestKind::CompressionGzip => Some("gzip"),
+            TestKind::CompressionBrotli => Some("br"),
+            TestKind::CompressionZstd => Some("zstd"),
+            _ => None,
         }
     }
 
@@ -272,6 +299,18 @@ pub struct RunFigures {
     /// What the failover test saw (absent in older files and other tests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover: Option<Failover>,
+    /// Compression tests: bytes the generator received (response bodies as sent,
+    /// compressed) divided by the bytes the origin sent for the same responses
+    /// (requests × size); lower is better (absent in older files and other tests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression_ratio: Option<f64>,
+    /// Compression tests: responses that came back without a `content-encoding`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncompressed_responses: Option<u64>,
+    /// Cache tests: requests the origins received during the run (warm-up included);
+    /// 0 when every request was answered from the cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin_requests: Option<u64>,
 }
 
 /// One failover run: steady keep-alive load over two servers, one of them killed

@@ -36,8 +36,9 @@ pub struct BenchArgs {
     /// Run just these tests of the (quick or full) plan, comma-separated: l4-cps,
     /// l4-throughput, l7-cps, l7-rps, l7-keepalive-rps, l7-keepalive-access-log,
     /// l7-throughput, l7-cookie-persistence, tls-handshake-rsa2048,
-    /// tls-handshake-ecdsa-p256, tls-bulk, compression-gzip, cache-hit,
-    /// concurrent-connections, udp-frames, udp-imix, l7-failover.
+    /// tls-handshake-ecdsa-p256, tls-bulk, compression-gzip, compression-brotli,
+    /// compression-zstd, cache-hit, concurrent-connections, udp-frames, udp-imix,
+    /// l7-failover.
     #[arg(long, value_delimiter = ',', value_name = "TESTS")]
     only: Vec<String>,
 }

@@ -1,18 +1,24 @@
 //! Pre-generated response bodies and the [`Buf`] that streams them.
 //!
-//! Two 64 KiB buffers are generated once per process from a fixed seed, so every run (and
-//! every origin) serves byte-identical bodies: one of random bytes (incompressible,
-//! `application/octet-stream`) and one of HTML-like text that deflate shrinks to about a
-//! quarter (`text/html`). A body of `size` bytes is byte `i % 64 KiB` of the buffer for each
-//! `i < size`, streamed by [`CycledBody`] without ever allocating `size` bytes.
+//! Two buffers are generated once per process from a fixed seed, so every run (and every
+//! origin) serves byte-identical bodies: 64 KiB of random bytes (incompressible,
+//! `application/octet-stream`) and 256 KiB of HTML-like text that deflate shrinks to about
+//! a quarter (`text/html`). A body of `size` bytes is byte `i % len` of the buffer for each
+//! `i < size`, streamed by [`CycledBody`] without ever allocating `size` bytes. The HTML is
+//! longer than the largest size of the compression tests (128 KiB) so that no such body
+//! repeats itself: a compressor whose window spans the repeat (brotli, zstd; not deflate's
+//! 32 KiB) would otherwise find it and report a flattering ratio.
 
 use std::io::IoSlice;
 use std::sync::OnceLock;
 
 use bytes::Buf;
 
-/// Length of each pre-generated buffer. Bodies longer than this repeat it.
+/// Length of the random buffer. Bodies longer than this repeat it.
 pub const BUFFER_LEN: usize = 64 * 1024;
+
+/// Length of the HTML buffer: twice the largest compression test size.
+pub const HTML_LEN: usize = 256 * 1024;
 
 /// Seed shared by both generators; changing it changes every body the origin serves.
 const SEED: u64 = 0x5157_4954_4348_5944;
@@ -35,7 +41,7 @@ impl BodyKind {
         }
     }
 
-    /// The 64 KiB buffer (generated on first use).
+    /// The buffer ([`BUFFER_LEN`] or [`HTML_LEN`] bytes, generated on first use).
     pub fn buffer(self) -> &'static [u8] {
         static RANDOM: OnceLock<Box<[u8]>> = OnceLock::new();
         static HTML: OnceLock<Box<[u8]>> = OnceLock::new();
@@ -143,11 +149,11 @@ const WORDS: &[&str] = &[
 fn html_buffer() -> Box<[u8]> {
     use std::fmt::Write as _;
     let mut rng = SplitMix64(SEED);
-    let mut html = String::with_capacity(BUFFER_LEN + 1024);
+    let mut html = String::with_capacity(HTML_LEN + 1024);
     html.push_str(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>switchyard origin</title></head>\n<body>\n",
     );
-    while html.len() < BUFFER_LEN {
+    while html.len() < HTML_LEN {
         let _ = write!(html, "<p class=\"c{}\">", rng.next_u64() % 8);
         let words = 8 + rng.next_u64() % 24;
         for i in 0..words {
@@ -165,7 +171,7 @@ fn html_buffer() -> Box<[u8]> {
         html.push_str("</p>\n");
     }
     let mut bytes = html.into_bytes();
-    bytes.truncate(BUFFER_LEN);
+    bytes.truncate(HTML_LEN);
     bytes.into_boxed_slice()
 }
 
@@ -229,7 +235,7 @@ mod tests {
     #[test]
     fn buffers_are_full_length_and_deterministic() {
         assert_eq!(BodyKind::Random.buffer().len(), BUFFER_LEN);
-        assert_eq!(BodyKind::Compressible.buffer().len(), BUFFER_LEN);
+        assert_eq!(BodyKind::Compressible.buffer().len(), HTML_LEN);
         assert_eq!(&*random_buffer(), BodyKind::Random.buffer());
         assert!(BodyKind::Compressible.buffer().is_ascii());
         assert!(BodyKind::Compressible.buffer().starts_with(b"<!doctype html>"));
@@ -252,5 +258,20 @@ mod tests {
         assert_eq!(collected.len() as u64, len);
         let buffer = BodyKind::Random.buffer();
         assert!(collected.iter().enumerate().all(|(i, b)| *b == buffer[i % BUFFER_LEN]));
+    }
+
+    #[test]
+    fn a_128_kib_html_body_does_not_repeat_itself() {
+        let html = BodyKind::Compressible.buffer();
+        let body = &html[..128 * 1024];
+        // No 64-byte run of the second half appears at the same offset in the first.
+        let (a, b) = body.split_at(64 * 1024);
+        assert_ne!(a, b);
+        const { assert!(HTML_LEN >= 2 * 128 * 1024) };
+        // Deflate still shrinks it to about a quarter (the ≈75 % of the F5 test).
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
+        std::io::Write::write_all(&mut enc, body).expect("compress");
+        let ratio = enc.finish().expect("finish").len() as f64 / body.len() as f64;
+        assert!((0.2..0.35).contains(&ratio), "deflate ratio {ratio}");
     }
 }

@@ -6,7 +6,7 @@
 //! benchmark measures the proxy and not the origin: hand-written HTTP/1.1 on tokio with
 //! `httparse`, no allocation per request on the plain path, response head and small body in
 //! one write (pipelined responses batched into one write), large bodies streamed with
-//! `writev` from a pre-generated 64 KiB buffer (see `body.rs`).
+//! `writev` from a pre-generated buffer (see `body.rs`).
 //!
 //! # Behaviour
 //!

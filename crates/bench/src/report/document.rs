@@ -189,7 +189,8 @@ pub(crate) fn build(r: &Results) -> Vec<Block> {
          latency counts from the intended send time, so coordinated omission is corrected."
             .into(),
         "**Of limit** is the figure as a fraction of the machine's physical limit that bounds it \
-         (RSA-2048 signatures/s, AES-GCM bytes/s, gzip bytes/s, loopback bandwidth), measured in the same run."
+         (RSA-2048 signatures/s, AES-GCM bytes/s, gzip, brotli or zstd bytes/s, loopback bandwidth), measured \
+         in the same run."
             .into(),
         "Cells a target cannot do are listed as **not supported** with the reason; failed cells say what failed. \
          Nothing is dropped."
@@ -341,7 +342,8 @@ fn method(r: &Results) -> Vec<String> {
          recorded too, and a run is flagged when the generator used nearly all of its core."
             .into(),
         "Each target is checked to really do the function (the `.png` rule reaches the images pool, cookies \
-         inserted, responses compressed) before it is measured."
+         inserted, responses compressed and decoding to the origin's bytes, cache hits not reaching the origins) \
+         before it is measured."
             .into(),
     ]
 }

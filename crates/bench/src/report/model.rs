@@ -70,6 +70,8 @@ pub(crate) struct Figures {
     pub memory_per_connection: Option<f64>,
     /// What the failover test saw (its first run).
     pub failover: Option<crate::results::Failover>,
+    /// Compressed bytes received / original bytes (compression tests).
+    pub compression_ratio: Option<Spread>,
     /// The cell's warnings.
     pub flags: Vec<String>,
 }
@@ -97,6 +99,7 @@ impl Figures {
             memory_per_connection: Spread::of(runs.iter().filter_map(|r| r.memory_per_connection_bytes))
                 .map(|s| s.median),
             failover: runs.iter().find_map(|r| r.failover.clone()),
+            compression_ratio: Spread::of(runs.iter().filter_map(|r| r.compression_ratio)),
             flags: m.flags.clone(),
         }
     }
@@ -215,6 +218,8 @@ pub(crate) fn test_name(t: TestKind) -> &'static str {
         TestKind::TlsHandshakeEcdsaP256 => "TLS handshakes per second, ECDSA P-256",
         TestKind::TlsBulk => "TLS bulk throughput",
         TestKind::CompressionGzip => "gzip compression",
+        TestKind::CompressionBrotli => "brotli compression",
+        TestKind::CompressionZstd => "zstd compression",
         TestKind::CacheHit => "Cache hits",
         TestKind::ConcurrentConnections => "Concurrent connections",
         TestKind::UdpFrames => "UDP forwarding per frame size",
@@ -238,6 +243,8 @@ pub(crate) fn test_short(t: TestKind) -> &'static str {
         TestKind::TlsHandshakeEcdsaP256 => "TLS ECDSA",
         TestKind::TlsBulk => "TLS bulk",
         TestKind::CompressionGzip => "gzip",
+        TestKind::CompressionBrotli => "brotli",
+        TestKind::CompressionZstd => "zstd",
         TestKind::CacheHit => "Cache",
         TestKind::ConcurrentConnections => "Conns",
         TestKind::UdpFrames => "UDP",
@@ -277,9 +284,20 @@ pub(crate) fn test_definition(t: TestKind) -> &'static str {
         }
         TestKind::TlsBulk => "100 requests per TLS connection: symmetric encryption throughput.",
         TestKind::CompressionGzip => {
-            "10 requests per connection of ≈75 % compressible HTML, compressed with gzip by the proxy."
+            "10 requests per connection of ≈75 % compressible HTML (`Accept-Encoding: gzip`), compressed by the \
+             proxy with gzip level 1; the ratio is the bytes received over the origin's bytes (lower is better)."
         }
-        TestKind::CacheHit => "Requests answered from the proxy's cache.",
+        TestKind::CompressionBrotli => {
+            "The gzip test's load with `Accept-Encoding: br`, compressed by the proxy with brotli level 4."
+        }
+        TestKind::CompressionZstd => {
+            "The gzip test's load with `Accept-Encoding: zstd`, compressed by the proxy with zstd level 3."
+        }
+        TestKind::CacheHit => {
+            "Unlimited requests per connection for one cacheable object (`cache-control: public, max-age=3600`) \
+             per size, answered from the proxy's cache: the object is fetched once before the run and the \
+             origins must see no request during it."
+        }
         TestKind::ConcurrentConnections => {
             "Idle keep-alive connections held at once, with the proxy's memory per connection."
         }

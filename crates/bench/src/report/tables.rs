@@ -140,6 +140,24 @@ pub(crate) fn summary_notes(r: &Results) -> Vec<String> {
     if !failover.is_empty() {
         out.push(format!("Failover after a server is killed under load: {}.", failover.join(", ")));
     }
+    for test in model::tests_in_order(r).into_iter().filter(|t| t.coding().is_some()) {
+        let Some(size) = model::sizes_of(r, test).into_iter().flatten().max() else { continue };
+        let ratios: Vec<String> = model::targets_in_order(r)
+            .iter()
+            .filter_map(|target| {
+                let v = view(r, test, Some(size), target);
+                v.figures().filter(|f| f.compression_ratio.is_some()).map(|f| format!("{target} {}", ratio(f)))
+            })
+            .collect();
+        if !ratios.is_empty() {
+            out.push(format!(
+                "{} ratio at {} (bytes sent / origin bytes, lower is better): {}.",
+                test_name(test),
+                fmt_size(Some(size)),
+                ratios.join(", ")
+            ));
+        }
+    }
     out
 }
 
@@ -203,9 +221,10 @@ pub(crate) fn saturated_cells(r: &Results) -> Vec<(TestKind, Option<u64>, String
         .collect()
 }
 
-/// The table of one request test: size × target.
+/// The table of one request test: size × target (compression tests add the ratio).
 pub(crate) fn test_table(r: &Results, test: TestKind) -> Table {
-    let mut t = Table::new(&[
+    let compression = test.coding().is_some();
+    let mut headers = vec![
         "Size",
         "Target",
         "req/s",
@@ -218,7 +237,11 @@ pub(crate) fn test_table(r: &Results, test: TestKind) -> Table {
         "errors",
         "generator",
         "of limit",
-    ]);
+    ];
+    if compression {
+        headers.insert(4, "ratio");
+    }
+    let mut t = Table::new(&headers);
     for (size, target, c) in model::cells_in_order(r, test) {
         let lead = vec![fmt_size(size), target.clone()];
         let v = View::of(&c.outcome);
@@ -239,9 +262,17 @@ pub(crate) fn test_table(r: &Results, test: TestKind) -> Table {
             generator(f),
             fraction(f.limit_fraction),
         ]);
+        if compression {
+            cells.insert(4, ratio(f));
+        }
         t.row(cells);
     }
     t
+}
+
+/// A compression ratio as a percentage of the original bytes.
+fn ratio(f: &Figures) -> String {
+    f.compression_ratio.map_or_else(|| "—".into(), |s| format!("{:.1} %", s.median * 100.0))
 }
 
 /// The cost of the access log per target: L7 keep-alive at 128 B with and without it.
@@ -456,6 +487,16 @@ pub(crate) fn limits_table(r: &Results) -> Table {
         "gzip level 1 (one core)".into(),
         rate(l.gzip_bytes_per_s),
         test_name(TestKind::CompressionGzip).into(),
+    ]);
+    t.row(vec![
+        "brotli level 4 (one core)".into(),
+        rate(l.brotli_bytes_per_s),
+        test_name(TestKind::CompressionBrotli).into(),
+    ]);
+    t.row(vec![
+        "zstd level 3 (one core)".into(),
+        rate(l.zstd_bytes_per_s),
+        test_name(TestKind::CompressionZstd).into(),
     ]);
     t.row(vec!["Loopback TCP copy (one stream)".into(), rate(l.loopback_bytes_per_s), "throughput tests".into()]);
     t

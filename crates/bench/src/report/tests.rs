@@ -54,6 +54,9 @@ fn run(rps: f64, cpu_us: f64, size: u64, saturated: bool) -> RunFigures {
         memory_per_connection_bytes: None,
         udp_search: None,
         failover: None,
+        compression_ratio: None,
+        uncompressed_responses: None,
+        origin_requests: None,
     }
 }
 
@@ -232,6 +235,8 @@ pub(crate) fn sample() -> Results {
             ecdsa_p256_sign_per_s: 40_000.0,
             aes128gcm_bytes_per_s: 2.5e9,
             gzip_bytes_per_s: 150e6,
+            brotli_bytes_per_s: 60e6,
+            zstd_bytes_per_s: 300e6,
             loopback_bytes_per_s: 4e9,
         },
         method: Method {
@@ -491,4 +496,36 @@ fn empty_run_still_writes_a_report() {
     let (_dir, md, html) = written(&r);
     assert!(md.contains("## Summary"));
     assert!(html.starts_with("<!DOCTYPE html>"));
+}
+
+#[test]
+fn compression_tables_show_the_ratio_and_the_summary_names_it() {
+    let mut r = sample();
+    let with_ratio = |ratio: f64| {
+        let Outcome::Measured(mut m) = measured(2000.0, 80.0, LARGE, false, false) else { unreachable!() };
+        for run in &mut m.runs {
+            run.compression_ratio = Some(ratio);
+            run.uncompressed_responses = Some(0);
+        }
+        Outcome::Measured(m)
+    };
+    r.tests.push(cell(TestKind::CompressionGzip, Some(LARGE), "switchyard", with_ratio(0.29)));
+    r.tests.push(cell(TestKind::CompressionGzip, Some(LARGE), "haproxy", with_ratio(0.408)));
+    r.tests.push(cell(
+        TestKind::CompressionBrotli,
+        Some(LARGE),
+        "haproxy",
+        Outcome::NotSupported { reason: "HAProxy 2.6 compresses with gzip and deflate only".into() },
+    ));
+    let (_dir, md, _) = written(&r);
+    assert!(md.contains("| Size | Target | req/s | MB/s | ratio | proxy µs CPU/req |"), "{md}");
+    assert!(md.contains("| 128 KB | switchyard | 2,000 | 262 | 29.0 % |"), "{md}");
+    assert!(md.contains("gzip compression ratio at 128 KB (bytes sent / origin bytes, lower is better): switchyard 29.0 %, haproxy 40.8 %."), "{md}");
+    assert!(
+        md.contains("| 128 KB | haproxy | *not supported: HAProxy 2.6 compresses with gzip and deflate only*"),
+        "{md}"
+    );
+    assert!(md.contains("| brotli level 4 (one core) | 60.0 MB/s | brotli compression |"), "{md}");
+    // Other tests keep their columns.
+    assert!(md.contains("| Size | Target | req/s | MB/s | proxy µs CPU/req |"), "{md}");
 }

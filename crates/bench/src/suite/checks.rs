@@ -1,6 +1,7 @@
 //! Function checks: before a target is measured in a setup, a few plain requests prove it
 //! does what the test is about (the `.png` rule reaches `images`, cookies are inserted
-//! and stick, responses are gzipped, repeated requests are cache hits, TLS handshakes
+//! and stick, responses come back compressed with the test's coding and decode to the
+//! origin's bytes, repeated requests are cache hits, TLS handshakes
 //! complete, each request reaches the access log file). A failed check turns the
 //! target's cells of that setup into `Failed`.
 //!
@@ -173,29 +174,70 @@ fn check_cookie(addr: SocketAddr) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A compressible response is gzipped when asked, and decompresses to the original size.
-fn check_gzip(addr: SocketAddr) -> anyhow::Result<()> {
-    let r = ok_from(addr, "/page.html?size=32768&compressible=1", &[("accept-encoding", "gzip")])?;
-    let enc = r.header("content-encoding").unwrap_or("(none)");
-    ensure!(enc.eq_ignore_ascii_case("gzip"), "content-encoding `{enc}`, expected gzip");
+/// Decodes a body of content coding `coding` (`gzip`, `br`, `zstd`).
+pub fn decode(coding: &str, body: &[u8]) -> io::Result<Vec<u8>> {
     let mut plain = Vec::new();
-    flate2::read::GzDecoder::new(&r.body[..]).read_to_end(&mut plain).context("gunzip")?;
-    ensure!(plain.len() == 32768, "gunzipped {} bytes, expected 32768", plain.len());
+    match coding {
+        "gzip" => {
+            flate2::read::GzDecoder::new(body).read_to_end(&mut plain)?;
+        }
+        "br" => {
+            brotli::Decompressor::new(body, 4096).read_to_end(&mut plain)?;
+        }
+        "zstd" => plain = zstd::stream::decode_all(body)?,
+        other => {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, format!("no decoder for `{other}`")));
+        }
+    }
+    Ok(plain)
+}
+
+/// The sizes the compression check asks for: the two ends of the test's sweep.
+const COMPRESSION_CHECK_SIZES: [u64; 2] = [1024, 128 * 1024];
+
+/// Compressible HTML asked for with `accept-encoding: CODING` comes back with
+/// `content-encoding: CODING`, smaller, and decodes to exactly the origin's bytes (fetched
+/// from `origin` directly).
+fn check_compression(addr: SocketAddr, origin: u16, coding: &str) -> anyhow::Result<()> {
+    for size in COMPRESSION_CHECK_SIZES {
+        let path = format!("/page.html?size={size}&compressible=1");
+        let original = ok_from(SocketAddr::from(([127, 0, 0, 1], origin)), &path, &[])?.body;
+        ensure!(original.len() as u64 == size, "the origin sent {} bytes for {path}", original.len());
+        let r = ok_from(addr, &path, &[("accept-encoding", coding)])?;
+        let enc = r.header("content-encoding").unwrap_or("(none)");
+        ensure!(enc.trim().eq_ignore_ascii_case(coding), "{path}: content-encoding `{enc}`, expected {coding}");
+        let plain = decode(coding, &r.body).with_context(|| format!("{path}: decoding {coding}"))?;
+        ensure!(
+            plain == original,
+            "{path}: the {coding} body decodes to {} bytes that differ from the origin's {size}",
+            plain.len()
+        );
+        ensure!(r.body.len() < original.len(), "{path}: {} compressed bytes for {size}", r.body.len());
+    }
     Ok(())
 }
 
-/// Repeated requests for a cacheable object do not reach the origins.
-fn check_cache(addr: SocketAddr, origins: &[u16]) -> anyhow::Result<()> {
-    let path = "/cached.html?size=1024&cache=3600&check=1";
-    ok_from(addr, path, &[])?;
+/// The origin requests counted by every origin in `origins`.
+pub fn origins_requests(origins: &[u16]) -> anyhow::Result<u64> {
+    origins.iter().map(|p| origin_requests(*p)).sum()
+}
+
+/// Repeated requests for a cacheable object of `size` bytes do not reach the origins
+/// (their request counts stay the same over `hits` requests after a first one, a miss
+/// that fills the cache). `tag` keeps the object apart from those of the load runs.
+pub fn check_cache_hits(addr: SocketAddr, origins: &[u16], size: u64, hits: u32, tag: &str) -> anyhow::Result<()> {
+    let path = format!("/cached.html?size={size}&cache=3600&{tag}=1");
+    let first = ok_from(addr, &path, &[])?;
+    ensure!(first.body.len() as u64 == size, "{path}: {} bytes, expected {size}", first.body.len());
+    // Some caches store the object once the response is complete: give it a moment.
     std::thread::sleep(Duration::from_millis(50));
-    let count = || -> anyhow::Result<u64> { origins.iter().map(|p| origin_requests(*p)).sum() };
-    let before = count()?;
-    for _ in 0..5 {
-        ok_from(addr, path, &[])?;
+    let before = origins_requests(origins)?;
+    for _ in 0..hits {
+        let r = ok_from(addr, &path, &[])?;
+        ensure!(r.body.len() as u64 == size, "{path}: a hit of {} bytes, expected {size}", r.body.len());
     }
-    let after = count()?;
-    ensure!(after == before, "5 repeated requests reached the origins {} times: not cached", after - before);
+    let reached = origins_requests(origins)? - before;
+    ensure!(reached == 0, "{reached} of {hits} repeated requests for {path} reached the origins: not cached");
     Ok(())
 }
 
@@ -265,8 +307,12 @@ pub fn check(
         (_, Setup::L7) => check_routing(addr),
         (_, Setup::L7Log) => check_logging(addr, &super::targets::access_log_path(run_dir, target)),
         (_, Setup::Cookie) => check_cookie(addr),
-        (_, Setup::Gzip) => check_gzip(addr),
-        (_, Setup::Cache) => check_cache(addr, origins),
+        (_, Setup::Gzip | Setup::Brotli | Setup::Zstd) => {
+            let coding = setup.coding().unwrap_or("gzip");
+            let origin = *origins.first().ok_or_else(|| anyhow!("no origin to compare with"))?;
+            check_compression(addr, origin, coding)
+        }
+        (_, Setup::Cache) => check_cache_hits(addr, origins, 1024, 5, "check"),
         (_, Setup::TlsRsa | Setup::TlsEcdsa) => check_tls(addr),
         // The failover runner starts the target's origins itself, then checks that
         // requests reach both before it measures (see `failover::run`).
@@ -288,5 +334,24 @@ mod tests {
         .expect("parses");
         assert_eq!(c.body, b"abcde");
         assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc").is_err());
+    }
+
+    #[test]
+    fn decodes_each_coding_byte_exactly() {
+        let html = crate::suite::limits::synthetic_html(20_000);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&html).expect("gzip");
+        let gz = gz.finish().expect("gzip");
+        let mut br = brotli::CompressorWriter::new(Vec::new(), 4096, 4, 22);
+        br.write_all(&html).expect("brotli");
+        let br = br.into_inner();
+        let zs = zstd::bulk::compress(&html, 3).expect("zstd");
+        for (coding, body) in [("gzip", gz), ("br", br), ("zstd", zs)] {
+            assert!(body.len() < html.len() / 2, "{coding}: {} bytes", body.len());
+            assert_eq!(decode(coding, &body).expect(coding), html, "{coding}");
+            assert!(decode(coding, &body[..body.len() / 2]).map_or(true, |p| p != html), "{coding} truncated");
+        }
+        assert!(decode("deflate", b"x").is_err());
+        assert!(decode("gzip", b"not gzip").is_err());
     }
 }

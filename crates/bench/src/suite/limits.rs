@@ -1,7 +1,8 @@
 //! The machine's physical limits, measured in the same run on the load core: RSA-2048 and
 //! ECDSA P-256 signatures per second and AES-128-GCM seal bytes per second (aws-lc-rs,
-//! the library under rustls), gzip level 1 bytes per second (flate2 over zlib-rs) and
-//! loopback TCP copy bandwidth (one stream). Cells bounded by one of them report their
+//! the library under rustls), gzip level 1, brotli level 4 and zstd level 3 input bytes
+//! per second (flate2 over zlib-rs, the `brotli` crate, libzstd: the levels of the
+//! compression tests) and loopback TCP copy bandwidth (one stream). Cells bounded by one of them report their
 //! result as a fraction of it.
 
 use std::io::{Read, Write};
@@ -69,6 +70,29 @@ pub fn gzip(time: Duration, input: &[u8]) -> anyhow::Result<f64> {
     }))
 }
 
+/// brotli level 4 (window 2^22) throughput over `input`, input bytes per second.
+pub fn brotli(time: Duration, input: &[u8]) -> anyhow::Result<f64> {
+    anyhow::ensure!(!input.is_empty(), "no input to compress");
+    Ok(rate(time, || {
+        let mut enc = brotli::CompressorWriter::new(Vec::with_capacity(input.len()), 4096, 4, 22);
+        if enc.write_all(input).is_err() || enc.flush().is_err() {
+            return 0;
+        }
+        drop(enc.into_inner());
+        input.len() as u64
+    }))
+}
+
+/// zstd level 3 throughput over `input`, input bytes per second.
+pub fn zstd(time: Duration, input: &[u8]) -> anyhow::Result<f64> {
+    anyhow::ensure!(!input.is_empty(), "no input to compress");
+    let mut cx = zstd::bulk::Compressor::new(3)?;
+    Ok(rate(time, || match cx.compress(input) {
+        Ok(_) => input.len() as u64,
+        Err(_) => 0,
+    }))
+}
+
 /// HTML-like text about 75 % compressible, for when no origin body is at hand.
 pub fn synthetic_html(len: usize) -> Vec<u8> {
     let words = ["<div class=\"item\">", "switchyard", "balancer", "</div>\n", "<p>", "request", "pool", "</p>"];
@@ -130,6 +154,8 @@ pub fn measure(time: Duration, html: &[u8]) -> (Limits, Vec<String>) {
         ecdsa_p256_sign_per_s: take("ecdsa", ecdsa_p256(time)),
         aes128gcm_bytes_per_s: take("aes-gcm", aes128gcm(time)),
         gzip_bytes_per_s: take("gzip", gzip(time, html)),
+        brotli_bytes_per_s: take("brotli", brotli(time, html)),
+        zstd_bytes_per_s: take("zstd", zstd(time, html)),
         loopback_bytes_per_s: take("loopback", loopback(time)),
     };
     (limits, warn)
@@ -146,6 +172,7 @@ mod tests {
         assert!(warn.is_empty(), "{warn:?}");
         assert!(l.rsa2048_sign_per_s > 0.0 && l.ecdsa_p256_sign_per_s > l.rsa2048_sign_per_s);
         assert!(l.aes128gcm_bytes_per_s > 0.0 && l.gzip_bytes_per_s > 0.0 && l.loopback_bytes_per_s > 0.0);
+        assert!(l.brotli_bytes_per_s > 0.0 && l.zstd_bytes_per_s > 0.0);
     }
 
     #[test]

@@ -112,10 +112,19 @@ pub fn run(opts: &SuiteOptions) -> anyhow::Result<Results> {
         }
     }
     let kinds: Vec<TargetKind> = tlist.iter().map(|t| t.kind).collect();
-    let cells = plan::cells(&plan, &kinds, |k, tp| match k {
+    let mut cells = plan::cells(&plan, &kinds, |k, tp| match k {
         TargetKind::Direct => plan::direct_support(tp),
         _ => support[&(k, tp.setup)].clone(),
     });
+    for c in cells.iter_mut().filter(|c| plan.tests[c.test].setup == Setup::Cache && c.support == Support::Yes) {
+        if let (Some(size), Some(max)) = (c.size, targets::cache_max_object(c.target)) {
+            if size > max {
+                c.support = Support::No(format!(
+                    "objects of {size} bytes are above the largest this cache stores as configured ({max} bytes)"
+                ));
+            }
+        }
+    }
     let est = plan::fit(&mut plan, &cells, plan::FULL_BUDGET);
     let counts = plan::count(&plan, &cells);
     eprintln!(
@@ -318,7 +327,7 @@ fn discover(opts: &SuiteOptions) -> anyhow::Result<Vec<Target>> {
         let (program, version) = match procs::which(kind.name()) {
             Some(p) => {
                 let ver = match kind {
-                    TargetKind::Haproxy => procs::version_of(&p, &["-v"]),
+                    TargetKind::Haproxy => procs::version_of(&p, &["-v"]).map(|v| haproxy_with_compressor(&p, v)),
                     _ => procs::version_of(&p, &["-v"]).map(|s| s.trim_start_matches("nginx version: ").to_string()),
                 };
                 (Ok(p), ver.unwrap_or_else(|| "unknown".into()))
@@ -410,6 +419,28 @@ fn start(t: &Target, setup: Setup, opts: &SuiteOptions, out: &Path) -> anyhow::R
     Proc::spawn_split(t.kind.name(), opts.proxy_cpu, program, &args, stdout, &log).map(Some)
 }
 
+/// HAProxy's version line with the library its gzip comes from (`haproxy -vv`: libslz
+/// or zlib), which matters to the compression test.
+fn haproxy_with_compressor(program: &Path, version: String) -> String {
+    let vv = std::process::Command::new(program).arg("-vv").output().ok();
+    let text = vv.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    match haproxy_compressor(&text) {
+        Some(lib) => format!("{version} (gzip by {lib})"),
+        None => version,
+    }
+}
+
+/// The compression library named in `haproxy -vv` output.
+pub fn haproxy_compressor(vv: &str) -> Option<&'static str> {
+    if vv.contains("Built with libslz") {
+        Some("libslz")
+    } else if vv.contains("Built with zlib") {
+        Some("zlib")
+    } else {
+        None
+    }
+}
+
 /// Keeps the first lines of a target's access log under `logs/` (so the report shows
 /// what each target wrote) and removes the file: a run writes tens of megabytes.
 fn keep_log_sample(access_log: &Path, logs: &Path, target: TargetKind) {
@@ -488,5 +519,15 @@ mod tests {
         assert_eq!(rfc3339(at(951_782_400)), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(at(1_767_323_045)), "2026-01-02T03:04:05Z");
         assert_eq!(timestamp_slug(at(1_767_323_045)), "20260102-030405");
+    }
+
+    #[test]
+    fn haproxy_compressor_from_vv() {
+        assert_eq!(
+            haproxy_compressor("Support for malloc_trim() is enabled.\nBuilt with libslz for stateless compression.\n"),
+            Some("libslz")
+        );
+        assert_eq!(haproxy_compressor("Built with zlib version : 1.2.13\n"), Some("zlib"));
+        assert_eq!(haproxy_compressor("Built without compression support\n"), None);
     }
 }

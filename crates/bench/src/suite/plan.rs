@@ -12,6 +12,10 @@ use crate::results::TestKind;
 /// The response sizes of the F5 appendix (128 B, 5 KB, 16 KB, 32 KB, 128 KB), in bytes.
 pub const SIZES: [u64; 5] = [128, 5 * 1024, 16 * 1024, 32 * 1024, 128 * 1024];
 
+/// The sizes of the compression tests: the F5 sizes from 1 KB up (128 B is below every
+/// target's minimum worth compressing; switchyard's default `min_size` is 256 bytes).
+pub const COMPRESSION_SIZES: [u64; 5] = [1024, 5 * 1024, 16 * 1024, 32 * 1024, 128 * 1024];
+
 /// The sizes `--quick` keeps: the two ends of the envelope.
 pub const QUICK_SIZES: [u64; 2] = [128, 128 * 1024];
 
@@ -88,6 +92,10 @@ pub enum Setup {
     TlsEcdsa,
     /// [`Setup::L7`] plus gzip (level 1) of `text/html`.
     Gzip,
+    /// [`Setup::L7`] plus brotli (level 4) of `text/html`.
+    Brotli,
+    /// [`Setup::L7`] plus zstd (level 3) of `text/html`.
+    Zstd,
     /// [`Setup::L7`] plus a response cache.
     Cache,
     /// UDP relay to the echo server.
@@ -108,9 +116,21 @@ impl Setup {
             Setup::TlsRsa => "tls-rsa2048",
             Setup::TlsEcdsa => "tls-ecdsa-p256",
             Setup::Gzip => "gzip",
+            Setup::Brotli => "brotli",
+            Setup::Zstd => "zstd",
             Setup::Cache => "cache",
             Setup::Udp => "udp",
             Setup::Failover => "failover",
+        }
+    }
+
+    /// The content coding of a compression setup (`gzip`, `br`, `zstd`).
+    pub fn coding(self) -> Option<&'static str> {
+        match self {
+            Setup::Gzip => Some("gzip"),
+            Setup::Brotli => Some("br"),
+            Setup::Zstd => Some("zstd"),
+            _ => None,
         }
     }
 
@@ -240,7 +260,10 @@ pub fn plan(quick: bool) -> Plan {
             test(TlsHandshakeRsa2048, Setup::TlsRsa, vec![Some(128)], Some(1), 2),
             test(TlsBulk, Setup::TlsRsa, all.clone(), Some(100), 2),
             test(TlsHandshakeEcdsaP256, Setup::TlsEcdsa, vec![Some(128)], Some(1), 2),
-            test(CompressionGzip, Setup::Gzip, sized(&[32 * 1024, 128 * 1024]), Some(10), 2),
+            test(CompressionGzip, Setup::Gzip, sized(&COMPRESSION_SIZES), Some(10), 2),
+            // switchyard alone: neither peer has brotli or zstd (see targets.rs).
+            test(CompressionBrotli, Setup::Brotli, sized(&COMPRESSION_SIZES), Some(10), 2),
+            test(CompressionZstd, Setup::Zstd, sized(&COMPRESSION_SIZES), Some(10), 2),
             test(CacheHit, Setup::Cache, all, None, 2),
             test(UdpFrames, Setup::Udp, frames, None, 1),
             test(UdpImix, Setup::Udp, imix, None, 1),
@@ -339,7 +362,9 @@ pub fn direct_support(t: &TestPlan) -> Support {
         Setup::L7Log => Support::No("baseline: the origin simulator writes no access log".into()),
         Setup::Cookie => Support::No("baseline: the origin does not insert persistence cookies".into()),
         Setup::TlsRsa | Setup::TlsEcdsa => Support::No("baseline: the bench runs its origins in clear text".into()),
-        Setup::Gzip => Support::No("baseline: the origin simulator does not compress".into()),
+        Setup::Gzip | Setup::Brotli | Setup::Zstd => {
+            Support::No("baseline: the origin simulator does not compress".into())
+        }
         Setup::Cache => Support::No("baseline: the origin has no cache in front of it".into()),
         Setup::Failover => Support::No("baseline: no proxy to take a dead server out of rotation".into()),
     }
@@ -386,7 +411,7 @@ pub fn count(plan: &Plan, cells: &[Cell]) -> Counts {
 /// Expected wall time of the plan (limits and machine facts included).
 pub fn estimate(plan: &Plan, cells: &[Cell]) -> Duration {
     let tm = &plan.timing;
-    let mut secs = 5.0 * tm.limit_time.as_secs_f64() + 3.0;
+    let mut secs = 7.0 * tm.limit_time.as_secs_f64() + 3.0;
     for cell in cells.iter().filter(|c| c.support == Support::Yes) {
         let t = &plan.tests[cell.test];
         secs += match t.kind {
@@ -572,8 +597,35 @@ mod tests {
         let c = cells(&p, &[TargetKind::Switchyard], all_yes);
         let est = estimate(&p, &c).as_secs_f64();
         let per_cell = UDP_PROBE.as_secs_f64() + 8.0 * (1.0 + crate::load::DRAIN.as_secs_f64() + RUN_OVERHEAD_S);
-        let fixed = 5.0 * p.timing.limit_time.as_secs_f64() + 3.0 + START_S;
+        let fixed = 7.0 * p.timing.limit_time.as_secs_f64() + 3.0 + START_S;
         assert!((est - fixed - FRAME_SIZES.len() as f64 * per_cell).abs() < 0.01, "{est}");
+    }
+
+    #[test]
+    fn compression_tests_sweep_from_one_kb_and_ask_for_their_coding_alone() {
+        let p = plan(false);
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 9));
+        let find = |k| p.tests.iter().find(|t| t.kind == k).expect("planned");
+        for (kind, coding) in [
+            (TestKind::CompressionGzip, "gzip"),
+            (TestKind::CompressionBrotli, "br"),
+            (TestKind::CompressionZstd, "zstd"),
+        ] {
+            let t = find(kind);
+            assert_eq!((kind.coding(), t.setup.coding()), (Some(coding), Some(coding)));
+            assert_eq!(t.sizes, sized(&COMPRESSION_SIZES));
+            assert_eq!(t.requests_per_connection, Some(10));
+            let s = crate::suite::runner::spec(&p, t, Some(1024), addr);
+            assert_eq!(s.headers, vec![("accept-encoding".to_string(), coding.to_string())]);
+            assert_eq!(s.paths, vec!["/page.html?size=1024&compressible=1".to_string()]);
+            assert!(matches!(direct_support(t), Support::No(_)));
+        }
+        let cache = find(TestKind::CacheHit);
+        assert_eq!((cache.sizes.clone(), cache.requests_per_connection), (sized(&SIZES), None));
+        let s = crate::suite::runner::spec(&p, cache, Some(128), addr);
+        assert!(s.headers.is_empty());
+        assert_eq!(s.paths, vec!["/cached.html?size=128&cache=3600".to_string()]);
+        assert_eq!(TestKind::CacheHit.coding(), None);
     }
 
     #[test]

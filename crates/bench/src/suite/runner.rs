@@ -65,7 +65,7 @@ pub fn paths(t: &TestPlan, size: Option<u64>) -> Vec<String> {
             v.push(format!("/img/logo.png?size={n}"));
             v
         }
-        Setup::Gzip => vec![format!("/page.html?size={n}&compressible=1")],
+        Setup::Gzip | Setup::Brotli | Setup::Zstd => vec![format!("/page.html?size={n}&compressible=1")],
         Setup::Cache => vec![format!("/cached.html?size={n}&cache=3600")],
         _ => vec![format!("/index.html?size={n}")],
     }
@@ -79,8 +79,8 @@ pub fn spec(plan: &Plan, t: &TestPlan, size: Option<u64>, addr: SocketAddr) -> L
         group: plan.tls_group,
         insecure: true,
     });
-    let headers =
-        if t.setup == Setup::Gzip { vec![("accept-encoding".to_string(), "gzip".to_string())] } else { Vec::new() };
+    // Compression tests ask for their coding alone, so each target's answer is that or none.
+    let headers = t.setup.coding().map(|c| vec![("accept-encoding".to_string(), c.to_string())]).unwrap_or_default();
     LoadSpec {
         target: addr,
         host: if tls.is_some() { "localhost".into() } else { "bench".into() },
@@ -119,7 +119,21 @@ pub fn figures(r: &LoadReport, proxy_cpu_s: f64) -> RunFigures {
         memory_per_connection_bytes: None,
         udp_search: None,
         failover: None,
+        compression_ratio: None,
+        uncompressed_responses: None,
+        origin_requests: None,
     }
+}
+
+/// The compression figures of a run of `size`-byte responses: the ratio of the bytes
+/// the generator received to the bytes the origin sent for the same responses, and the
+/// responses that came back without a content coding.
+pub fn add_compression(f: &mut RunFigures, r: &LoadReport, size: u64) {
+    let original = r.requests.saturating_mul(size);
+    if original > 0 {
+        f.compression_ratio = Some(r.body_bytes as f64 / original as f64);
+    }
+    f.uncompressed_responses = Some(r.requests.saturating_sub(r.encoded_responses));
 }
 
 /// One closed- or open-loop run with the proxy CPU sampled over the measured part.
@@ -189,6 +203,17 @@ impl CellRuns {
         for (i, r) in self.runs.iter().enumerate().filter(|(_, r)| r.errors > 0) {
             flags.push(format!("run {}: {} errors beside {} requests", i + 1, r.errors, r.requests));
         }
+        for (i, r) in self.runs.iter().enumerate() {
+            if let Some(n) = r.uncompressed_responses.filter(|n| *n > 0) {
+                flags.push(format!("run {}: {n} of {} responses came back uncompressed", i + 1, r.requests));
+            }
+            if let Some(n) = r.origin_requests.filter(|n| *n > 0) {
+                flags.push(format!(
+                    "run {}: the origins received {n} requests (a hit reaches none): not every request was a hit",
+                    i + 1
+                ));
+            }
+        }
         let limit_fraction = median_run(&self.runs).and_then(|m| limit_fraction(t.kind, size, m, limits));
         Outcome::Measured(Measurement { runs: self.runs, latency_at_load: self.points, limit_fraction, flags })
     }
@@ -207,7 +232,10 @@ pub fn limit_fraction(kind: TestKind, size: Option<u64>, r: &RunFigures, l: &Lim
         TestKind::TlsHandshakeRsa2048 => (r.cps, l.rsa2048_sign_per_s),
         TestKind::TlsHandshakeEcdsaP256 => (r.cps, l.ecdsa_p256_sign_per_s),
         TestKind::TlsBulk => (r.bytes_per_s, l.aes128gcm_bytes_per_s),
+        // Input (origin) bytes compressed per second against one core's compressor.
         TestKind::CompressionGzip => (r.rps * size.unwrap_or(0) as f64, l.gzip_bytes_per_s),
+        TestKind::CompressionBrotli => (r.rps * size.unwrap_or(0) as f64, l.brotli_bytes_per_s),
+        TestKind::CompressionZstd => (r.rps * size.unwrap_or(0) as f64, l.zstd_bytes_per_s),
         TestKind::L4Throughput | TestKind::L7Throughput | TestKind::CacheHit => (r.bytes_per_s, l.loopback_bytes_per_s),
         _ => return None,
     };
@@ -256,6 +284,14 @@ pub fn measure_setup(ctx: &Ctx, tests: &[usize], live: &[Live], cells: &mut BTre
                     }
                 }
                 _ => {
+                    if t.kind == TestKind::CacheHit {
+                        cache_precheck(ctx, size, &here, ti, cells);
+                    }
+                    let here: Vec<&Live> = here
+                        .iter()
+                        .copied()
+                        .filter(|l| cells.get(&(ti, size, l.target)).is_some_and(|c| c.failure.is_none()))
+                        .collect();
                     for rep in 0..t.repeats {
                         for l in &here {
                             ctx.bar.set_message(format!(
@@ -267,10 +303,22 @@ pub fn measure_setup(ctx: &Ctx, tests: &[usize], live: &[Live], cells: &mut BTre
                                 t.repeats
                             ));
                             let cell = cells.entry((ti, size, l.target)).or_default();
+                            let origins = &ctx.env.ports.origins[..2];
+                            let seen0 = (t.kind == TestKind::CacheHit)
+                                .then(|| super::checks::origins_requests(origins).ok())
+                                .flatten();
                             match load_run(&spec(ctx.plan, t, size, l.addr), l.proc, ctx.load_cpu) {
                                 Ok((r, cpu, busy)) => {
                                     cell.core_busy += u32::from(busy >= 0.95);
-                                    cell.runs.push(figures(&r, cpu));
+                                    let mut f = figures(&r, cpu);
+                                    if let (Some(_), Some(n)) = (t.kind.coding(), size) {
+                                        add_compression(&mut f, &r, n);
+                                    }
+                                    if let Some(n0) = seen0 {
+                                        let n1 = super::checks::origins_requests(origins).ok();
+                                        f.origin_requests = n1.map(|n1| n1.saturating_sub(n0));
+                                    }
+                                    cell.runs.push(f);
                                 }
                                 Err(e) => cell.failure = Some(format!("{e:#}")),
                             }
@@ -284,6 +332,26 @@ pub fn measure_setup(ctx: &Ctx, tests: &[usize], live: &[Live], cells: &mut BTre
                     }
                 }
             }
+        }
+    }
+}
+
+/// Before a cache-hit size is measured: one request fills each target's cache with the
+/// object the load asks for (so the warm-up is all hits), then a few more must not reach
+/// the origins. A target that fails gets the cell failed with the reason.
+fn cache_precheck(ctx: &Ctx, size: Option<u64>, here: &[&Live], ti: usize, cells: &mut BTreeMap<CellKey, CellRuns>) {
+    let n = size.unwrap_or(128);
+    let t = &ctx.plan.tests[ti];
+    for l in here {
+        ctx.bar.set_message(format!("{:?} {n} B {}: filling the cache", t.kind, l.target.name()));
+        let origins = &ctx.env.ports.origins[..2];
+        let r = super::checks::get(l.addr, &paths(t, size)[0], &[])
+            .map_err(anyhow::Error::from)
+            .and_then(|_| super::checks::check_cache_hits(l.addr, origins, n, 3, "precheck"));
+        if let Err(e) = r {
+            let cell = cells.entry((ti, size, l.target)).or_default();
+            cell.failure = Some(format!("responses of {n} bytes are not answered from the cache: {e:#}"));
+            ctx.bar.inc(u64::from(t.repeats));
         }
     }
 }
@@ -494,6 +562,40 @@ mod tests {
         assert_eq!(limit_fraction(TestKind::CompressionGzip, Some(131072), &r, &l), Some(0.131072));
         assert_eq!(limit_fraction(TestKind::L7Rps, None, &r, &l), None);
         assert_eq!(limit_fraction(TestKind::TlsBulk, None, &r, &l), None);
+    }
+
+    #[test]
+    fn compression_ratio_is_bytes_received_over_origin_bytes() {
+        let r = LoadReport { requests: 100, body_bytes: 100 * 4096, encoded_responses: 98, ..LoadReport::default() };
+        let mut f = figures(&r, 0.1);
+        add_compression(&mut f, &r, 16384);
+        assert_eq!(f.compression_ratio, Some(0.25));
+        assert_eq!(f.uncompressed_responses, Some(2));
+        let none = LoadReport::default();
+        let mut g = figures(&none, 0.0);
+        add_compression(&mut g, &none, 16384);
+        assert_eq!(g.compression_ratio, None, "no request, no ratio");
+        let l = Limits { gzip_bytes_per_s: 1e8, brotli_bytes_per_s: 5e7, zstd_bytes_per_s: 2e8, ..Limits::default() };
+        let run = RunFigures { rps: 100.0, ..RunFigures::default() };
+        assert_eq!(limit_fraction(TestKind::CompressionBrotli, Some(131072), &run, &l), Some(0.262144));
+        assert_eq!(limit_fraction(TestKind::CompressionZstd, Some(131072), &run, &l), Some(0.065536));
+    }
+
+    #[test]
+    fn uncompressed_responses_and_cache_misses_are_flagged() {
+        let t = &super::super::plan::plan(false).tests[0];
+        let run = |uncompressed, origin| RunFigures {
+            requests: 10,
+            rps: 1.0,
+            uncompressed_responses: uncompressed,
+            origin_requests: origin,
+            ..RunFigures::default()
+        };
+        let cell = CellRuns { runs: vec![run(Some(0), Some(0)), run(Some(3), Some(2))], ..CellRuns::default() };
+        let Outcome::Measured(m) = cell.outcome(t, None, &Limits::default()) else { panic!("measured") };
+        assert_eq!(m.flags.len(), 2, "{:?}", m.flags);
+        assert!(m.flags[0].starts_with("run 2: 3 of 10 responses came back uncompressed"), "{:?}", m.flags);
+        assert!(m.flags[1].contains("the origins received 2 requests"), "{:?}", m.flags);
     }
 
     #[test]

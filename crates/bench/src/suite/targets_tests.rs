@@ -4,7 +4,7 @@
 use super::*;
 use crate::suite::procs::which;
 
-const SETUPS: [Setup; 10] = [
+const SETUPS: [Setup; 12] = [
     Setup::L7,
     Setup::L7Log,
     Setup::L4,
@@ -12,6 +12,8 @@ const SETUPS: [Setup; 10] = [
     Setup::TlsRsa,
     Setup::TlsEcdsa,
     Setup::Gzip,
+    Setup::Brotli,
+    Setup::Zstd,
     Setup::Cache,
     Setup::Udp,
     Setup::Failover,
@@ -49,10 +51,13 @@ impl Drop for Fixture {
 #[test]
 fn every_l7_config_has_the_png_rule_pools_and_one_worker() {
     let f = Fixture::new("l7");
-    for setup in [Setup::L7, Setup::L7Log, Setup::Cookie, Setup::TlsRsa, Setup::Gzip, Setup::Cache] {
+    for setup in [Setup::L7, Setup::L7Log, Setup::Cookie, Setup::TlsRsa, Setup::Gzip, Setup::Brotli, Setup::Cache] {
         let sw = switchyard(setup, &f.env());
         assert!(sw.contains("path_suffix = \".png\", pool = \"images\""), "{sw}");
         assert!(sw.contains("workers = 1") && sw.contains("127.0.0.1:41001") && sw.contains("127.0.0.1:41003"));
+        if setup == Setup::Brotli {
+            continue;
+        }
         let ha = haproxy(setup, &f.env()).expect("haproxy does L7");
         assert!(ha.contains("use_backend images if { path_end .png }") && ha.contains("nbthread 1"), "{ha}");
         assert!(ha.contains("option forwardfor") && ha.contains("balance roundrobin"));
@@ -193,4 +198,73 @@ fn nginx_accepts_the_generated_configs() {
             .expect("nginx -t");
         assert!(out.status.success(), "{setup:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
+}
+
+#[test]
+fn switchyard_compression_and_cache_use_the_spec_keys() {
+    let f = Fixture::new("sy-fn");
+    let e = f.env();
+    let line = |setup| {
+        let sw = switchyard(setup, &e);
+        // Service level: after `pool`, before `rules` and the first `[[pool]]`.
+        let service = sw.split("[[pool]]").next().expect("service").to_string();
+        let found =
+            service.lines().find(|l| l.starts_with("compression =") || l.starts_with("cache =")).map(String::from);
+        (found, sw)
+    };
+    let cases = [
+        (Setup::Gzip, "compression = { algorithms = [\"gzip\"], gzip_level = 1, types = [\"text/html\"] }"),
+        (Setup::Brotli, "compression = { algorithms = [\"br\"], brotli_level = 4, types = [\"text/html\"] }"),
+        (Setup::Zstd, "compression = { algorithms = [\"zstd\"], zstd_level = 3, types = [\"text/html\"] }"),
+        (Setup::Cache, "cache = { size = \"256MiB\" }"),
+    ];
+    for (setup, want) in cases {
+        let (found, sw) = line(setup);
+        assert_eq!(found.as_deref(), Some(want), "{setup:?}: {sw}");
+        assert!(sw.contains("rules = [ { path_suffix = \".png\", pool = \"images\" } ]"), "{sw}");
+    }
+    for setup in [Setup::L7, Setup::L7Log, Setup::Cookie, Setup::TlsRsa, Setup::Failover] {
+        assert_eq!(line(setup).0, None, "{setup:?}");
+    }
+}
+
+#[test]
+fn haproxy_compresses_gzip_only_and_caches_what_switchyard_caches() {
+    let f = Fixture::new("ha-fn");
+    let e = f.env();
+    let gz = haproxy(Setup::Gzip, &e).expect("gzip");
+    let main = gz.split("\nbackend main\n").nth(1).expect("backend main");
+    assert!(main.contains("compression algo gzip\n    compression type text/html\n"), "{gz}");
+    assert!(gz.contains("tune.comp.maxlevel 1"), "{gz}");
+    for setup in [Setup::Brotli, Setup::Zstd] {
+        assert!(haproxy(setup, &e).expect_err("no brotli or zstd").contains("gzip and deflate only"));
+    }
+    let cache = haproxy(Setup::Cache, &e).expect("cache");
+    assert!(cache.contains("http-request cache-use bench\n    http-response cache-store bench\n"), "{cache}");
+    assert!(cache.contains("\ncache bench\n    total-max-size 256\n    max-object-size 8388608\n"), "{cache}");
+    assert!(!haproxy(Setup::L7, &e).expect("l7").contains("compression"));
+    assert!(!haproxy(Setup::L7, &e).expect("l7").contains("cache-use"));
+    assert_eq!(cache_max_object(TargetKind::Haproxy), Some(8 * 1024 * 1024));
+    assert!(cache_max_object(TargetKind::Haproxy) >= Some(crate::suite::plan::SIZES[4]), "every size cacheable");
+}
+
+#[test]
+fn nginx_gzips_at_level_one_and_caches_in_the_run_folder() {
+    let f = Fixture::new("ng-fn");
+    let e = f.env();
+    let gz = nginx(Setup::Gzip, &e).expect("gzip");
+    for d in ["gzip on;", "gzip_comp_level 1;", "gzip_proxied any;", "gzip_min_length 256;", "gzip_vary on;"] {
+        assert!(gz.contains(d), "{d}: {gz}");
+    }
+    assert!(!gz.contains("gzip_types"), "text/html is implied; naming it draws a warning");
+    assert!(nginx(Setup::Brotli, &e).expect_err("no brotli").contains("ngx_brotli"));
+    assert!(nginx(Setup::Zstd, &e).expect_err("no zstd").contains("zstd"));
+    let cache = nginx(Setup::Cache, &e).expect("cache");
+    let path = format!("proxy_cache_path {}/cache levels=1:2 keys_zone=bench:10m max_size=256m", f.dir.display());
+    assert!(cache.contains(&path), "{cache}");
+    assert!(cache.contains("proxy_cache bench;") && cache.contains("proxy_cache_valid 200 10m;"), "{cache}");
+    assert!(
+        !nginx(Setup::L7, &e).expect("l7").contains("gzip")
+            && !nginx(Setup::L7, &e).expect("l7").contains("proxy_cache")
+    );
 }

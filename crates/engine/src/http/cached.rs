@@ -297,7 +297,7 @@ pub(super) async fn finish<S: ClientStream>(
     client: &mut Client<S>,
     service: &Service,
     info: RequestInfo,
-    plan: Plan<'_>,
+    mut plan: Plan<'_>,
     ended: Ended<'_>,
     draining: bool,
 ) -> Option<bool> {
@@ -325,6 +325,8 @@ pub(super) async fn finish<S: ClientStream>(
                 .collect();
             let refreshed = Arc::new(stale.refreshed(&update, plan.requested, cache.config.heuristic));
             cache.insert_shared(&plan.key, refreshed.clone());
+            // Waiters for this key need not wait for our client's write.
+            plan._fetch = None;
             cache.stats.revalidated.fetch_add(1, Ordering::Relaxed);
             Some(serve(client, service, info, 0, &plan, &refreshed, "revalidated", draining).await)
         }

@@ -260,8 +260,11 @@ fn server_state(admin: SocketAddr, pool: &str, name: &str) -> Option<String> {
 }
 
 fn persistence(file: &Path) {
-    let mut origins: Vec<Option<Origin>> =
-        (0..3).map(|i| Some(origin_at(&format!("127.0.0.1:{}", 19100 + i), &format!("app-{}", i + 1)))).collect();
+    // Separate processes: killing one closes its connections too (an in-process origin
+    // stopped by dropping it still answers on connections the proxy keeps pooled).
+    let start =
+        |i: usize| common::OriginProcess::start(addr(&format!("127.0.0.1:{}", 19100 + i)), &format!("app-{}", i + 1));
+    let mut origins: Vec<Option<common::OriginProcess>> = (0..3).map(|i| Some(start(i))).collect();
     let (shop, api, admin) = (addr("127.0.0.1:18100"), addr("127.0.0.1:18101"), addr("127.0.0.1:18109"));
     let _proxy = Proxy::run_file(file, shop);
     let get = |to: SocketAddr, headers: &[(&str, &str)]| Client::connect(to).request("GET", "/", headers);
@@ -290,7 +293,7 @@ fn persistence(file: &Path) {
     // The cookie's server dies: the next request with that cookie goes elsewhere (a
     // connect failure is retried on another server) and the cookie is re-pointed;
     // no request fails, and the health check soon shows the server down.
-    let index = origins.iter().position(|o| o.as_ref().is_some_and(|o| o.name == home)).expect("home origin");
+    let index = (0..3).find(|i| format!("app-{}", i + 1) == home).expect("home origin");
     drop(origins[index].take());
     let moved = get(shop, &[("cookie", &cookie)]);
     assert_eq!(moved.status, 200, "no client error when a persistent server dies");
@@ -307,7 +310,7 @@ fn persistence(file: &Path) {
     assert_eq!(get(shop, &[("cookie", &cookie)]).status, 200, "the old cookie is still served");
 
     // It comes back after `rise` passing checks.
-    origins[index] = Some(origin_at(&format!("127.0.0.1:{}", 19100 + index), &home));
+    origins[index] = Some(start(index));
     common::wait_for(&format!("{home} back up"), || {
         (server_state(admin, "shop", &home).as_deref() == Some("up")).then_some(())
     });

@@ -5,7 +5,7 @@
 //! 1. [`Accepted::parse`] reads the request's `Accept-Encoding` while the
 //!    request head is still in the buffer (the head leaves it before the
 //!    request is forwarded), keeping only the q-values that matter.
-//! 2. [`plan`] decides from the service's [`Compression`], the rules' `compress
+//! 2. [`decide`] decides from the service's [`Compression`], the rules' `compress
 //!    = false`, the request and the response head whether the body is encoded
 //!    (or, with `decompress`, a gzip body decoded) and with what. Skipped:
 //!    HEAD, statuses without a body, 206 and `Content-Range`, a response that
@@ -195,7 +195,7 @@ pub fn variant_key<'a>(config: &Compression, values: impl IntoIterator<Item = &'
     key
 }
 
-/// The facts of a request [`plan`] needs.
+/// The facts of a request [`decide`] needs.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestFacts {
     /// What the client accepts.
@@ -204,21 +204,6 @@ pub struct RequestFacts {
     pub head_method: bool,
     /// A matching rule said `compress = false`.
     pub switched_off: bool,
-}
-
-/// Decides whether and how the response body is transformed. `has_body` is
-/// false when the status or method means the response has none; `length`
-/// is the server's `Content-Length`, when it framed the body with one.
-pub fn plan(
-    config: Option<&Compression>,
-    request: RequestFacts,
-    status: u16,
-    has_body: bool,
-    length: Option<u64>,
-    head: &[u8],
-    fields: &[Field],
-) -> Option<Coding> {
-    decide(config, request, status, has_body, length, head, fields).ok()
 }
 
 /// Why [`decide`] leaves a body as the server sent it.
@@ -233,7 +218,10 @@ pub enum Skip {
     NotAccepted,
 }
 
-/// [`plan`], saying why a body is left alone.
+/// Decides whether and how the response body is transformed, or why it is
+/// left alone. `has_body` is false when the status or method means the
+/// response has none; `length` is the server's `Content-Length`, when it
+/// framed the body with one.
 pub fn decide(
     config: Option<&Compression>,
     request: RequestFacts,
@@ -716,7 +704,7 @@ mod tests {
             .find(|f| head.as_bytes()[f.name.clone()].eq_ignore_ascii_case(b"content-length"))
             .and_then(|f| std::str::from_utf8(&head.as_bytes()[f.value.clone()]).ok()?.parse().ok());
         let status = head[9..12].parse().expect("status");
-        plan(Some(config), request, status, true, length, head.as_bytes(), &fields)
+        decide(Some(config), request, status, true, length, head.as_bytes(), &fields).ok()
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! 6. **forward**: head and streamed body to the server ([`exchange`])
 //! 7. **response rewrite**: hop-by-hop removal, edits, connection handling ([`rewrite::response_head`])
 //! 8. **compress**: whether the body is encoded on its way, and the head edits
-//!    that go with it ([`compress::plan`], [`compress::rewrite_head`])
+//!    that go with it ([`compress::decide`], [`compress::rewrite_head`])
 //! 9. **stream response**: body relayed to the client ([`body::relay`]), through
 //!    the coder when compressing ([`compress::relay`]), or a byte tunnel after a
 //!    relayed protocol switch (WebSocket, [`tunnel`]) — through a [`cache::Tee`]

@@ -27,7 +27,7 @@ use crate::units::{closest, suggest};
 mod compression;
 mod tls;
 use compression::read_compression;
-use tls::{flag_or_table, read_hsts, read_http2, read_server_tls, read_upstream_tls, redirect_https, FlagOr};
+use tls::{read_hsts, read_http2, read_server_tls, read_upstream_tls, redirect_https, switch_or_table};
 
 type Value<'i> = Spanned<DeValue<'i>>;
 type Key<'i> = Spanned<Cow<'i, str>>;
@@ -219,37 +219,21 @@ fn read_service(r: &mut Report<'_>, table: &DeTable<'_>) -> RawService {
             }
             "tls" => raw.tls = table_of(r, name, value).map(|t| S::new(value.span(), read_server_tls(r, t))),
             "http2" => {
-                raw.http2 = flag_or_table(r, name, value).map(|v| {
-                    S::new(
-                        value.span(),
-                        match v {
-                            FlagOr::Flag(b) => RawHttp2 { enabled: Some(b), ..RawHttp2::default() },
-                            FlagOr::Table(t) => read_http2(r, t),
-                        },
-                    )
-                })
+                raw.http2 =
+                    switch_or_table(r, name, value, |b| RawHttp2 { enabled: Some(b), ..Default::default() }, read_http2)
             }
             "compression" => {
-                raw.compression = flag_or_table(r, name, value).map(|v| {
-                    S::new(
-                        value.span(),
-                        match v {
-                            FlagOr::Flag(b) => RawCompression { enabled: Some(b), ..RawCompression::default() },
-                            FlagOr::Table(t) => read_compression(r, t),
-                        },
-                    )
-                })
+                raw.compression = switch_or_table(
+                    r,
+                    name,
+                    value,
+                    |b| RawCompression { enabled: Some(b), ..Default::default() },
+                    read_compression,
+                )
             }
             "cache" => {
-                raw.cache = flag_or_table(r, name, value).map(|v| {
-                    S::new(
-                        value.span(),
-                        match v {
-                            FlagOr::Flag(b) => RawCache { enabled: Some(b), ..RawCache::default() },
-                            FlagOr::Table(t) => read_cache(r, t),
-                        },
-                    )
-                })
+                raw.cache =
+                    switch_or_table(r, name, value, |b| RawCache { enabled: Some(b), ..Default::default() }, read_cache)
             }
             _ => raw.broken.extend(unknown_key(r, key, SERVICE_KEYS, "in [[service]]")),
         }
@@ -391,15 +375,8 @@ fn read_rule(r: &mut Report<'_>, table: &DeTable<'_>) -> RawRule {
             "cache" => raw.cache = boolean(r, name, value),
             "redirect_https" => raw.redirect_https = redirect_https(r, name, value),
             "hsts" => {
-                raw.hsts = flag_or_table(r, name, value).map(|v| {
-                    S::new(
-                        value.span(),
-                        match v {
-                            FlagOr::Flag(b) => RawHsts { enabled: Some(b), ..RawHsts::default() },
-                            FlagOr::Table(t) => read_hsts(r, t),
-                        },
-                    )
-                })
+                raw.hsts =
+                    switch_or_table(r, name, value, |b| RawHsts { enabled: Some(b), ..Default::default() }, read_hsts)
             }
             _ => raw.broken.extend(unknown_key(r, key, RULE_KEYS, "in a rule")),
         }
@@ -461,15 +438,13 @@ fn read_pool(r: &mut Report<'_>, table: &DeTable<'_>) -> RawPool {
                 raw.health_check = table_of(r, name, value).map(|t| S::new(value.span(), read_health_check(r, t)))
             }
             "tls" => {
-                raw.tls = flag_or_table(r, name, value).map(|v| {
-                    S::new(
-                        value.span(),
-                        match v {
-                            FlagOr::Flag(b) => RawUpstreamTls { enabled: Some(b), ..RawUpstreamTls::default() },
-                            FlagOr::Table(t) => read_upstream_tls(r, t),
-                        },
-                    )
-                })
+                raw.tls = switch_or_table(
+                    r,
+                    name,
+                    value,
+                    |b| RawUpstreamTls { enabled: Some(b), ..Default::default() },
+                    read_upstream_tls,
+                )
             }
             "protocol" => raw.protocol = string(r, name, value),
             "passive" => raw.passive = table_of(r, name, value).map(|t| S::new(value.span(), read_passive(r, t))),

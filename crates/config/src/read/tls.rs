@@ -154,6 +154,22 @@ pub(super) enum FlagOr<'a, 'i> {
     Table(&'a DeTable<'i>),
 }
 
+/// A key written as `true` / `false` or as a table: `flag` makes the raw
+/// value of a boolean, `table` reads a table.
+pub(super) fn switch_or_table<T>(
+    r: &mut Report<'_>,
+    key: &str,
+    value: &Value<'_>,
+    flag: impl FnOnce(S<bool>) -> T,
+    table: impl FnOnce(&mut Report<'_>, &DeTable<'_>) -> T,
+) -> Option<S<T>> {
+    let read = match flag_or_table(r, key, value)? {
+        FlagOr::Flag(b) => flag(b),
+        FlagOr::Table(t) => table(r, t),
+    };
+    Some(S::new(value.span(), read))
+}
+
 pub(super) fn flag_or_table<'a, 'i>(r: &mut Report<'_>, key: &str, value: &'a Value<'i>) -> Option<FlagOr<'a, 'i>> {
     match value.get_ref() {
         DeValue::Table(t) => Some(FlagOr::Table(t)),

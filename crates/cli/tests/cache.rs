@@ -379,12 +379,7 @@ async fn h2_get(addr: SocketAddr, path: &str) -> (u16, Option<String>, Vec<u8>) 
     let req = http::Request::get(format!("http://test{path}")).body(()).expect("request");
     let (response, _) = client.send_request(req, true).expect("send");
     let (parts, mut recv) = response.await.expect("response").into_parts();
-    let mut body = Vec::new();
-    while let Some(data) = recv.data().await {
-        let data = data.expect("data");
-        body.extend_from_slice(&data);
-        let _ = recv.flow_control().release_capacity(data.len());
-    }
+    let body = h2_body(&mut recv).await.expect("body");
     let age = parts.headers.get("age").and_then(|v| v.to_str().ok()).map(str::to_string);
     (parts.status.as_u16(), age, body)
 }

@@ -240,12 +240,7 @@ fn http2_clients_get_encoded_bodies() {
             let mut client = client.clone().ready().await.expect("ready");
             let (response, _) = client.send_request(req, true).expect("send");
             let (parts, mut recv) = response.await.expect("response").into_parts();
-            let mut body = Vec::new();
-            while let Some(data) = recv.data().await {
-                let data = data.expect("data");
-                body.extend_from_slice(&data);
-                let _ = recv.flow_control().release_capacity(data.len());
-            }
+            let body = common::h2_body(&mut recv).await.expect("body");
             assert_eq!(parts.status, 200);
             assert_eq!(parts.headers.get("content-encoding").map(|v| v.as_bytes()), Some(encoding.as_bytes()));
             assert!(parts.headers.get("content-length").is_none());

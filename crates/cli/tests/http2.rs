@@ -38,12 +38,7 @@ async fn send(
         stream.send_data(Bytes::from(body), true)?;
     }
     let (parts, mut recv) = response.await?.into_parts();
-    let mut out = Vec::new();
-    while let Some(data) = recv.data().await {
-        let data = data?;
-        out.extend_from_slice(&data);
-        let _ = recv.flow_control().release_capacity(data.len());
-    }
+    let out = common::h2_body(&mut recv).await?;
     Ok((parts, out))
 }
 

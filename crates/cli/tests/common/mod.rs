@@ -622,3 +622,14 @@ pub fn simple_config(listen: SocketAddr, servers: &[SocketAddr], extra: &str) ->
 pub fn proxy_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], free_port()))
 }
+
+/// Reads an HTTP/2 response body to its end, giving the flow-control window back as it goes.
+pub async fn h2_body(recv: &mut h2::RecvStream) -> Result<Vec<u8>, h2::Error> {
+    let mut body = Vec::new();
+    while let Some(data) = recv.data().await {
+        let data = data?;
+        body.extend_from_slice(&data);
+        let _ = recv.flow_control().release_capacity(data.len());
+    }
+    Ok(body)
+}

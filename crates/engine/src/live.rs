@@ -240,8 +240,11 @@ impl ServerLive {
     /// `period`, in thousandths (1..=1000); 1000 when not ramping. Reads the
     /// clock only while ramping.
     pub fn ramp(&self, period: Duration) -> u32 {
+        if period.is_zero() {
+            return switchyard_balance::FULL_RAMP;
+        }
         let from = self.ramp_from.load(Ordering::Relaxed);
-        if from == 0 || period.is_zero() {
+        if from == 0 {
             return switchyard_balance::FULL_RAMP;
         }
         let permille = switchyard_balance::ramp_permille(Duration::from_nanos(stamp().saturating_sub(from)), period);

@@ -1,0 +1,492 @@
+//! The raw deflate encoder: a greedy single-pass LZ77 match finder feeding
+//! blocks that each get the cheapest of a dynamic Huffman code, the fixed
+//! code or stored bytes.
+
+use crate::bits::{BitWriter, Pending};
+use crate::huffman::{Code, Scratch};
+use crate::tables::{dist_sym, fixed_lit_lengths, CLEN_ORDER, DIST_BASE, DIST_EXTRA, LEN_BASE, LEN_EXTRA, LEN_SYM};
+
+/// log2 of the match finder's table size.
+const HASH_BITS: u32 = 15;
+/// Deflate's window.
+const WINDOW: usize = 32 * 1024;
+/// Longest match deflate can express.
+const MAX_MATCH: usize = 258;
+/// Tokens (literals and matches) per block.
+const BLOCK_TOKENS: usize = 16 * 1024;
+/// Input bytes per block at most, so the buffered input stays bounded.
+const BLOCK_BYTES: usize = 256 * 1024;
+/// Input appended at a time.
+const PIECE: usize = 64 * 1024;
+/// Absolute positions are renumbered from 1 past this.
+const REBASE_AT: u32 = 0xC000_0000;
+
+/// A streaming raw deflate (RFC 1951) encoder with reusable state.
+///
+/// Built for compressing HTTP responses on the fly: one pass, no lazy
+/// matching, a small hash table, and no work at the start of a stream (the
+/// table is not cleared: positions are numbered across streams, and entries
+/// from before the current stream are ignored). Blocks use a dynamic Huffman
+/// code, which makes up for the simple match finder's ratio.
+pub struct Deflater {
+    /// Most recent absolute position of each hashed 4-byte sequence; 0: none.
+    table: Box<[u32]>,
+    /// Up to [`WINDOW`] bytes of history, then the input not yet emitted.
+    window: Vec<u8>,
+    /// Absolute position of `window[0]`.
+    base: u32,
+    /// Absolute position where the current stream began.
+    stream_start: u32,
+    /// Next byte to scan (window index).
+    pos: usize,
+    /// First byte of the block being collected (window index).
+    block_start: usize,
+    /// Literals (`< 256`) and matches (`length << 20 | distance symbol << 15
+    /// | distance - 1`).
+    tokens: Vec<u32>,
+    lit_freq: [u32; 286],
+    dist_freq: [u32; 30],
+    pending: Pending,
+    lit: Code<286>,
+    dist: Code<30>,
+    clen: Code<19>,
+    fixed_lit: Code<286>,
+    fixed_dist: Code<30>,
+    /// Buffers for building codes.
+    sorting: Scratch,
+    /// The run-length coded code lengths of the block being written.
+    items: Vec<u64>,
+    finished: bool,
+}
+
+impl Default for Deflater {
+    fn default() -> Self {
+        Deflater::new()
+    }
+}
+
+impl Deflater {
+    /// A fresh encoder (about 130 KiB of state).
+    pub fn new() -> Deflater {
+        // Built over all 288 symbols: the two unused 8-bit ones come before
+        // the 9-bit codes in canonical order.
+        let mut all = Code::<288>::empty();
+        all.len = fixed_lit_lengths();
+        all.assign();
+        let mut fixed_lit = Code::empty();
+        fixed_lit.len.copy_from_slice(&all.len[..286]);
+        fixed_lit.bits.copy_from_slice(&all.bits[..286]);
+        let mut fixed_dist = Code::empty();
+        fixed_dist.len = [5; 30];
+        fixed_dist.assign();
+        Deflater {
+            table: vec![0; 1 << HASH_BITS].into_boxed_slice(),
+            window: Vec::with_capacity(WINDOW + BLOCK_BYTES + PIECE),
+            base: 1,
+            stream_start: 1,
+            pos: 0,
+            block_start: 0,
+            tokens: Vec::with_capacity(BLOCK_TOKENS),
+            lit_freq: [0; 286],
+            dist_freq: [0; 30],
+            pending: Pending::default(),
+            lit: Code::empty(),
+            dist: Code::empty(),
+            clen: Code::empty(),
+            fixed_lit,
+            fixed_dist,
+            sorting: Scratch::default(),
+            items: Vec::with_capacity(320),
+            finished: false,
+        }
+    }
+
+    /// Starts a new stream; nothing of the previous one is referenced.
+    pub fn reset(&mut self) {
+        let next = self.base.saturating_add(self.window.len() as u32);
+        self.window.clear();
+        self.tokens.clear();
+        self.lit_freq = [0; 286];
+        self.dist_freq = [0; 30];
+        self.pending = Pending::default();
+        self.pos = 0;
+        self.block_start = 0;
+        self.finished = false;
+        if next >= REBASE_AT {
+            self.table.fill(0);
+            self.base = 1;
+        } else {
+            self.base = next;
+        }
+        self.stream_start = self.base;
+    }
+
+    /// Compresses `input`, appending finished output to `out`. Some input
+    /// may be held until more arrives or [`Deflater::flush`] /
+    /// [`Deflater::finish`] is called.
+    pub fn write(&mut self, input: &[u8], out: &mut Vec<u8>) {
+        debug_assert!(!self.finished, "write after finish");
+        for piece in input.chunks(PIECE) {
+            self.window.extend_from_slice(piece);
+            self.compress(out);
+        }
+    }
+
+    /// Emits everything written so far and aligns the output to a byte with
+    /// an empty stored block (a "sync flush"): a decoder can then decode all
+    /// input given so far.
+    pub fn flush(&mut self, out: &mut Vec<u8>) {
+        self.take_tail();
+        if self.pos > self.block_start {
+            self.emit_block(out, false);
+        }
+        let mut w = BitWriter::new(out, self.pending, 8);
+        w.put(0, 3);
+        w.align();
+        w.bytes(&[0, 0, 0xff, 0xff]);
+        self.pending = w.finish();
+        self.slide();
+    }
+
+    /// Ends the stream: the last block, padded to a byte.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.finished {
+            return;
+        }
+        self.take_tail();
+        self.emit_block(out, true);
+        let mut w = BitWriter::new(out, self.pending, 1);
+        w.align();
+        self.pending = w.finish();
+        self.finished = true;
+    }
+
+    /// Scans what the window holds, emitting blocks as they fill up.
+    fn compress(&mut self, out: &mut Vec<u8>) {
+        loop {
+            self.scan();
+            let full = self.tokens.len() >= BLOCK_TOKENS || self.pos - self.block_start >= BLOCK_BYTES;
+            if !full {
+                return;
+            }
+            self.emit_block(out, false);
+            self.slide();
+        }
+    }
+
+    /// The match finder: from `pos` while 4 bytes are left to hash, until the
+    /// block is full.
+    fn scan(&mut self) {
+        let w = &self.window[..];
+        let end = w.len();
+        if end < 4 {
+            return;
+        }
+        let last = end - 4;
+        let table = &mut self.table[..];
+        let tokens = &mut self.tokens;
+        let lit_freq = &mut self.lit_freq;
+        let dist_freq = &mut self.dist_freq;
+        let (base, start) = (self.base, self.stream_start);
+        let block_end = self.block_start + BLOCK_BYTES;
+        let mut i = self.pos;
+        while i <= last && tokens.len() < BLOCK_TOKENS && i < block_end {
+            let word = read32(w, i);
+            let slot = (word.wrapping_mul(0x9E37_79B1) >> (32 - HASH_BITS)) as usize;
+            let here = base + i as u32;
+            let seen = table[slot];
+            table[slot] = here;
+            let dist = here.wrapping_sub(seen);
+            if seen >= start && dist <= WINDOW as u32 {
+                if let Some(c) = i.checked_sub(dist as usize) {
+                    if read32(w, c) == word {
+                        let len = extend(w, c, i, (end - i).min(MAX_MATCH));
+                        let sym = dist_sym(dist - 1);
+                        tokens.push((len as u32) << 20 | sym << 15 | (dist - 1));
+                        lit_freq[257 + usize::from(LEN_SYM[len])] += 1;
+                        dist_freq[sym as usize] += 1;
+                        i += len;
+                        continue;
+                    }
+                }
+            }
+            let byte = w[i];
+            tokens.push(u32::from(byte));
+            lit_freq[usize::from(byte)] += 1;
+            i += 1;
+        }
+        self.pos = i;
+    }
+
+    /// The last few bytes, too short to hash, as literals.
+    fn take_tail(&mut self) {
+        while self.pos < self.window.len() {
+            let byte = self.window[self.pos];
+            self.tokens.push(u32::from(byte));
+            self.lit_freq[usize::from(byte)] += 1;
+            self.pos += 1;
+        }
+    }
+
+    /// Drops input older than the window once a block has been emitted.
+    fn slide(&mut self) {
+        debug_assert_eq!(self.pos, self.block_start);
+        if self.pos < WINDOW + BLOCK_BYTES / 2 {
+            return;
+        }
+        let cut = self.pos - WINDOW;
+        self.window.drain(..cut);
+        self.pos -= cut;
+        self.block_start -= cut;
+        self.base += cut as u32;
+        if self.base >= REBASE_AT {
+            self.table.fill(0);
+            self.base = 1;
+            self.stream_start = 1;
+        }
+    }
+
+    /// Writes the tokens collected since `block_start` as one block (or, if
+    /// stored, as many stored blocks as its bytes need).
+    fn emit_block(&mut self, out: &mut Vec<u8>, last: bool) {
+        self.lit_freq[256] = 1;
+        let extra: u64 = (0..29).map(|s| u64::from(self.lit_freq[257 + s]) * u64::from(LEN_EXTRA[s])).sum::<u64>()
+            + (0..30).map(|s| u64::from(self.dist_freq[s]) * u64::from(DIST_EXTRA[s])).sum::<u64>();
+        let fixed_bits = 3 + self.fixed_lit.cost(&self.lit_freq) + self.fixed_dist.cost(&self.dist_freq) + extra;
+        let raw_len = self.pos - self.block_start;
+        let stored_bits = (raw_len as u64 + 5 * raw_len.div_ceil(0xffff).max(1) as u64) * 8 + 7;
+        // A dynamic code pays for its description; tiny blocks skip building it.
+        let dynamic_bits = if self.tokens.len() > 64 { Some(self.plan_dynamic() + extra) } else { None };
+        let mut bits = fixed_bits;
+        let mut kind = Kind::Fixed;
+        if let Some(d) = dynamic_bits.filter(|&d| d < bits) {
+            bits = d;
+            kind = Kind::Dynamic;
+        }
+        if stored_bits < bits {
+            kind = Kind::Stored;
+            bits = stored_bits;
+        }
+        let room = (bits / 8) as usize + 8;
+        let mut w = BitWriter::new(out, self.pending, room);
+        match kind {
+            Kind::Stored => {
+                let raw = &self.window[self.block_start..self.pos];
+                let mut chunks = raw.chunks(0xffff).peekable();
+                if raw.is_empty() {
+                    write_stored(&mut w, &[], last);
+                }
+                while let Some(chunk) = chunks.next() {
+                    write_stored(&mut w, chunk, last && chunks.peek().is_none());
+                }
+            }
+            Kind::Fixed => {
+                w.put(u64::from(last) | 1 << 1, 3);
+                write_tokens(&mut w, &self.tokens, &self.fixed_lit, &self.fixed_dist);
+            }
+            Kind::Dynamic => {
+                self.write_dynamic_header(&mut w, last);
+                write_tokens(&mut w, &self.tokens, &self.lit, &self.dist);
+            }
+        }
+        self.pending = w.finish();
+        self.tokens.clear();
+        self.lit_freq = [0; 286];
+        self.dist_freq = [0; 30];
+        self.block_start = self.pos;
+    }
+
+    /// Builds the block's codes and the code-length code; returns the bits of
+    /// the header and of the symbols (without extra bits). `items` receives
+    /// the run-length coded code lengths (symbol | extra value << 8).
+    fn plan_dynamic(&mut self) -> u64 {
+        self.lit.build(&self.lit_freq, 15, &mut self.sorting);
+        self.dist.build(&self.dist_freq, 15, &mut self.sorting);
+        self.items.clear();
+        let hlit = 257 + self.lit.len[257..].iter().rposition(|&l| l != 0).map_or(0, |p| p + 1);
+        let hdist = 1 + self.dist.len.iter().rposition(|&l| l != 0).unwrap_or(0);
+        let mut lengths = [0u8; 286 + 30];
+        lengths[..hlit].copy_from_slice(&self.lit.len[..hlit]);
+        lengths[hlit..hlit + hdist].copy_from_slice(&self.dist.len[..hdist]);
+        let mut clen_freq = [0u32; 19];
+        run_length(&lengths[..hlit + hdist], &mut self.items, &mut clen_freq);
+        self.clen.build(&clen_freq, 7, &mut self.sorting);
+        let hclen = hclen(&self.clen);
+        let runs: u64 = u64::from(clen_freq[16]) * 2 + u64::from(clen_freq[17]) * 3 + u64::from(clen_freq[18]) * 7;
+        3 + 5
+            + 5
+            + 4
+            + 3 * hclen as u64
+            + self.clen.cost(&clen_freq)
+            + runs
+            + self.lit.cost(&self.lit_freq)
+            + self.dist.cost(&self.dist_freq)
+    }
+
+    fn write_dynamic_header(&self, w: &mut BitWriter<'_>, last: bool) {
+        let hlit = 257 + self.lit.len[257..].iter().rposition(|&l| l != 0).map_or(0, |p| p + 1);
+        let hdist = 1 + self.dist.len.iter().rposition(|&l| l != 0).unwrap_or(0);
+        let hclen = hclen(&self.clen);
+        w.put(u64::from(last) | 2 << 1, 3);
+        w.put((hlit - 257) as u64, 5);
+        w.put((hdist - 1) as u64, 5);
+        w.put((hclen - 4) as u64, 4);
+        w.spill();
+        for &sym in &CLEN_ORDER[..hclen] {
+            w.put(u64::from(self.clen.len[sym]), 3);
+            w.spill();
+        }
+        for &item in &self.items {
+            let sym = (item & 0xff) as usize;
+            w.put(u64::from(self.clen.bits[sym]), u32::from(self.clen.len[sym]));
+            match sym {
+                16 => w.put(item >> 8, 2),
+                17 => w.put(item >> 8, 3),
+                18 => w.put(item >> 8, 7),
+                _ => {}
+            }
+            w.spill();
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Stored,
+    Fixed,
+    Dynamic,
+}
+
+/// Number of code-length code lengths written (trailing zeros in
+/// [`CLEN_ORDER`] are left out, but at least 4).
+fn hclen(clen: &Code<19>) -> usize {
+    CLEN_ORDER.iter().rposition(|&s| clen.len[s] != 0).map_or(4, |p| (p + 1).max(4))
+}
+
+/// Run-length codes a sequence of code lengths with symbols 16 (repeat the
+/// previous length 3-6 times), 17 (3-10 zeros) and 18 (11-138 zeros).
+fn run_length(lengths: &[u8], items: &mut Vec<u64>, freq: &mut [u32; 19]) {
+    let mut push = |sym: u64, extra: u64| {
+        items.push(sym | extra << 8);
+        freq[sym as usize] += 1;
+    };
+    let mut i = 0;
+    while i < lengths.len() {
+        let l = lengths[i];
+        let run = lengths[i..].iter().take_while(|&&x| x == l).count();
+        i += run;
+        if l == 0 {
+            let mut left = run;
+            while left >= 11 {
+                let n = left.min(138);
+                push(18, (n - 11) as u64);
+                left -= n;
+            }
+            if left >= 3 {
+                push(17, (left - 3) as u64);
+                left = 0;
+            }
+            for _ in 0..left {
+                push(0, 0);
+            }
+        } else {
+            push(u64::from(l), 0);
+            let mut left = run - 1;
+            while left >= 3 {
+                let n = left.min(6);
+                push(16, (n - 3) as u64);
+                left -= n;
+            }
+            for _ in 0..left {
+                push(u64::from(l), 0);
+            }
+        }
+    }
+}
+
+fn write_stored(w: &mut BitWriter<'_>, chunk: &[u8], last: bool) {
+    w.put(u64::from(last), 3);
+    w.align();
+    let len = chunk.len() as u16;
+    let mut head = [0u8; 4];
+    head[..2].copy_from_slice(&len.to_le_bytes());
+    head[2..].copy_from_slice(&(!len).to_le_bytes());
+    w.bytes(&head);
+    w.bytes(chunk);
+}
+
+/// The block's symbols, then end-of-block.
+fn write_tokens(w: &mut BitWriter<'_>, tokens: &[u32], lit: &Code<286>, dist: &Code<30>) {
+    // Per length symbol: its code, its code length, the length with the
+    // extra bits, and the match length it starts at.
+    let mut lens = [(0u64, 0u32, 0u32, 0u32); 32];
+    for (s, l) in lens.iter_mut().enumerate().take(29) {
+        let n = u32::from(lit.len[257 + s]);
+        *l = (u64::from(lit.bits[257 + s]), n, n + u32::from(LEN_EXTRA[s]), u32::from(LEN_BASE[s]));
+    }
+    // Per distance symbol: its code, its code length, the length with the
+    // extra bits, and the `distance - 1` it starts at.
+    let mut dists = [(0u64, 0u32, 0u32, 0u32); 32];
+    for (s, d) in dists.iter_mut().enumerate().take(30) {
+        let n = u32::from(dist.len[s]);
+        *d = (u64::from(dist.bits[s]), n, n + u32::from(DIST_EXTRA[s]), u32::from(DIST_BASE[s]) - 1);
+    }
+    for &t in tokens {
+        if t < 256 {
+            let t = t as usize;
+            w.put(u64::from(lit.bits[t]), u32::from(lit.len[t]));
+        } else {
+            let len = (t >> 20) & 0x1ff;
+            let (lcode, ln, ltotal, lbase) = lens[usize::from(LEN_SYM[len as usize]) & 31];
+            let lbits = lcode | u64::from(len - lbase) << ln;
+            let (dcode, dn, dtotal, dbase) = dists[(t >> 15) as usize & 31];
+            let dbits = dcode | u64::from((t & 0x7fff) - dbase) << dn;
+            w.put(lbits | dbits << ltotal, ltotal + dtotal);
+        }
+        w.spill();
+    }
+    w.put(u64::from(lit.bits[256]), u32::from(lit.len[256]));
+    w.spill();
+}
+
+#[inline(always)]
+fn read32(w: &[u8], i: usize) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&w[i..i + 4]);
+    u32::from_le_bytes(b)
+}
+
+#[inline(always)]
+fn read64(w: &[u8], i: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&w[i..i + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// Length of the match between `w[c..]` and `w[i..]` (`c < i`), known to
+/// be at least 4, at most `max`.
+#[inline(always)]
+fn extend(w: &[u8], c: usize, i: usize, max: usize) -> usize {
+    let mut len = 4;
+    while len + 8 <= max {
+        let x = read64(w, i + len) ^ read64(w, c + len);
+        if x != 0 {
+            return len + (x.trailing_zeros() / 8) as usize;
+        }
+        len += 8;
+    }
+    while len < max && w[i + len] == w[c + len] {
+        len += 1;
+    }
+    len
+}
+
+#[cfg(test)]
+impl Deflater {
+    /// Moves the position numbering close to `at`, as after that many bytes.
+    pub(crate) fn jump_positions_for_test(&mut self, at: u32) {
+        self.reset();
+        self.base = at;
+        self.stream_start = at;
+    }
+}

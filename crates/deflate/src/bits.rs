@@ -1,5 +1,8 @@
 //! Least-significant-bit-first bit packing into a byte buffer.
 
+/// Bytes zero-filled at a time ahead of the writes.
+const GROW: usize = 16 * 1024;
+
 /// Bits not yet written out (fewer than 8 between calls) and their count.
 #[derive(Default, Clone, Copy)]
 pub struct Pending {
@@ -7,8 +10,8 @@ pub struct Pending {
     count: u32,
 }
 
-/// Writes bits into `out[start..]`, which the caller sized for everything it
-/// will put plus 8 bytes of slack, then truncates to what was written.
+/// Writes bits at the end of `out`, growing it (zero-filled) a step at a time
+/// as bytes are written, then truncates it to the bytes written.
 pub struct BitWriter<'a> {
     out: &'a mut Vec<u8>,
     at: usize,
@@ -17,11 +20,18 @@ pub struct BitWriter<'a> {
 }
 
 impl<'a> BitWriter<'a> {
-    /// Starts writing at the end of `out`, with room for `room` more bytes.
+    /// Starts writing at the end of `out`, with room for about `room` more
+    /// bytes made at once (more is made when needed).
     pub fn new(out: &'a mut Vec<u8>, pending: Pending, room: usize) -> BitWriter<'a> {
         let at = out.len();
-        out.resize(at + room + 16, 0);
+        out.resize(at + room.min(GROW) + 16, 0);
         BitWriter { out, at, acc: pending.acc, count: pending.count }
+    }
+
+    #[cold]
+    fn grow(&mut self) {
+        let len = self.out.len();
+        self.out.resize(len + GROW, 0);
     }
 
     /// Adds the low `n` bits of `bits` (`n` + the bits held ≤ 64; after a
@@ -35,7 +45,13 @@ impl<'a> BitWriter<'a> {
     /// Moves whole bytes out of the accumulator.
     #[inline(always)]
     pub fn spill(&mut self) {
-        self.out[self.at..self.at + 8].copy_from_slice(&self.acc.to_le_bytes());
+        match self.out.get_mut(self.at..self.at + 8) {
+            Some(dst) => dst.copy_from_slice(&self.acc.to_le_bytes()),
+            None => {
+                self.grow();
+                self.out[self.at..self.at + 8].copy_from_slice(&self.acc.to_le_bytes());
+            }
+        }
         let bytes = self.count / 8;
         self.at += bytes as usize;
         // `bytes` ≤ 7 here: callers keep fewer than 64 bits held.

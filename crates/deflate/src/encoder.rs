@@ -12,10 +12,19 @@ const HASH_BITS: u32 = 15;
 const WINDOW: usize = 32 * 1024;
 /// Longest match deflate can express.
 const MAX_MATCH: usize = 258;
-/// Tokens (literals and matches) per block.
+/// Tokens (literals and matches) per collected block.
 const BLOCK_TOKENS: usize = 16 * 1024;
-/// Input bytes per block at most, so the buffered input stays bounded.
-const BLOCK_BYTES: usize = 256 * 1024;
+/// Input bytes of a stream's first block, which is collected as tokens and
+/// coded with its own Huffman code (the best code for a small response).
+const BLOCK_BYTES: usize = 16 * 1024;
+/// Input bytes per block once blocks are coded directly.
+const DIRECT_BYTES: usize = 64 * 1024;
+/// Symbols a block must have counted before its statistics make the next
+/// block's code (fewer: the current code stays and counting goes on).
+const ADOPT_SYMBOLS: u32 = 2048;
+/// Input scanned between two slides of the window (each moves [`WINDOW`]
+/// bytes back to the front).
+const SLIDE_SPAN: usize = 128 * 1024;
 /// Input appended at a time.
 const PIECE: usize = 64 * 1024;
 /// Absolute positions are renumbered from 1 past this.
@@ -26,8 +35,16 @@ const REBASE_AT: u32 = 0xC000_0000;
 /// Built for compressing HTTP responses on the fly: one pass, no lazy
 /// matching, a small hash table, and no work at the start of a stream (the
 /// table is not cleared: positions are numbered across streams, and entries
-/// from before the current stream are ignored). Blocks use a dynamic Huffman
-/// code, which makes up for the simple match finder's ratio.
+/// from before the current stream are ignored).
+///
+/// The first block of a stream (up to [`BLOCK_BYTES`] of input) is collected
+/// as tokens, counted, and written with the cheapest of its own Huffman code,
+/// the fixed code or stored bytes: small responses get the best ratio this
+/// match finder allows. From then on each block is coded *directly* while it
+/// is scanned, with a Huffman code built from the symbols counted in the
+/// block before (every symbol kept encodable): no token buffer, no second
+/// pass. Web content is uniform enough within a response that the previous
+/// block's statistics cost little ratio against the block's own.
 pub struct Deflater {
     /// Most recent absolute position of each hashed 4-byte sequence; 0: none.
     table: Box<[u32]>,
@@ -54,6 +71,17 @@ pub struct Deflater {
     fixed_dist: Code<30>,
     /// Buffers for building codes.
     sorting: Scratch,
+    /// Blocks are coded directly with `lit` and `dist` (after the first).
+    direct: bool,
+    /// A direct block's header is written and its end-of-block is not.
+    open: bool,
+    /// Per match length, its code and extra bits in `lit` (see [`length_table`]).
+    lens: [u32; MAX_MATCH + 1],
+    /// Per distance symbol, its code in `dist` (see [`distance_table`]).
+    dists: [u64; 32],
+    /// Matches per length in the direct block, folded into `lit_freq` when
+    /// the block ends.
+    len_freq: [u32; MAX_MATCH + 1],
     /// The run-length coded code lengths of the block being written.
     items: Vec<u64>,
     finished: bool,
@@ -81,7 +109,7 @@ impl Deflater {
         fixed_dist.assign();
         Deflater {
             table: vec![0; 1 << HASH_BITS].into_boxed_slice(),
-            window: Vec::with_capacity(WINDOW + BLOCK_BYTES + PIECE),
+            window: Vec::with_capacity(WINDOW + SLIDE_SPAN + DIRECT_BYTES + PIECE),
             base: 1,
             stream_start: 1,
             pos: 0,
@@ -96,6 +124,11 @@ impl Deflater {
             fixed_lit,
             fixed_dist,
             sorting: Scratch::default(),
+            direct: false,
+            open: false,
+            lens: [0; MAX_MATCH + 1],
+            dists: [0; 32],
+            len_freq: [0; MAX_MATCH + 1],
             items: Vec::with_capacity(320),
             finished: false,
         }
@@ -112,6 +145,9 @@ impl Deflater {
         self.pos = 0;
         self.block_start = 0;
         self.finished = false;
+        self.direct = false;
+        self.open = false;
+        self.len_freq = [0; MAX_MATCH + 1];
         if next >= REBASE_AT {
             self.table.fill(0);
             self.base = 1;
@@ -136,9 +172,15 @@ impl Deflater {
     /// an empty stored block (a "sync flush"): a decoder can then decode all
     /// input given so far.
     pub fn flush(&mut self, out: &mut Vec<u8>) {
-        self.take_tail();
-        if self.pos > self.block_start {
-            self.emit_block(out, false);
+        if self.direct {
+            self.direct_tail(out);
+            self.end_direct_block(out);
+        } else {
+            self.take_tail();
+            if self.pos > self.block_start {
+                self.emit_block(out, false);
+                self.adopt_statistics();
+            }
         }
         let mut w = BitWriter::new(out, self.pending, 8);
         w.put(0, 3);
@@ -153,25 +195,169 @@ impl Deflater {
         if self.finished {
             return;
         }
-        self.take_tail();
-        self.emit_block(out, true);
-        let mut w = BitWriter::new(out, self.pending, 1);
-        w.align();
-        self.pending = w.finish();
+        if self.direct {
+            self.direct_tail(out);
+            self.end_direct_block(out);
+            // A direct block's header was written before it was known to be
+            // the last: an empty final block with the fixed code ends it.
+            let mut w = BitWriter::new(out, self.pending, 2);
+            w.put(1 | 1 << 1, 3);
+            w.put(0, 7);
+            w.align();
+            self.pending = w.finish();
+        } else {
+            self.take_tail();
+            self.emit_block(out, true);
+            let mut w = BitWriter::new(out, self.pending, 1);
+            w.align();
+            self.pending = w.finish();
+        }
         self.finished = true;
     }
 
     /// Scans what the window holds, emitting blocks as they fill up.
     fn compress(&mut self, out: &mut Vec<u8>) {
         loop {
-            self.scan();
-            let full = self.tokens.len() >= BLOCK_TOKENS || self.pos - self.block_start >= BLOCK_BYTES;
-            if !full {
-                return;
+            if self.direct {
+                self.scan_direct(out);
+                if self.pos - self.block_start < DIRECT_BYTES {
+                    return;
+                }
+                self.end_direct_block(out);
+            } else {
+                self.scan();
+                let full = self.tokens.len() >= BLOCK_TOKENS || self.pos - self.block_start >= BLOCK_BYTES;
+                if !full {
+                    return;
+                }
+                self.emit_block(out, false);
+                self.adopt_statistics();
             }
-            self.emit_block(out, false);
             self.slide();
         }
+    }
+
+    /// After a block: with enough symbols counted, the next block is coded
+    /// directly with a code built from them, every symbol given a length.
+    fn adopt_statistics(&mut self) {
+        for (len, n) in self.len_freq.iter_mut().enumerate().skip(3) {
+            self.lit_freq[257 + usize::from(LEN_SYM[len])] += std::mem::take(n);
+        }
+        let counted: u32 = self.lit_freq.iter().chain(&self.dist_freq).sum();
+        if counted < ADOPT_SYMBOLS {
+            if !self.direct {
+                // Collected blocks are counted on their own.
+                self.lit_freq = [0; 286];
+                self.dist_freq = [0; 30];
+            }
+            return;
+        }
+        let mut lit_freq = self.lit_freq;
+        let mut dist_freq = self.dist_freq;
+        for f in lit_freq.iter_mut().chain(dist_freq.iter_mut()) {
+            *f = (*f).max(1);
+        }
+        self.lit.build(&lit_freq, 15, &mut self.sorting);
+        self.dist.build(&dist_freq, 15, &mut self.sorting);
+        self.describe_codes();
+        self.lens = length_table(&self.lit);
+        self.dists = distance_table(&self.dist);
+        self.lit_freq = [0; 286];
+        self.dist_freq = [0; 30];
+        self.direct = true;
+    }
+
+    /// Ends the open direct block, if any, and takes its statistics.
+    fn end_direct_block(&mut self, out: &mut Vec<u8>) {
+        if self.open {
+            let mut w = BitWriter::new(out, self.pending, 4);
+            w.put(u64::from(self.lit.bits[256]), u32::from(self.lit.len[256]));
+            self.pending = w.finish();
+            self.open = false;
+        }
+        self.block_start = self.pos;
+        self.adopt_statistics();
+    }
+
+    /// The last few bytes, too short to hash, as literals of the direct block.
+    fn direct_tail(&mut self, out: &mut Vec<u8>) {
+        let end = self.window.len();
+        if self.pos >= end {
+            return;
+        }
+        let mut w = BitWriter::new(out, self.pending, (end - self.pos) * 2 + 1024);
+        if !self.open {
+            self.write_dynamic_header(&mut w, false);
+            self.open = true;
+        }
+        for &byte in &self.window[self.pos..end] {
+            let b = usize::from(byte);
+            w.put(u64::from(self.lit.bits[b]), u32::from(self.lit.len[b]));
+            w.spill();
+            self.lit_freq[b] += 1;
+        }
+        self.pending = w.finish();
+        self.pos = end;
+    }
+
+    /// The match finder coding as it goes: from `pos` while 4 bytes are
+    /// left to hash, until the direct block is full.
+    fn scan_direct(&mut self, out: &mut Vec<u8>) {
+        let end = self.window.len();
+        if end < 4 {
+            return;
+        }
+        let last = end - 4;
+        let stop = (last + 1).min(self.block_start + DIRECT_BYTES);
+        if self.pos >= stop {
+            return;
+        }
+        // At most 15 bits per literal, 48 per match of 4 or more bytes.
+        let mut bits = BitWriter::new(out, self.pending, (end - self.pos) * 2 + 1024);
+        if !self.open {
+            self.write_dynamic_header(&mut bits, false);
+            self.open = true;
+        }
+        let w = &self.window[..];
+        let table = &mut self.table[..];
+        let lit_freq = &mut self.lit_freq;
+        let dist_freq = &mut self.dist_freq;
+        let (lit_bits, lit_len) = (&self.lit.bits, &self.lit.len);
+        let len_freq = &mut self.len_freq;
+        let (lens, dists) = (&self.lens, &self.dists);
+        let (base, start) = (self.base, self.stream_start);
+        let mut i = self.pos;
+        while i < stop {
+            let word = read32(w, i);
+            let slot = (word.wrapping_mul(0x9E37_79B1) >> (32 - HASH_BITS)) as usize;
+            let here = base + i as u32;
+            let seen = table[slot];
+            table[slot] = here;
+            let dist = here.wrapping_sub(seen);
+            if seen >= start && dist <= WINDOW as u32 {
+                if let Some(c) = i.checked_sub(dist as usize) {
+                    if read32(w, c) == word {
+                        let len = extend(w, c, i, (end - i).min(MAX_MATCH));
+                        let d = dist - 1;
+                        let ds = dist_sym(d) as usize;
+                        let (code, n) = match_bits(lens[len], dists[ds & 31], d);
+                        bits.put(code, n);
+                        bits.spill();
+                        len_freq[len] += 1;
+                        dist_freq[ds] += 1;
+                        i += len;
+                        continue;
+                    }
+                }
+            }
+            let b = usize::from(w[i]);
+            bits.put(u64::from(lit_bits[b]), u32::from(lit_len[b]));
+            bits.spill();
+            lit_freq[b] += 1;
+            i += 1;
+        }
+        self.pending = bits.finish();
+        self.pos = i;
     }
 
     /// The match finder: from `pos` while 4 bytes are left to hash, until the
@@ -231,7 +417,7 @@ impl Deflater {
     /// Drops input older than the window once a block has been emitted.
     fn slide(&mut self) {
         debug_assert_eq!(self.pos, self.block_start);
-        if self.pos < WINDOW + BLOCK_BYTES / 2 {
+        if self.pos < WINDOW + SLIDE_SPAN {
             return;
         }
         let cut = self.pos - WINDOW;
@@ -247,7 +433,8 @@ impl Deflater {
     }
 
     /// Writes the tokens collected since `block_start` as one block (or, if
-    /// stored, as many stored blocks as its bytes need).
+    /// stored, as many stored blocks as its bytes need). The symbol counts
+    /// stay for [`Deflater::adopt_statistics`].
     fn emit_block(&mut self, out: &mut Vec<u8>, last: bool) {
         self.lit_freq[256] = 1;
         let extra: u64 = (0..29).map(|s| u64::from(self.lit_freq[257 + s]) * u64::from(LEN_EXTRA[s])).sum::<u64>()
@@ -291,17 +478,21 @@ impl Deflater {
         }
         self.pending = w.finish();
         self.tokens.clear();
-        self.lit_freq = [0; 286];
-        self.dist_freq = [0; 30];
         self.block_start = self.pos;
     }
 
-    /// Builds the block's codes and the code-length code; returns the bits of
-    /// the header and of the symbols (without extra bits). `items` receives
-    /// the run-length coded code lengths (symbol | extra value << 8).
+    /// Builds the block's codes from its counts and describes them; returns
+    /// the bits of the header and of the symbols (without extra bits).
     fn plan_dynamic(&mut self) -> u64 {
         self.lit.build(&self.lit_freq, 15, &mut self.sorting);
         self.dist.build(&self.dist_freq, 15, &mut self.sorting);
+        self.describe_codes() + self.lit.cost(&self.lit_freq) + self.dist.cost(&self.dist_freq)
+    }
+
+    /// Run-length codes the lengths of `lit` and `dist` into `items`
+    /// (symbol | extra value << 8) and builds the code-length code; returns
+    /// the header's bits.
+    fn describe_codes(&mut self) -> u64 {
         self.items.clear();
         let hlit = 257 + self.lit.len[257..].iter().rposition(|&l| l != 0).map_or(0, |p| p + 1);
         let hdist = 1 + self.dist.len.iter().rposition(|&l| l != 0).unwrap_or(0);
@@ -313,14 +504,7 @@ impl Deflater {
         self.clen.build(&clen_freq, 7, &mut self.sorting);
         let hclen = hclen(&self.clen);
         let runs: u64 = u64::from(clen_freq[16]) * 2 + u64::from(clen_freq[17]) * 3 + u64::from(clen_freq[18]) * 7;
-        3 + 5
-            + 5
-            + 4
-            + 3 * hclen as u64
-            + self.clen.cost(&clen_freq)
-            + runs
-            + self.lit.cost(&self.lit_freq)
-            + self.dist.cost(&self.dist_freq)
+        3 + 5 + 5 + 4 + 3 * hclen as u64 + self.clen.cost(&clen_freq) + runs
     }
 
     fn write_dynamic_header(&self, w: &mut BitWriter<'_>, last: bool) {
@@ -415,33 +599,56 @@ fn write_stored(w: &mut BitWriter<'_>, chunk: &[u8], last: bool) {
     w.bytes(chunk);
 }
 
+/// Per match length: its length code in `lit` and extra bits, packed as
+/// `bits << 5 | bit count`.
+fn length_table(lit: &Code<286>) -> [u32; MAX_MATCH + 1] {
+    let mut lens = [0u32; MAX_MATCH + 1];
+    for (len, packed) in lens.iter_mut().enumerate().skip(3) {
+        let s = usize::from(LEN_SYM[len]);
+        let n = u32::from(lit.len[257 + s]);
+        let bits = u32::from(lit.bits[257 + s]) | (len as u32 - u32::from(LEN_BASE[s])) << n;
+        *packed = bits << 5 | (n + u32::from(LEN_EXTRA[s]));
+    }
+    lens
+}
+
+/// Per distance symbol: its code in `dist`, its code length, the length
+/// with the extra bits, and the `distance - 1` it starts at, packed as
+/// `base << 32 | total << 24 | length << 16 | code`.
+fn distance_table(dist: &Code<30>) -> [u64; 32] {
+    let mut dists = [0u64; 32];
+    for (s, d) in dists.iter_mut().enumerate().take(30) {
+        let n = u64::from(dist.len[s]);
+        let total = n + u64::from(DIST_EXTRA[s]);
+        *d = (u64::from(DIST_BASE[s]) - 1) << 32 | total << 24 | n << 16 | u64::from(dist.bits[s]);
+    }
+    dists
+}
+
+/// The bits of a match and their count, from its entries in
+/// [`length_table`] and [`distance_table`] and `d = distance - 1`.
+#[inline(always)]
+fn match_bits(len: u32, dist: u64, d: u32) -> (u64, u32) {
+    let dcode = dist & 0xffff;
+    let dn = (dist >> 16) & 0xff;
+    let dtotal = ((dist >> 24) & 0xff) as u32;
+    let dbits = dcode | (u64::from(d) - (dist >> 32)) << dn;
+    let ltotal = len & 31;
+    (u64::from(len >> 5) | dbits << ltotal, ltotal + dtotal)
+}
+
 /// The block's symbols, then end-of-block.
 fn write_tokens(w: &mut BitWriter<'_>, tokens: &[u32], lit: &Code<286>, dist: &Code<30>) {
-    // Per length symbol: its code, its code length, the length with the
-    // extra bits, and the match length it starts at.
-    let mut lens = [(0u64, 0u32, 0u32, 0u32); 32];
-    for (s, l) in lens.iter_mut().enumerate().take(29) {
-        let n = u32::from(lit.len[257 + s]);
-        *l = (u64::from(lit.bits[257 + s]), n, n + u32::from(LEN_EXTRA[s]), u32::from(LEN_BASE[s]));
-    }
-    // Per distance symbol: its code, its code length, the length with the
-    // extra bits, and the `distance - 1` it starts at.
-    let mut dists = [(0u64, 0u32, 0u32, 0u32); 32];
-    for (s, d) in dists.iter_mut().enumerate().take(30) {
-        let n = u32::from(dist.len[s]);
-        *d = (u64::from(dist.bits[s]), n, n + u32::from(DIST_EXTRA[s]), u32::from(DIST_BASE[s]) - 1);
-    }
+    let lens = length_table(lit);
+    let dists = distance_table(dist);
     for &t in tokens {
         if t < 256 {
             let t = t as usize;
             w.put(u64::from(lit.bits[t]), u32::from(lit.len[t]));
         } else {
-            let len = (t >> 20) & 0x1ff;
-            let (lcode, ln, ltotal, lbase) = lens[usize::from(LEN_SYM[len as usize]) & 31];
-            let lbits = lcode | u64::from(len - lbase) << ln;
-            let (dcode, dn, dtotal, dbase) = dists[(t >> 15) as usize & 31];
-            let dbits = dcode | u64::from((t & 0x7fff) - dbase) << dn;
-            w.put(lbits | dbits << ltotal, ltotal + dtotal);
+            let len = (t >> 20) as usize & 0x1ff;
+            let (code, n) = match_bits(lens[len.min(MAX_MATCH)], dists[(t >> 15) as usize & 31], t & 0x7fff);
+            w.put(code, n);
         }
         w.spill();
     }

@@ -484,7 +484,7 @@ pub(crate) fn limits_table(r: &Results) -> Table {
         test_name(TestKind::TlsBulk).into(),
     ]);
     t.row(vec![
-        "gzip level 1 (one core)".into(),
+        "gzip level 1, switchyard-deflate (one core)".into(),
         rate(l.gzip_bytes_per_s),
         test_name(TestKind::CompressionGzip).into(),
     ]);

@@ -24,9 +24,10 @@
 //! Streaming: the body is read as it arrives (payload only, whatever its
 //! framing: [`Body::decoded`]), fed to the coder, and the coder's output is
 //! sent as one chunk per batch. After each read, bytes that are already
-//! waiting are read too without flushing (a flush costs ratio); once the
-//! server has nothing more ready, the coder is flushed and what it produced
-//! goes to the client, so a slow server's bytes are not held back. Memory per
+//! waiting are read too without flushing (a flush costs ratio, and brotli
+//! much CPU); once the server has sent nothing for [`FLUSH_DELAY`], the
+//! coder is flushed and what it produced goes to the client, so a slow
+//! server's bytes are not held back longer than that. Memory per
 //! response is the coder's state plus one read buffer and its output, never
 //! the whole body. gzip is a raw deflate stream framed here (header, CRC-32,
 //! length) so that its state can be reset and reused: each worker keeps a few
@@ -59,6 +60,9 @@ use super::parse::Field;
 const READ_CHUNK: usize = 64 * 1024;
 /// Coder output sent without waiting for a flush once it grows this large.
 const SEND_AT: usize = 64 * 1024;
+/// How long a pause of the server may be before the coder is flushed and
+/// what it produced is sent.
+const FLUSH_DELAY: Duration = Duration::from_millis(5);
 /// Room kept at the front of the output for the chunk-size line.
 const CHUNK_HEAD: usize = 18;
 /// Brotli window (log2): 512 KiB, a good ratio without a 4 MiB ring per response.
@@ -600,14 +604,20 @@ pub async fn relay<R: AsyncRead + Unpin, W: Sink>(
         buf.reserve(READ_CHUNK);
         let read = match read_now(src, buf) {
             Some(read) => read,
-            None => {
-                coder.flush().map_err(coder_error)?;
-                out.send(dst, coder.output(), idle).await?;
-                match timeout(idle, src.read_buf(buf)).await {
-                    Err(_) => return Err(RelayError::ReadTimeout),
-                    Ok(read) => read,
+            // Nothing ready: the rest is usually in flight, so wait a moment
+            // before flushing (a flush costs ratio, and brotli much CPU);
+            // a server that pauses longer gets its bytes flushed through.
+            None => match timeout(FLUSH_DELAY, src.read_buf(buf)).await {
+                Ok(read) => read,
+                Err(_) => {
+                    coder.flush().map_err(coder_error)?;
+                    out.send(dst, coder.output(), idle).await?;
+                    match timeout(idle, src.read_buf(buf)).await {
+                        Err(_) => return Err(RelayError::ReadTimeout),
+                        Ok(read) => read,
+                    }
                 }
-            }
+            },
         };
         match read {
             Err(e) => return Err(RelayError::Read(e)),

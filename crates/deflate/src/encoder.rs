@@ -325,30 +325,19 @@ impl Deflater {
         let (lit_bits, lit_len) = (&self.lit.bits, &self.lit.len);
         let len_freq = &mut self.len_freq;
         let (lens, dists) = (&self.lens, &self.dists);
-        let (base, start) = (self.base, self.stream_start);
+        let numbering = (self.base, self.stream_start);
         let mut i = self.pos;
         while i < stop {
-            let word = read32(w, i);
-            let slot = (word.wrapping_mul(0x9E37_79B1) >> (32 - HASH_BITS)) as usize;
-            let here = base + i as u32;
-            let seen = table[slot];
-            table[slot] = here;
-            let dist = here.wrapping_sub(seen);
-            if seen >= start && dist <= WINDOW as u32 {
-                if let Some(c) = i.checked_sub(dist as usize) {
-                    if read32(w, c) == word {
-                        let len = extend(w, c, i, (end - i).min(MAX_MATCH));
-                        let d = dist - 1;
-                        let ds = dist_sym(d) as usize;
-                        let (code, n) = match_bits(lens[len], dists[ds & 31], d);
-                        bits.put(code, n);
-                        bits.spill();
-                        len_freq[len] += 1;
-                        dist_freq[ds] += 1;
-                        i += len;
-                        continue;
-                    }
-                }
+            if let Some((len, dist)) = find_match(w, table, i, numbering) {
+                let d = dist - 1;
+                let ds = dist_sym(d) as usize;
+                let (code, n) = match_bits(lens[len], dists[ds & 31], d);
+                bits.put(code, n);
+                bits.spill();
+                len_freq[len] += 1;
+                dist_freq[ds] += 1;
+                i += len;
+                continue;
             }
             let b = usize::from(w[i]);
             bits.put(u64::from(lit_bits[b]), u32::from(lit_len[b]));
@@ -373,28 +362,17 @@ impl Deflater {
         let tokens = &mut self.tokens;
         let lit_freq = &mut self.lit_freq;
         let dist_freq = &mut self.dist_freq;
-        let (base, start) = (self.base, self.stream_start);
+        let numbering = (self.base, self.stream_start);
         let block_end = self.block_start + BLOCK_BYTES;
         let mut i = self.pos;
         while i <= last && tokens.len() < BLOCK_TOKENS && i < block_end {
-            let word = read32(w, i);
-            let slot = (word.wrapping_mul(0x9E37_79B1) >> (32 - HASH_BITS)) as usize;
-            let here = base + i as u32;
-            let seen = table[slot];
-            table[slot] = here;
-            let dist = here.wrapping_sub(seen);
-            if seen >= start && dist <= WINDOW as u32 {
-                if let Some(c) = i.checked_sub(dist as usize) {
-                    if read32(w, c) == word {
-                        let len = extend(w, c, i, (end - i).min(MAX_MATCH));
-                        let sym = dist_sym(dist - 1);
-                        tokens.push((len as u32) << 20 | sym << 15 | (dist - 1));
-                        lit_freq[257 + usize::from(LEN_SYM[len])] += 1;
-                        dist_freq[sym as usize] += 1;
-                        i += len;
-                        continue;
-                    }
-                }
+            if let Some((len, dist)) = find_match(w, table, i, numbering) {
+                let sym = dist_sym(dist - 1);
+                tokens.push((len as u32) << 20 | sym << 15 | (dist - 1));
+                lit_freq[257 + usize::from(LEN_SYM[len])] += 1;
+                dist_freq[sym as usize] += 1;
+                i += len;
+                continue;
             }
             let byte = w[i];
             tokens.push(u32::from(byte));
@@ -654,6 +632,30 @@ fn write_tokens(w: &mut BitWriter<'_>, tokens: &[u32], lit: &Code<286>, dist: &C
     }
     w.put(u64::from(lit.bits[256]), u32::from(lit.len[256]));
     w.spill();
+}
+
+/// The match at `w[i..]` (`i + 4 <= w.len()`): the last position of the
+/// stream with the same hash of 4 bytes, if those bytes are equal and within
+/// the window, extended as far as it goes. Records `i` in the table either
+/// way. `numbering` is the absolute position of `w[0]` and of the stream's
+/// first byte. Returns the length and the distance.
+#[inline(always)]
+fn find_match(w: &[u8], table: &mut [u32], i: usize, numbering: (u32, u32)) -> Option<(usize, u32)> {
+    let (base, start) = numbering;
+    let word = read32(w, i);
+    let slot = (word.wrapping_mul(0x9E37_79B1) >> (32 - HASH_BITS)) as usize;
+    let here = base + i as u32;
+    let seen = table[slot];
+    table[slot] = here;
+    let dist = here.wrapping_sub(seen);
+    if seen < start || dist > WINDOW as u32 {
+        return None;
+    }
+    let c = i.checked_sub(dist as usize)?;
+    if read32(w, c) != word {
+        return None;
+    }
+    Some((extend(w, c, i, (w.len() - i).min(MAX_MATCH)), dist))
 }
 
 #[inline(always)]

@@ -492,13 +492,102 @@ impl Drop for Gzip {
     }
 }
 
+thread_local! {
+    /// A worker's idle Zstandard contexts with their level: a context is
+    /// hundreds of KiB to allocate and initialise, a session reset is cheap.
+    static ZSTD: std::cell::RefCell<Vec<(u32, zstd::stream::raw::Encoder<'static>)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Zstandard contexts a worker keeps for reuse.
+const ZSTD_POOL: usize = 4;
+
+/// A Zstandard frame written into `out`; its context comes from and goes
+/// back to the worker's pool.
+struct Zstd {
+    coder: Option<(u32, zstd::stream::raw::Encoder<'static>)>,
+    out: Vec<u8>,
+}
+
+impl Zstd {
+    fn new(level: u32, length: Option<u64>, out: Vec<u8>) -> io::Result<Zstd> {
+        use zstd::stream::raw::Operation;
+        let pooled = ZSTD.with_borrow_mut(|pool| {
+            let i = pool.iter().rposition(|(l, _)| *l == level)?;
+            Some(pool.swap_remove(i).1)
+        });
+        let mut coder = match pooled {
+            Some(mut c) => {
+                c.reinit()?;
+                c
+            }
+            None => zstd::stream::raw::Encoder::new(i32::try_from(level).unwrap_or(3))?,
+        };
+        // A known length lets zstd size its window to the body.
+        coder.set_pledged_src_size(length)?;
+        Ok(Zstd { coder: Some((level, coder)), out })
+    }
+
+    /// Runs `step` with more output room until it reports nothing left.
+    fn drain(
+        &mut self,
+        mut step: impl FnMut(
+            &mut zstd::stream::raw::Encoder<'static>,
+            &mut zstd::stream::raw::OutBuffer<'_, Vec<u8>>,
+        ) -> io::Result<usize>,
+    ) -> io::Result<()> {
+        let (_, coder) = self.coder.as_mut().ok_or_else(|| io::Error::other("zstd frame already finished"))?;
+        loop {
+            self.out.reserve(DEFLATE_ROOM);
+            let at = self.out.len();
+            let mut output = zstd::stream::raw::OutBuffer::around_pos(&mut self.out, at);
+            let left = step(coder, &mut output)?;
+            if left == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    fn write(&mut self, data: &[u8]) -> io::Result<()> {
+        use zstd::stream::raw::Operation;
+        let mut input = zstd::stream::raw::InBuffer::around(data);
+        // `run` reports a size hint, not what is left: loop on the input.
+        self.drain(|coder, output| {
+            coder.run(&mut input, output)?;
+            Ok(data.len() - input.pos())
+        })
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        use zstd::stream::raw::Operation;
+        self.drain(|coder, output| coder.flush(output))
+    }
+
+    fn finish(&mut self) -> io::Result<Vec<u8>> {
+        use zstd::stream::raw::Operation;
+        self.drain(|coder, output| coder.finish(output, true))?;
+        Ok(std::mem::take(&mut self.out))
+    }
+}
+
+impl Drop for Zstd {
+    fn drop(&mut self) {
+        if let Some(coder) = self.coder.take() {
+            ZSTD.with_borrow_mut(|pool| {
+                if pool.len() < ZSTD_POOL {
+                    pool.push(coder);
+                }
+            });
+        }
+    }
+}
+
 /// A streaming encoder or decoder writing into a `Vec` whose first
 /// [`CHUNK_HEAD`] bytes are kept free for the chunk-size line.
 enum Coder {
     FastGzip(FastGzip),
     Gzip(Gzip),
     Brotli(Box<brotli::CompressorWriter<Vec<u8>>>),
-    Zstd(zstd::stream::write::Encoder<'static, Vec<u8>>),
+    Zstd(Zstd),
     Gunzip(flate2::write::MultiGzDecoder<Vec<u8>>),
 }
 
@@ -511,12 +600,7 @@ impl Coder {
             Coding::Encode(Encoding::Brotli, level) => {
                 Coder::Brotli(Box::new(brotli::CompressorWriter::new(out, 16 * 1024, level, BROTLI_WINDOW)))
             }
-            Coding::Encode(Encoding::Zstd, level) => {
-                let mut e = zstd::stream::write::Encoder::new(out, i32::try_from(level).unwrap_or(3))?;
-                // A known length lets zstd size its window to the body.
-                e.set_pledged_src_size(length)?;
-                Coder::Zstd(e)
-            }
+            Coding::Encode(Encoding::Zstd, level) => Coder::Zstd(Zstd::new(level, length, out)?),
             Coding::Gunzip => Coder::Gunzip(flate2::write::MultiGzDecoder::new(out)),
         })
     }
@@ -526,7 +610,7 @@ impl Coder {
             Coder::FastGzip(c) => c.write(data),
             Coder::Gzip(c) => c.write(data),
             Coder::Brotli(c) => c.write_all(data),
-            Coder::Zstd(c) => c.write_all(data),
+            Coder::Zstd(c) => c.write(data),
             Coder::Gunzip(c) => c.write_all(data),
         }
     }
@@ -547,7 +631,7 @@ impl Coder {
             Coder::FastGzip(mut c) => c.finish(),
             Coder::Gzip(mut c) => c.finish(),
             Coder::Brotli(c) => Ok(c.into_inner()),
-            Coder::Zstd(c) => c.finish(),
+            Coder::Zstd(mut c) => c.finish(),
             Coder::Gunzip(c) => c.finish(),
         }
     }
@@ -557,7 +641,7 @@ impl Coder {
             Coder::FastGzip(c) => &mut c.out,
             Coder::Gzip(c) => &mut c.out,
             Coder::Brotli(c) => c.get_mut(),
-            Coder::Zstd(c) => c.get_mut(),
+            Coder::Zstd(c) => &mut c.out,
             Coder::Gunzip(c) => c.get_mut(),
         }
     }
@@ -869,6 +953,24 @@ mod tests {
         }
         assert!(DEFLATERS.with_borrow(|pool| pool.len()) >= 1, "the zlib-rs state went back to the pool");
         assert!(FAST_GZIP.with_borrow(|pool| pool.len()) >= 1, "the level-1 state went back to the pool");
+    }
+
+    #[test]
+    fn pooled_zstd_contexts_start_every_frame_afresh() {
+        let text: Vec<u8> = (0..300_000u32).map(|i| b"pooled zstd context "[(i % 20) as usize]).collect();
+        let bodies = [text.clone(), Vec::new(), text[..1000].to_vec(), text];
+        // The second use of each context is a reuse (same level, same thread).
+        for (body, known) in bodies.iter().flat_map(|b| [(b, true), (b, false)]) {
+            let length = known.then_some(body.len() as u64);
+            let mut coder = Coder::new(Coding::Encode(Encoding::Zstd, 3), length).expect("coder");
+            for piece in body.chunks(70_000) {
+                coder.write(piece).expect("write");
+            }
+            let encoded = coder.finish().expect("finish");
+            let decoded = zstd::stream::decode_all(&encoded[CHUNK_HEAD..]).expect("unzstd");
+            assert!(decoded == *body, "{} bytes, length known: {known}", body.len());
+        }
+        assert!(ZSTD.with_borrow(|pool| pool.len()) >= 1, "the context went back to the pool");
     }
 
     #[test]

@@ -333,3 +333,30 @@ fn a_tcp_service_closes_refused_connections_at_once() {
     });
     assert!(!proxy.log().contains("panicked"));
 }
+
+#[test]
+fn http2_streams_count_against_the_request_rate() {
+    let s = setup("protect-h2", "protection = { request_rate = { count = 3, per = \"30s\" } }");
+    let addr = s.proxy.addr;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let statuses = runtime.block_on(async move {
+        let std = stream_from(5, addr);
+        std.set_nonblocking(true).expect("nonblocking");
+        let tcp = tokio::net::TcpStream::from_std(std).expect("tokio stream");
+        let (client, conn) = h2::client::handshake(tcp).await.expect("h2c handshake");
+        tokio::spawn(conn);
+        let mut statuses = Vec::new();
+        for _ in 0..4 {
+            let mut c = client.clone().ready().await.expect("ready");
+            let req = http::Request::get(format!("http://{addr}/")).body(()).expect("request");
+            let (response, _) = c.send_request(req, true).expect("send");
+            statuses.push(response.await.expect("response").status().as_u16());
+        }
+        statuses
+    });
+    assert_eq!(statuses, [200, 200, 200, 429], "each stream is a request");
+    // The same address over HTTP/1.1 shares the budget; another address has its own.
+    assert_refusal(&client_from(5, s.proxy.addr).get("/"), 429);
+    wait_logged(&s.log, "rate-limited", "127.0.0.5");
+    still_serving(&s, 6);
+}

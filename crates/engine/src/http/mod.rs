@@ -248,10 +248,6 @@ async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, 
         first = false;
         let started = Instant::now();
         client.trace.head_us = client.trace.head_started.map_or(0, |t| micros(started - t));
-        if let Err(why) = protect(client, &head, index, started) {
-            fail(client, &local.gen.config.services[index], &ProxyError::new(Kind::Refused(why)), started).await;
-            return Ended::Closed;
-        }
         let now = worker.local();
         if now.gen.number != client.local.gen.number {
             // A service removed by a reload while this request was arriving
@@ -298,6 +294,47 @@ fn protect<S>(client: &Client<S>, head: &RequestHead, service: usize, now: Insta
         }
     }
     guard.admit_request(ip, now)
+}
+
+/// Phase 2b's answer: the refusal's status (429 with `Retry-After` for a
+/// request rate). A bodiless request over the rate leaves its connection open
+/// (a front proxy's connection carries other clients); every other refusal
+/// closes it.
+async fn refuse<S: ClientStream>(
+    client: &mut Client<S>,
+    service: &Service,
+    info: RequestInfo,
+    head_len: usize,
+    why: Refusal,
+    started: Instant,
+) -> bool {
+    let error = ProxyError::new(Kind::Refused(why));
+    let keep = matches!(why, Refusal::RequestRate(_)) && info.keep_alive && info.framing == Framing::Empty;
+    if !keep {
+        fail(client, service, &error, started).await;
+        return false;
+    }
+    client.buf.advance(head_len);
+    let status = error.status().unwrap_or(429);
+    let body = format!("{status} {}\n", crate::error::reason_phrase(status));
+    let body = if info.head_method { "" } else { body.as_str() };
+    let connection = Connection { keep_alive: info.version == Version::Http10, ..Connection::default() };
+    rewrite::local_response(&mut client.out, status, None, "text/plain", body.as_bytes(), connection);
+    add_retry_after(&mut client.out, &error);
+    let ok = write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();
+    client.trace.bytes_out = client.out.len() as u64;
+    log(client, service, status, Some(&error), started);
+    ok
+}
+
+/// Adds `Retry-After` to a local response head for an error that has one.
+fn add_retry_after(out: &mut Vec<u8>, error: &ProxyError) {
+    if let Some(secs) = error.retry_after() {
+        // After the status line: the order of fields carries no meaning.
+        let at = memchr::memchr(b'\n', out).map_or(0, |i| i + 1);
+        let field = format!("retry-after: {secs}\r\n");
+        out.splice(at..at, field.into_bytes());
+    }
 }
 
 /// Lends the connection a scratch set from the worker's pool.
@@ -474,6 +511,10 @@ async fn handle<S: ClientStream>(
             None => compress::Accepted::default(),
         },
     };
+    // Phase 2b: client protection.
+    if let Err(why) = protect(client, &head, client.service, started) {
+        return refuse(client, service, info, head.len, why, started).await;
+    }
     if let (Framing::Length(n), Some(max)) = (head.framing, service.limits.max_body_bytes) {
         if n > max {
             fail(client, service, &ProxyError::new(Kind::BodyTooLarge), started).await;
@@ -1273,12 +1314,7 @@ async fn fail<S: ClientStream>(client: &mut Client<S>, service: &Service, error:
         let body = format!("{status} {}\n", crate::error::reason_phrase(status));
         let close = Connection { close: true, ..Connection::default() };
         rewrite::local_response(&mut client.out, status, None, "text/plain", body.as_bytes(), close);
-        if let Some(secs) = error.retry_after() {
-            // After the status line: the field order of a head carries no meaning.
-            let at = memchr::memchr(b'\n', &client.out).map_or(0, |i| i + 1);
-            let field = format!("retry-after: {secs}\r\n");
-            client.out.splice(at..at, field.into_bytes());
-        }
+        add_retry_after(&mut client.out, error);
         if write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok() {
             client.trace.bytes_out = client.out.len() as u64;
         }

@@ -368,3 +368,22 @@ fn http2_streams_count_against_the_request_rate() {
     wait_logged(&s.log, "rate-limited", "127.0.0.5");
     still_serving(&s, 6);
 }
+
+#[test]
+fn a_reload_keeps_the_counters_unless_the_protection_changes() {
+    let s = setup("protect-reload", "protection = { request_rate = { count = 2, per = \"60s\" } }");
+    let served = |host| client_from(host, s.proxy.addr).get("/").status;
+    assert_eq!([served(2), served(2), served(2)], [200, 200, 429]);
+    // Same settings (another service key changed): the client table, and the budget spent, carry over.
+    let config = std::fs::read_to_string(&s.proxy.config).expect("config");
+    std::fs::write(&s.proxy.config, config.replace("drain_timeout = \"5s\"", "drain_timeout = \"6s\"")).expect("write");
+    s.proxy.reload(1);
+    assert_eq!(served(2), 429, "the spent budget survives the reload");
+    // New settings start a new table.
+    let config = std::fs::read_to_string(&s.proxy.config).expect("config");
+    std::fs::write(&s.proxy.config, config.replace("count = 2", "count = 3")).expect("write");
+    s.proxy.reload(2);
+    assert_eq!([served(2), served(2), served(2), served(2)], [200, 200, 200, 429]);
+    assert!(!s.proxy.log().contains("reload refused"), "{}", s.proxy.log());
+    still_serving(&s, 3);
+}

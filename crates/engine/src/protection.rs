@@ -21,7 +21,10 @@
 //! rest (no connection open, every bucket full again) are dropped first, then
 //! the entry seen longest ago, even with connections open: an attacker with
 //! more addresses than the table can hold loses a count, no client is refused
-//! for want of room. A [`Slot`] whose entry was evicted releases nothing.
+//! for want of room. A [`Slot`] whose entry was evicted releases nothing, or
+//! one count of a newer entry of the same address (never below zero): after
+//! an eviction the cap errs towards letting a client in, never towards
+//! refusing it.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};

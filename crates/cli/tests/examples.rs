@@ -59,6 +59,7 @@ fn every_example_runs() {
             "https.toml" => https(&prepared(&file)),
             "persistence.toml" => persistence(&file),
             "cache-compress.toml" => cache_compress(&file),
+            "protection.toml" => protection(&file),
             other => panic!("examples/{other} has no scenario in crates/cli/tests/examples.rs: add one"),
         }
         covered.push(name);
@@ -157,6 +158,18 @@ fn l4_tcp(file: &std::path::Path) {
         seen.push(Client::connect(addr("127.0.0.1:18091")).get("/").origin().to_string());
     }
     assert!(seen.windows(2).all(|w| w[0] == w[1]), "source persistence keeps one server: {seen:?}");
+}
+
+fn protection(file: &std::path::Path) {
+    let _app = origin_at("127.0.0.1:19121", "app");
+    let proxy = Proxy::run_file(file, addr("127.0.0.1:18120"));
+    // A burst of 20 is allowed; going on at once runs into the rate (a refused
+    // request closes its connection, so each goes on a fresh one).
+    let statuses: Vec<u16> = (0..25).map(|_| proxy.get("/").status).collect();
+    assert!(statuses[..20].iter().all(|&s| s == 200), "{statuses:?}");
+    assert!(statuses[20..].contains(&429), "{statuses:?}");
+    let long = format!("/{}", "a".repeat(5000));
+    assert_eq!(Client::connect(addr("127.0.0.1:18120")).get(&long).status, 414);
 }
 
 fn l4_udp(file: &std::path::Path) {

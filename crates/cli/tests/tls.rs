@@ -373,3 +373,27 @@ fn curl_speaks_http11_over_tls() {
     let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
     assert_eq!(seen(body, "x-forwarded-proto"), ["https"]);
 }
+
+#[test]
+fn a_client_over_its_connection_cap_is_answered_429_over_tls() {
+    let ca = Ca::new();
+    ca.server("a", &["a.example"], false);
+    let origin = Origin::start("origin");
+    let listen = proxy_addr();
+    let protection = "protection = { max_connections_per_client = 1 }";
+    let _proxy =
+        proxy(&https("web", listen, &format!("{{ certificates = [{}] }}", ca.pair("a")), protection), &origin, listen);
+    let client = ca.client(None, &[]);
+    // The start-up probe may hold the one slot for a moment.
+    let mut first = wait_for("a first connection within the cap", || {
+        let mut c = connect(listen, &client, "a.example").ok()?;
+        (get(&mut c, "/", "").ok()?.0 == 200).then_some(c)
+    });
+    // A second at once: the handshake completes, its request gets 429, then it closes.
+    let mut second = connect(listen, &client, "a.example").expect("handshake");
+    let (status, head, _) = get(&mut second, "/", "").expect("a response");
+    assert_eq!(status, 429);
+    assert!(head.contains("connection: close"), "{head}");
+    // The first connection is unaffected.
+    assert_eq!(get(&mut first, "/again", "").expect("response").0, 200);
+}

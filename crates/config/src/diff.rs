@@ -210,6 +210,7 @@ fn same_service(old_cfg: &Config, a: &Service, new_cfg: &Config, b: &Service) ->
         http2,
         compression,
         cache,
+        protection,
     } = a;
     let pool_a = |id: &PoolId| old_cfg.pools.get(id.0).map(|p| &p.name);
     let pool_b = |id: &PoolId| new_cfg.pools.get(id.0).map(|p| &p.name);
@@ -235,6 +236,7 @@ fn same_service(old_cfg: &Config, a: &Service, new_cfg: &Config, b: &Service) ->
         && *http2 == b.http2
         && *compression == b.compression
         && *cache == b.cache
+        && *protection == b.protection
         && sni_routes.len() == b.sni_routes.len()
         && sni_routes
             .iter()

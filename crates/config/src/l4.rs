@@ -154,7 +154,7 @@ fn modes_of(key: &str) -> Option<&'static [Mode]> {
         "tls" => &[Mode::Https],
         "idle_timeout" | "max_connections" | "when_full" | "zero_copy" => &[Mode::Tcp, Mode::TlsPassthrough],
         "udp" => &[Mode::Udp],
-        "accept_proxy" => &[Mode::Http, Mode::Https, Mode::Tcp, Mode::TlsPassthrough],
+        "accept_proxy" | "protection" => &[Mode::Http, Mode::Https, Mode::Tcp, Mode::TlsPassthrough],
         "sni" => &[Mode::TlsPassthrough],
         _ => return None,
     })
@@ -180,6 +180,7 @@ fn written_keys(raw: &RawService) -> Vec<(&'static str, Range<usize>)> {
         ("http2", raw.http2.as_ref().map(S::span)),
         ("compression", raw.compression.as_ref().map(S::span)),
         ("cache", raw.cache.as_ref().map(S::span)),
+        ("protection", raw.protection.as_ref().map(S::span)),
     ]
     .into_iter()
     .filter_map(|(key, span)| Some((key, span?)))

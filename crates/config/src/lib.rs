@@ -33,6 +33,7 @@ pub mod model;
 mod ops;
 mod pem;
 mod persistence;
+mod protection;
 mod raw;
 mod read;
 mod rule;
@@ -44,6 +45,7 @@ pub use compression::{Compression, Encoding};
 pub use diagnostic::{Diagnostic, Diagnostics, Severity};
 pub use diff::{diff, Changes, Diff, PoolChange};
 pub use model::*;
+pub use protection::{ClientAddressHeader, Protection, Rate, DEFAULT_TABLE_SIZE};
 pub use tls::{cipher_suite, kx_group, DEFAULT_SESSION_CACHE, GROUP_NAMES};
 
 use std::path::Path;

@@ -178,6 +178,8 @@ pub struct Service {
     pub compression: Option<crate::Compression>,
     /// The response cache (`http` and `https` services); `None`: off.
     pub cache: Option<Cache>,
+    /// Per-client limits and address lists; `None`: none (no state kept).
+    pub protection: Option<crate::Protection>,
 }
 
 /// A service's response cache (RFC 9111, shared cache).
@@ -294,6 +296,8 @@ pub struct Timeouts {
     pub server_response: Duration,
     /// Time an idle pooled server connection is kept before closing it.
     pub server_idle: Duration,
+    /// Time allowed to receive a whole request body, from its head (408 after).
+    pub client_body: Duration,
 }
 
 impl Default for Timeouts {
@@ -304,6 +308,7 @@ impl Default for Timeouts {
             connect: Duration::from_secs(3),
             server_response: Duration::from_secs(30),
             server_idle: Duration::from_secs(30),
+            client_body: Duration::from_secs(60),
         }
     }
 }
@@ -317,11 +322,13 @@ pub struct Limits {
     pub max_headers: usize,
     /// Largest request body in bytes; 413 beyond. `None` is unlimited.
     pub max_body_bytes: Option<u64>,
+    /// Longest request target in bytes; 414 beyond.
+    pub max_uri_bytes: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_header_bytes: 16 * 1024, max_headers: 100, max_body_bytes: None }
+        Limits { max_header_bytes: 16 * 1024, max_headers: 100, max_body_bytes: None, max_uri_bytes: 8 * 1024 }
     }
 }
 

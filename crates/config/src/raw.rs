@@ -80,10 +80,49 @@ pub struct RawService {
     pub compression: Option<S<RawCompression>>,
     /// `cache`: a boolean (true: all defaults) or a table.
     pub cache: Option<S<RawCache>>,
+    /// `protection`: per-client limits and address lists.
+    pub protection: Option<S<RawProtection>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells. Validation does not also report
     /// these as missing.
     pub broken: Vec<String>,
+}
+
+/// A service's `protection` table.
+#[derive(Debug, Clone, Default)]
+pub struct RawProtection {
+    /// `max_connections_per_client`
+    pub max_connections_per_client: Option<S<i64>>,
+    /// `connection_rate`
+    pub connection_rate: Option<S<RawRate>>,
+    /// `request_rate`
+    pub request_rate: Option<S<RawRate>>,
+    /// `allow`: one network or an array.
+    pub allow: Option<S<Vec<S<String>>>>,
+    /// `deny`: one network or an array.
+    pub deny: Option<S<Vec<S<String>>>>,
+    /// `client_address_header`
+    pub client_address_header: Option<S<RawClientAddressHeader>>,
+    /// `table_size`
+    pub table_size: Option<S<i64>>,
+}
+
+/// A rate: `{ count, per }`.
+#[derive(Debug, Clone, Default)]
+pub struct RawRate {
+    /// `count`
+    pub count: Option<S<i64>>,
+    /// `per`, a duration string.
+    pub per: Option<S<String>>,
+}
+
+/// `client_address_header = { name, trusted }`.
+#[derive(Debug, Clone, Default)]
+pub struct RawClientAddressHeader {
+    /// `name`
+    pub name: Option<S<String>>,
+    /// `trusted`: one network or an array.
+    pub trusted: Option<S<Vec<S<String>>>>,
 }
 
 /// A service's `cache` table (`cache = true` reads as an empty table,
@@ -115,6 +154,8 @@ pub struct RawTimeouts {
     pub server_response: Option<S<String>>,
     /// `server_idle`
     pub server_idle: Option<S<String>>,
+    /// `client_body`
+    pub client_body: Option<S<String>>,
 }
 
 /// A size: an integer number of bytes or a string with a unit.
@@ -135,6 +176,8 @@ pub struct RawLimits {
     pub max_headers: Option<S<i64>>,
     /// `max_body_bytes`
     pub max_body_bytes: Option<S<RawSize>>,
+    /// `max_uri_bytes`
+    pub max_uri_bytes: Option<S<RawSize>>,
 }
 
 /// A `header` or `query` condition: a name and at most one way to compare.

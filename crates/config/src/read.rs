@@ -25,8 +25,10 @@ use crate::raw::*;
 use crate::units::{closest, suggest};
 
 mod compression;
+mod protection;
 mod tls;
 use compression::read_compression;
+use protection::read_protection;
 use tls::{read_hsts, read_http2, read_server_tls, read_upstream_tls, redirect_https, switch_or_table};
 
 type Value<'i> = Spanned<DeValue<'i>>;
@@ -55,12 +57,14 @@ const SERVICE_KEYS: &[&str] = &[
     "http2",
     "compression",
     "cache",
+    "protection",
 ];
 const CACHE_KEYS: &[&str] = &["size", "max_object", "key", "heuristic"];
 const UDP_KEYS: &[&str] = &["max_flows", "flow_idle", "per_datagram"];
 const SNI_ROUTE_KEYS: &[&str] = &["name", "pool"];
-const TIMEOUT_KEYS: &[&str] = &["client_header", "client_idle", "connect", "server_response", "server_idle"];
-const LIMIT_KEYS: &[&str] = &["max_header_bytes", "max_headers", "max_body_bytes"];
+const TIMEOUT_KEYS: &[&str] =
+    &["client_header", "client_idle", "client_body", "connect", "server_response", "server_idle"];
+const LIMIT_KEYS: &[&str] = &["max_header_bytes", "max_headers", "max_body_bytes", "max_uri_bytes"];
 const POOL_KEYS: &[&str] = &[
     "name",
     "balance",
@@ -235,6 +239,9 @@ fn read_service(r: &mut Report<'_>, table: &DeTable<'_>) -> RawService {
                 raw.cache =
                     switch_or_table(r, name, value, |b| RawCache { enabled: Some(b), ..Default::default() }, read_cache)
             }
+            "protection" => {
+                raw.protection = table_of(r, name, value).map(|t| S::new(value.span(), read_protection(r, t)))
+            }
             _ => raw.broken.extend(unknown_key(r, key, SERVICE_KEYS, "in [[service]]")),
         }
         if r.error_count() > errors_before {
@@ -301,6 +308,7 @@ fn read_timeouts(r: &mut Report<'_>, table: &DeTable<'_>) -> RawTimeouts {
         let slot = match name {
             "client_header" => &mut raw.client_header,
             "client_idle" => &mut raw.client_idle,
+            "client_body" => &mut raw.client_body,
             "connect" => &mut raw.connect,
             "server_response" => &mut raw.server_response,
             "server_idle" => &mut raw.server_idle,
@@ -322,6 +330,7 @@ fn read_limits(r: &mut Report<'_>, table: &DeTable<'_>) -> RawLimits {
             "max_header_bytes" => raw.max_header_bytes = size(r, name, value),
             "max_headers" => raw.max_headers = integer(r, name, value),
             "max_body_bytes" => raw.max_body_bytes = size(r, name, value),
+            "max_uri_bytes" => raw.max_uri_bytes = size(r, name, value),
             _ => {
                 unknown_key(r, key, LIMIT_KEYS, "in `limits`");
             }

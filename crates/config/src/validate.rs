@@ -214,6 +214,7 @@ fn validate_service(cx: &mut Ctx<'_, '_>, service: &S<RawService>, listeners: &m
     let scope = RuleScope { mode, client_auth: tls.as_ref().is_some_and(|t| t.client_auth.is_some()) };
     let rules = raw.rules.iter().map(|rule| validate_rule(cx, rule, &scope)).collect();
     let layer4 = validate_layer4(cx, service, mode);
+    let protection = raw.protection.as_ref().map(|p| crate::protection::validate_protection(cx, p, mode));
     Service {
         name,
         mode: mode.unwrap_or(Mode::Http),
@@ -230,6 +231,7 @@ fn validate_service(cx: &mut Ctx<'_, '_>, service: &S<RawService>, listeners: &m
         http2,
         compression: compression.filter(|_| matches!(mode, Some(Mode::Http | Mode::Https))),
         cache: cache.filter(|_| matches!(mode, Some(Mode::Http | Mode::Https))),
+        protection: protection.filter(|_| mode != Some(Mode::Udp)),
     }
 }
 
@@ -280,6 +282,7 @@ fn validate_timeouts(cx: &mut Ctx<'_, '_>, raw: &RawTimeouts) -> Timeouts {
         connect: cx.duration(&raw.connect, d.connect),
         server_response: cx.duration(&raw.server_response, d.server_response),
         server_idle: cx.duration(&raw.server_idle, d.server_idle),
+        client_body: cx.duration(&raw.client_body, d.client_body),
     }
 }
 
@@ -304,10 +307,24 @@ fn validate_limits(cx: &mut Ctx<'_, '_>, raw: &RawLimits) -> Limits {
         .and_then(|v| cx.int_in("max_headers", v, 1..=1000))
         .and_then(|n| usize::try_from(n).ok());
     let max_body_bytes = raw.max_body_bytes.as_ref().and_then(|v| cx.size("max_body_bytes", v));
+    let max_uri_bytes = raw.max_uri_bytes.as_ref().and_then(|v| {
+        let n = cx.size("max_uri_bytes", v)?;
+        if (64..=1 << 20).contains(&n) {
+            usize::try_from(n).ok()
+        } else {
+            cx.r.error_hint(
+                &v.span(),
+                format!("`max_uri_bytes` must be between 64 bytes and 1MiB, not {n} bytes"),
+                "the default, 8KiB, suits most sites",
+            );
+            None
+        }
+    });
     Limits {
         max_header_bytes: max_header_bytes.unwrap_or(d.max_header_bytes),
         max_headers: max_headers.unwrap_or(d.max_headers),
         max_body_bytes: max_body_bytes.or(d.max_body_bytes),
+        max_uri_bytes: max_uri_bytes.unwrap_or(d.max_uri_bytes),
     }
 }
 

@@ -70,7 +70,10 @@ fn top_level_and_service_values() {
     assert_eq!(s.timeouts.connect, Duration::from_millis(250));
     assert_eq!(s.timeouts.server_idle, Duration::from_secs(3600));
     assert_eq!(s.timeouts.client_header, Timeouts::default().client_header);
-    assert_eq!(s.limits, Limits { max_header_bytes: 8192, max_headers: 10, max_body_bytes: Some(1000) });
+    assert_eq!(
+        s.limits,
+        Limits { max_header_bytes: 8192, max_headers: 10, max_body_bytes: Some(1000), max_uri_bytes: 8192 }
+    );
 }
 
 #[test]

@@ -8,6 +8,8 @@
 
 use std::fmt;
 
+use crate::protection::Refusal;
+
 /// Which party a failure is attributed to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
@@ -32,6 +34,10 @@ pub enum Kind {
     HeaderTooLarge,
     /// The request body is larger than allowed.
     BodyTooLarge,
+    /// The request target is longer than allowed.
+    UriTooLong,
+    /// Client protection refused the client (address lists, connection cap, rates).
+    Refused(crate::protection::Refusal),
     /// The client closed or reset the connection mid-request.
     ClientClosed,
     /// The client stopped sending the body in time.
@@ -103,6 +109,8 @@ impl ProxyError {
             | Kind::ClientHeaderTimeout
             | Kind::HeaderTooLarge
             | Kind::BodyTooLarge
+            | Kind::UriTooLong
+            | Kind::Refused(_)
             | Kind::ClientClosed
             | Kind::ClientBodyTimeout => Side::Client,
             Kind::NoPool | Kind::NoServer | Kind::QueueFull | Kind::QueueTimeout | Kind::SwitchToH2Pool => {
@@ -124,6 +132,9 @@ impl ProxyError {
             Kind::BadRequest(_) => 400,
             Kind::ClientHeaderTimeout | Kind::ClientBodyTimeout => 408,
             Kind::BodyTooLarge => 413,
+            Kind::UriTooLong => 414,
+            Kind::Refused(Refusal::Denied) => 403,
+            Kind::Refused(_) => 429,
             Kind::ExpectationFailed => 417,
             Kind::HeaderTooLarge => 431,
             Kind::ClientClosed => return None,
@@ -138,6 +149,14 @@ impl ProxyError {
         })
     }
 
+    /// Seconds a refused client should wait (`Retry-After`), for a request rate refusal.
+    pub fn retry_after(&self) -> Option<u32> {
+        match self.kind {
+            Kind::Refused(Refusal::RequestRate(secs)) => Some(secs),
+            _ => None,
+        }
+    }
+
     /// A short, stable reason for logs and metrics.
     pub fn reason(&self) -> &'static str {
         match self.kind {
@@ -146,6 +165,8 @@ impl ProxyError {
             Kind::HeaderTooLarge => "request head too large",
             Kind::ExpectationFailed => "unsupported expectation",
             Kind::BodyTooLarge => "request body too large",
+            Kind::UriTooLong => "uri too long",
+            Kind::Refused(why) => why.label(),
             Kind::ClientClosed => "client closed",
             Kind::ClientBodyTimeout => "client body timeout",
             Kind::NoPool => "no pool for request",
@@ -217,6 +238,11 @@ mod tests {
             (Kind::HeaderTooLarge, Some(431), Side::Client),
             (Kind::ExpectationFailed, Some(417), Side::Client),
             (Kind::BodyTooLarge, Some(413), Side::Client),
+            (Kind::UriTooLong, Some(414), Side::Client),
+            (Kind::Refused(Refusal::Denied), Some(403), Side::Client),
+            (Kind::Refused(Refusal::TooManyConnections), Some(429), Side::Client),
+            (Kind::Refused(Refusal::ConnectionRate), Some(429), Side::Client),
+            (Kind::Refused(Refusal::RequestRate(3)), Some(429), Side::Client),
             (Kind::ClientClosed, None, Side::Client),
             (Kind::NoServer, Some(503), Side::Internal),
             (Kind::NoPool, Some(503), Side::Internal),

@@ -17,6 +17,7 @@ pub mod l4;
 pub mod live;
 pub mod metrics;
 pub mod persist;
+pub mod protection;
 pub mod relay;
 pub mod tls;
 pub mod upstream;

@@ -490,6 +490,10 @@ pub struct Generation {
     /// `config.services`; carried across reloads while a service's cache
     /// settings are unchanged.
     pub caches: Vec<Option<Arc<crate::cache::Cache>>>,
+    /// Client protection per service (`None`: the service has no
+    /// `protection` table), indexed like `config.services`; a guard's client
+    /// table is carried across reloads while its settings are unchanged.
+    pub protection: Vec<Option<Arc<crate::protection::Guard>>>,
 }
 
 impl Generation {
@@ -576,8 +580,20 @@ impl Generation {
                 Some(before.unwrap_or_else(|| Arc::new(crate::cache::Cache::new(settings))))
             })
             .collect();
+        let protection = config
+            .services
+            .iter()
+            .map(|s| {
+                let settings = s.protection.as_ref()?;
+                let before = previous
+                    .and_then(|g| g.service_index(&s.name).and_then(|i| g.protection.get(i)?.clone()))
+                    .filter(|p| p.config == *settings);
+                Some(before.unwrap_or_else(|| Arc::new(crate::protection::Guard::new(settings))))
+            })
+            .collect();
         Ok(Generation {
             caches,
+            protection,
             number,
             config,
             pools,

@@ -390,6 +390,9 @@ async fn sweep_idle(worker: Rc<Worker>) {
             for table in local.gen.persistence.iter().flatten() {
                 table.expire(now);
             }
+            for guard in local.gen.protection.iter().flatten() {
+                guard.expire(now);
+            }
         }
         if worker.draining.get() {
             return;

@@ -48,11 +48,15 @@ use self::rewrite::Forwarding;
 pub use self::stream::{ClientStream, Transport};
 use crate::cache;
 use crate::error::{Kind, ProxyError};
+use crate::protection::Refusal;
 use crate::upstream::{self, ActiveGuard, PickView, UpstreamConn};
 use crate::worker::{Local, Worker};
 
 /// Initial size of a client connection's read buffer.
 const CLIENT_BUF: usize = 4 * 1024;
+/// Room for the method and version around a request target at its length
+/// limit, before a request line without its end counts as too long.
+const URI_SLACK: usize = 32;
 /// Largest response head accepted from a server.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
@@ -264,6 +268,75 @@ async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, 
     }
 }
 
+/// Client protection of one request: a refusal of its connection, the
+/// address lists for an address a trusted front proxy names, and the request
+/// rate. No cost for a service without protection.
+fn protect<S>(client: &Client<S>, head: &RequestHead, service: usize, now: Instant) -> Result<(), Refusal> {
+    if let Some(why) = client.transport.refused {
+        return Err(why);
+    }
+    let Some(guard) = client.local.gen.protection.get(service).and_then(Option::as_ref) else {
+        return Ok(());
+    };
+    let mut ip = client.ip;
+    if let Some(named) = guard.config.client_address_header.as_ref().filter(|_| guard.trusts(client.ip)) {
+        let buf = &client.buf[..head.len];
+        let values = client
+            .fields
+            .iter()
+            .filter(|f| buf[f.name.clone()].eq_ignore_ascii_case(named.name.as_bytes()))
+            .map(|f| &buf[f.value.clone()]);
+        if let Some(from_header) = crate::protection::address_from_header(values, &named.trusted) {
+            ip = from_header;
+        }
+        if !guard.permits(ip) {
+            return Err(Refusal::Denied);
+        }
+    }
+    guard.admit_request(ip, now)
+}
+
+/// Phase 2b's answer: the refusal's status (429 with `Retry-After` for a
+/// request rate). A bodiless request over the rate leaves its connection open
+/// (a front proxy's connection carries other clients); every other refusal
+/// closes it.
+async fn refuse<S: ClientStream>(
+    client: &mut Client<S>,
+    service: &Service,
+    info: RequestInfo,
+    head_len: usize,
+    why: Refusal,
+    started: Instant,
+) -> bool {
+    let error = ProxyError::new(Kind::Refused(why));
+    let keep = matches!(why, Refusal::RequestRate(_)) && info.keep_alive && info.framing == Framing::Empty;
+    if !keep {
+        fail(client, service, &error, started).await;
+        return false;
+    }
+    client.buf.advance(head_len);
+    let status = error.status().unwrap_or(429);
+    let body = format!("{status} {}\n", crate::error::reason_phrase(status));
+    let body = if info.head_method { "" } else { body.as_str() };
+    let connection = Connection { keep_alive: info.version == Version::Http10, ..Connection::default() };
+    rewrite::local_response(&mut client.out, status, None, "text/plain", body.as_bytes(), connection);
+    add_retry_after(&mut client.out, &error);
+    let ok = write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();
+    client.trace.bytes_out = client.out.len() as u64;
+    log(client, service, status, Some(&error), started);
+    ok
+}
+
+/// Adds `Retry-After` to a local response head for an error that has one.
+fn add_retry_after(out: &mut Vec<u8>, error: &ProxyError) {
+    if let Some(secs) = error.retry_after() {
+        // After the status line: the order of fields carries no meaning.
+        let at = memchr::memchr(b'\n', out).map_or(0, |i| i + 1);
+        let field = format!("retry-after: {secs}\r\n");
+        out.splice(at..at, field.into_bytes());
+    }
+}
+
 /// Lends the connection a scratch set from the worker's pool.
 fn lend<S>(client: &mut Client<S>, worker: &Worker) {
     if client.buf.capacity() > 0 {
@@ -338,8 +411,19 @@ async fn read_head<S: ClientStream>(
             }
             if sniff {
                 // A partial preface: wait for the rest.
-            } else if let Some(head) = parse::parse_request(&client.buf, limits, &mut client.fields)? {
-                return Ok(Some(Head::Request(head)));
+            } else {
+                // A request line still incomplete past the URI limit is refused
+                // before the head limit (431) would be reached.
+                let max_uri = service.limits.max_uri_bytes;
+                if client.buf.len() > max_uri + URI_SLACK && memchr::memchr(b'\n', &client.buf).is_none() {
+                    return Err(ProxyError::new(Kind::UriTooLong));
+                }
+                if let Some(head) = parse::parse_request(&client.buf, limits, &mut client.fields)? {
+                    if head.target.len() > max_uri {
+                        return Err(ProxyError::new(Kind::UriTooLong));
+                    }
+                    return Ok(Some(Head::Request(head)));
+                }
             }
             if !started {
                 // The head's own clock starts with its first byte.
@@ -427,6 +511,10 @@ async fn handle<S: ClientStream>(
             None => compress::Accepted::default(),
         },
     };
+    // Phase 2b: client protection.
+    if let Err(why) = protect(client, &head, client.service, started) {
+        return refuse(client, service, info, head.len, why, started).await;
+    }
     if let (Framing::Length(n), Some(max)) = (head.framing, service.limits.max_body_bytes) {
         if n > max {
             fail(client, service, &ProxyError::new(Kind::BodyTooLarge), started).await;
@@ -803,6 +891,7 @@ async fn exchange<S: ClientStream>(
 ) -> Result<(Outcome, bool), Failed> {
     let t = &service.timeouts;
     let early = |error| Err(Failed { error, response_started: false });
+    let body_deadline = tokio::time::Instant::now() + t.client_body;
 
     // Phase 6: forward the head and what of the body is already here.
     if info.expect_continue {
@@ -865,7 +954,11 @@ async fn exchange<S: ClientStream>(
     let (done, complete) = {
         let (mut client_rd, mut client_wr) = client.stream.halves();
         let (mut server_rd, mut server_wr) = conn.stream.split();
-        let up = body::pump(&mut client_rd, &mut client.buf, &mut server_wr, &mut upload, t.client_idle);
+        // The whole body within `client_body` (slow-POST), besides each read within `client_idle`.
+        let up = async {
+            let pump = body::pump(&mut client_rd, &mut client.buf, &mut server_wr, &mut upload, t.client_idle);
+            timeout_at(body_deadline, pump).await.unwrap_or(Err(RelayError::ReadTimeout))
+        };
         let down =
             respond(&mut server_rd, &mut conn.buf, &mut client_wr, &mut response, service, routed, info, draining);
         tokio::pin!(up, down);
@@ -1221,6 +1314,7 @@ async fn fail<S: ClientStream>(client: &mut Client<S>, service: &Service, error:
         let body = format!("{status} {}\n", crate::error::reason_phrase(status));
         let close = Connection { close: true, ..Connection::default() };
         rewrite::local_response(&mut client.out, status, None, "text/plain", body.as_bytes(), close);
+        add_retry_after(&mut client.out, error);
         if write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok() {
             client.trace.bytes_out = client.out.len() as u64;
         }

@@ -31,6 +31,9 @@ pub struct Transport {
     /// The application protocol ALPN chose (`h2` or `http/1.1`); `None`
     /// without TLS or when the client offered none.
     pub alpn: Option<&'static str>,
+    /// Client protection refused the connection ([`crate::protection`]):
+    /// each request on it is answered with the refusal's status, then it closes.
+    pub refused: Option<crate::protection::Refusal>,
 }
 
 /// A client connection the HTTP/1.1 pipeline can serve.

@@ -50,12 +50,39 @@ pub async fn serve_stream(stream: TcpStream, peer: SocketAddr, local: Rc<Local>,
     } else {
         (peer, BytesMut::new())
     };
+    // Client protection, by the connection's client address (PROXY header
+    // included). HTTP connections from a trusted front proxy are judged per
+    // request instead, by the address its header names. A refused layer-4
+    // connection closes at once; an HTTP one answers its request with the
+    // refusal's status first.
+    let http = matches!(svc.mode, Mode::Http | Mode::Https);
+    let mut refused = None;
+    let _slot = match local.gen.protection.get(service).and_then(Option::as_ref) {
+        Some(guard) if !(http && guard.trusts(client.ip())) => {
+            match guard.admit_connection(client.ip(), Instant::now()) {
+                Ok(slot) => slot,
+                Err(why) => {
+                    refused = Some(why);
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    if let (Some(why), false) = (refused, http) {
+        tracing::debug!(service = %svc.name, %client, reason = why.label(), "connection refused");
+        record(&local, service, &worker, client, None, Some(why.label()), Instant::now(), 0, 0);
+        return;
+    }
     // The layer-4 and TLS branches are boxed: a task's future is as large as
     // its largest state, and an idle HTTP keep-alive connection should not
     // pay for a relay's or a TLS session's.
     match svc.mode {
-        Mode::Http => crate::http::serve(stream, client, pre, local, service, worker, Transport::default()).await,
-        Mode::Https => Box::pin(crate::tls::serve(stream, client, pre, local, service, worker)).await,
+        Mode::Http => {
+            let transport = Transport { refused, ..Transport::default() };
+            crate::http::serve(stream, client, pre, local, service, worker, transport).await
+        }
+        Mode::Https => Box::pin(crate::tls::serve(stream, client, pre, local, service, worker, refused)).await,
         Mode::Tcp => Box::pin(relay_to_pool(stream, client, pre, &local, service, &worker, None, None)).await,
         Mode::TlsPassthrough => Box::pin(passthrough(stream, client, pre, &local, service, &worker)).await,
         Mode::Udp => {}

@@ -141,7 +141,7 @@ fn class_index(status: u16) -> usize {
 
 /// Termination reasons counted by metrics, as label values. The error reasons
 /// of [`crate::error`] map onto these (see [`reason_index`]).
-pub const REASONS: [&str; 18] = [
+pub const REASONS: [&str; 23] = [
     "bad-request",
     "client-header-timeout",
     "header-too-large",
@@ -159,13 +159,18 @@ pub const REASONS: [&str; 18] = [
     "server-closed",
     "server-tls-failed",
     "bad-response",
+    "uri-too-long",
+    "denied",
+    "too-many-connections",
+    "connection-rate-limited",
+    "rate-limited",
     "other",
 ];
 
 const BAD_REQUEST: usize = 0;
 const FIRST_SERVER_REASON: usize = 11;
 const BAD_RESPONSE: usize = 16;
-const OTHER: usize = 17;
+const OTHER: usize = 22;
 
 /// Whether a reason (index into [`REASONS`]) is a server's failure.
 pub fn is_server_reason(index: usize) -> bool {
@@ -197,6 +202,11 @@ pub fn reason_index(reason: &str, side: Option<&str>) -> usize {
         // ALPN is part of the handshake: a server that refuses h2 failed TLS.
         "server tls failed" | "server did not select h2" | "server-tls-failed" => 15,
         "bad-response" => BAD_RESPONSE,
+        "uri too long" | "uri-too-long" => 17,
+        "denied" => 18,
+        "too-many-connections" => 19,
+        "connection-rate-limited" => 20,
+        "rate-limited" => 21,
         _ => match side {
             Some("client") => BAD_REQUEST,
             Some("server") => BAD_RESPONSE,

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::error::{Kind, ProxyError};
+use crate::protection::Refusal;
 
 pub(crate) fn record(status: u16, error: Option<ProxyError>) -> Record<'static> {
     Record {
@@ -47,6 +48,11 @@ fn every_error_kind_has_its_own_reason_label() {
         (Kind::ServerNotH2, "server-tls-failed"),
         (Kind::SwitchToH2Pool, "other"),
         (Kind::BadResponse("malformed status line"), "bad-response"),
+        (Kind::UriTooLong, "uri-too-long"),
+        (Kind::Refused(Refusal::Denied), "denied"),
+        (Kind::Refused(Refusal::TooManyConnections), "too-many-connections"),
+        (Kind::Refused(Refusal::ConnectionRate), "connection-rate-limited"),
+        (Kind::Refused(Refusal::RequestRate(1)), "rate-limited"),
     ];
     for (kind, label) in table {
         let e = ProxyError::new(kind);

@@ -107,6 +107,7 @@ pub async fn serve(
     local: Rc<Local>,
     service: usize,
     worker: Rc<Worker>,
+    refused: Option<crate::protection::Refusal>,
 ) {
     let (Some(svc), Some(Some(term))) = (local.gen.config.services.get(service), local.gen.tls.get(service)) else {
         return;
@@ -127,7 +128,7 @@ pub async fn serve(
     let conn = tls.get_ref().1;
     let resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
     counters.handshake(worker.id, if resumed { Handshake::Resumed } else { Handshake::Full });
-    let transport = transport(conn);
+    let transport = Transport { refused, ..transport(conn) };
     if transport.alpn == Some("h2") {
         let conn = crate::http2::Conn { peer: client, local_addr, counted: false };
         crate::http2::serve(tls, conn, local, service, worker, transport, BytesMut::new()).await;
@@ -166,6 +167,7 @@ fn transport(conn: &ServerConnection) -> Transport {
             _ => None,
         },
         http2: false,
+        refused: None,
     }
 }
 

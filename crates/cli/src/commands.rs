@@ -79,6 +79,12 @@ fn serve(
         .build()
         .context("cannot start control runtime")?;
     runtime.block_on(async move {
+        // Before anything listens: a SIGHUP that arrives once clients can
+        // be served must reload, never meet the default action (exit).
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        let mut usr1 = signal(SignalKind::user_defined1())?;
         let (origin_stop, origin_stopped) = tokio::sync::watch::channel(false);
         for (addr, name) in &origins {
             let origin = Origin::bind(*addr, name).await.with_context(|| format!("origin {name} on {addr}"))?;
@@ -106,10 +112,6 @@ fn serve(
         if !origins.is_empty() {
             print_demo_tour(&origins);
         }
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        let mut hup = signal(SignalKind::hangup())?;
-        let mut usr1 = signal(SignalKind::user_defined1())?;
         loop {
             tokio::select! {
                 _ = term.recv() => break,

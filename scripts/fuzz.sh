@@ -124,10 +124,15 @@ if [[ ${FUZZ_MERGE:-0} == 1 ]]; then
   echo
   echo "== minimizing corpora into fuzz/corpus/"
   for t in "${TARGETS[@]}"; do
-    local_before=$(find "fuzz/corpus/$t" -type f | wc -l)
+    # The hand-written seeds stay whatever cmin thinks of them: they document the format.
+    seeds="$WORK/seeds/$t"
+    mkdir -p "$seeds"
+    cp fuzz/corpus/"$t"/seed-* "$seeds/" 2>/dev/null || true
     cp -n "$WORK/corpus/$t"/* "fuzz/corpus/$t/" 2>/dev/null || true
+    local_before=$(find "fuzz/corpus/$t" -type f | wc -l)
     (cd fuzz && nice -n 19 cargo +nightly fuzz cmin --sanitizer "$SANITIZER" "$t" "corpus/$t" -- \
       -max_len="$(max_len "$t")" >"$WORK/$t.cmin.log" 2>&1) || echo "$t: cmin failed (log: $WORK/$t.cmin.log)"
+    cp -n "$seeds"/* "fuzz/corpus/$t/" 2>/dev/null || true
     printf '%-20s corpus %5s -> %5s files, %s\n' "$t" "$local_before" \
       "$(find "fuzz/corpus/$t" -type f | wc -l)" "$(du -sh --apparent-size "fuzz/corpus/$t" | cut -f1)"
   done

@@ -20,6 +20,7 @@
 //! - [`load_with_warnings`] / [`parse_with_warnings`]: the configuration when
 //!   there is no error, together with all diagnostics, warnings included.
 //!   `switchyard check` uses these so it can print warnings of a valid file.
+//! - [`parse_offline`]: like [`parse_with_warnings`], reading no file (fuzzing).
 //! - [`diff()`]: what changed between two validated configurations, by name
 //!   (the input of a reload; its `Display` is a one-line summary for logs).
 
@@ -96,6 +97,14 @@ pub fn parse_file_with_warnings(source: &str, path: &Path) -> (Option<Config>, D
 /// configuration is `Some` exactly when no diagnostic is an error.
 pub fn parse_with_warnings(source: &str, file_name: &str) -> (Option<Config>, Diagnostics) {
     check(source, file_name, &pem::Files::working_directory())
+}
+
+/// Like [`parse_with_warnings`], but reads no file the text names: each
+/// certificate, key or CA file reports as unreadable. For text from an
+/// untrusted source (the fuzzers), where a path such as `/dev/stdin` must
+/// neither block nor be read.
+pub fn parse_offline(source: &str, file_name: &str) -> (Option<Config>, Diagnostics) {
+    check(source, file_name, &pem::Files::offline())
 }
 
 fn check(source: &str, file_name: &str, files: &pem::Files) -> (Option<Config>, Diagnostics) {

@@ -37,17 +37,26 @@ pub(crate) struct Files {
     pub(crate) base: PathBuf,
     /// Seconds since the Unix epoch, for certificate validity.
     pub(crate) now: i64,
+    /// Read no file at all: each one named reports as unreadable (text from
+    /// an untrusted source, such as a fuzzer, must not make us open
+    /// `/dev/stdin` or `/dev/zero`).
+    pub(crate) offline: bool,
 }
 
 impl Files {
     /// Files of a configuration read from `config_file`.
     pub(crate) fn beside(config_file: &Path) -> Files {
-        Files { base: config_file.parent().map(Path::to_path_buf).unwrap_or_default(), now: unix_now() }
+        Files { base: config_file.parent().map(Path::to_path_buf).unwrap_or_default(), now: unix_now(), offline: false }
     }
 
     /// Files of a configuration given as text: relative to the working directory.
     pub(crate) fn working_directory() -> Files {
-        Files { base: PathBuf::new(), now: unix_now() }
+        Files { base: PathBuf::new(), now: unix_now(), offline: false }
+    }
+
+    /// Files of a configuration checked without touching the file system.
+    pub(crate) fn offline() -> Files {
+        Files { base: PathBuf::new(), now: unix_now(), offline: true }
     }
 
     fn relative_hint(&self) -> &'static str {
@@ -72,7 +81,12 @@ pub(crate) fn read_pem(cx: &mut Ctx<'_, '_>, key: &str, path: &S<String>) -> Opt
         cx.r.error(&path.span(), format!("`{key}` must not be empty"));
         return None;
     }
-    match std::fs::read(cx.files.base.join(written)) {
+    let read = if cx.files.offline {
+        Err(std::io::Error::other("files are not read in an offline check"))
+    } else {
+        std::fs::read(cx.files.base.join(written))
+    };
+    match read {
         Ok(pem) => Some(PemFile { path: PathBuf::from(written), pem }),
         Err(e) => {
             let hint = cx.files.relative_hint();

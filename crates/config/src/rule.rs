@@ -307,10 +307,29 @@ fn header_name(cx: &mut Ctx<'_, '_>, key: &str, name: &S<String>) -> Option<Stri
     None
 }
 
+/// Fields the proxy frames messages by. An edit of one would make the next hop
+/// read a different message than the one relayed (request smuggling, or a
+/// response running into the next), so no rule may remove, set or add them.
+const FRAMING_FIELDS: [&str; 2] = ["content-length", "transfer-encoding"];
+
+/// A header name an edit may touch: a valid name, not a framing field.
+fn edit_name(cx: &mut Ctx<'_, '_>, key: &str, name: &S<String>) -> Option<String> {
+    let lower = header_name(cx, key, name)?;
+    if FRAMING_FIELDS.contains(&lower.as_str()) {
+        cx.r.error_hint(
+            &name.span(),
+            format!("`{key}` cannot edit `{lower}`"),
+            "the proxy frames the message by it; an edit would make the next hop read a different message",
+        );
+        return None;
+    }
+    Some(lower)
+}
+
 fn pairs(cx: &mut Ctx<'_, '_>, key: &str, raw: &Option<S<RawHeaderPairs>>) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for (name, value) in raw.iter().flat_map(|p| p.get_ref()) {
-        let name = header_name(cx, key, name);
+        let name = edit_name(cx, key, name);
         if !is_header_value(value.get_ref()) {
             cx.r.error(&value.span(), "a header value must not contain CR, LF or NUL");
             continue;
@@ -323,7 +342,7 @@ fn pairs(cx: &mut Ctx<'_, '_>, key: &str, raw: &Option<S<RawHeaderPairs>>) -> Ve
 }
 
 fn names(cx: &mut Ctx<'_, '_>, key: &str, raw: &Option<S<Vec<S<String>>>>) -> Vec<String> {
-    raw.iter().flat_map(|l| l.get_ref()).filter_map(|n| header_name(cx, key, n)).collect()
+    raw.iter().flat_map(|l| l.get_ref()).filter_map(|n| edit_name(cx, key, n)).collect()
 }
 
 const CLIENT_CERT_STATES: &[&str] = &["verified", "absent"];

@@ -204,6 +204,16 @@ fn edits() {
 }
 
 #[test]
+fn edits_cannot_touch_framing_fields() {
+    let src = format!(
+        "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\npool = \"main\"\nrules = [ {{ \
+         remove_request_headers = \"Content-Length\", set_response_headers = {{ \"transfer-encoding\" = \"chunked\" }} }} ]\n{POOL}"
+    );
+    let refused: Vec<String> = errors(&src).into_iter().filter(|e| e.contains("cannot edit")).collect();
+    assert_eq!(refused.len(), 2, "{refused:?}");
+}
+
+#[test]
 fn actions_and_statuses() {
     assert!(matches!(rule("{ pool = \"main\" }").action, Some(Action::Pool(PoolId(0)))));
     assert!(

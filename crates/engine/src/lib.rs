@@ -10,6 +10,7 @@ pub mod access_log;
 pub mod cache;
 pub mod control;
 pub mod error;
+pub mod fuzz;
 pub mod health;
 pub mod http;
 pub mod http2;

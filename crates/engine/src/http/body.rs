@@ -273,7 +273,7 @@ impl Body {
     /// Like `take`, for a body sent [`decoded`](Self::decoded): how many bytes
     /// at the front of `buf` belong to the body, and how many of them are
     /// payload (moved to the front of `buf`).
-    pub(super) fn take_payload(&mut self, buf: &mut [u8]) -> Result<(usize, usize), RelayError> {
+    pub(crate) fn take_payload(&mut self, buf: &mut [u8]) -> Result<(usize, usize), RelayError> {
         self.take(buf)
     }
 

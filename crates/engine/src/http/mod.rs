@@ -1323,7 +1323,7 @@ async fn fail<S: ClientStream>(client: &mut Client<S>, service: &Service, error:
 }
 
 /// Splits an absolute-form target into (origin-form target, authority).
-fn split_target(target: &[u8]) -> (&[u8], Option<&[u8]>) {
+pub(crate) fn split_target(target: &[u8]) -> (&[u8], Option<&[u8]>) {
     if !parse::has_http_scheme(target) {
         return (target, None);
     }
@@ -1339,7 +1339,7 @@ fn split_target(target: &[u8]) -> (&[u8], Option<&[u8]>) {
 }
 
 /// `https://host[:port]/target` for an HTTP-to-HTTPS redirect.
-fn https_location(host: &str, port: Option<u16>, target: &[u8]) -> String {
+pub(crate) fn https_location(host: &str, port: Option<u16>, target: &[u8]) -> String {
     let target = String::from_utf8_lossy(target);
     let bare_v6 = host.contains(':') && !host.starts_with('[');
     let host = if bare_v6 { format!("[{host}]") } else { host.to_string() };
@@ -1349,7 +1349,7 @@ fn https_location(host: &str, port: Option<u16>, target: &[u8]) -> String {
     }
 }
 
-fn split_query(target: &[u8]) -> (&[u8], Option<&[u8]>) {
+pub(crate) fn split_query(target: &[u8]) -> (&[u8], Option<&[u8]>) {
     match memchr::memchr(b'?', target) {
         Some(i) => (&target[..i], Some(&target[i + 1..])),
         None => (target, None),

@@ -44,7 +44,17 @@ fn is_hop_by_hop(name: &[u8]) -> bool {
 }
 
 /// Whether `name` is listed as an extra hop-by-hop field in a `Connection` value.
+///
+/// The fields that frame the message (`Content-Length`, `Transfer-Encoding`)
+/// and `Host` never count: the proxy relays the body by the framing it read,
+/// so a peer that names them in `Connection` must not get them dropped, or the
+/// next hop would read a different message (request smuggling, or a response
+/// whose body runs into the next one). Found by the `rules` fuzz target.
 fn named_by_connection(buf: &[u8], fields: &[Field], name: &[u8]) -> bool {
+    const KEPT: [&[u8]; 3] = [b"content-length", b"transfer-encoding", b"host"];
+    if KEPT.iter().any(|k| name.eq_ignore_ascii_case(k)) {
+        return false;
+    }
     fields
         .iter()
         .filter(|f| buf[f.name.clone()].eq_ignore_ascii_case(b"connection"))
@@ -176,8 +186,10 @@ pub fn response_head(
     dechunk: bool,
 ) {
     out.clear();
-    // Keep the server's reason phrase; the version is always ours.
-    let line_end = memchr::memchr(b'\r', buf).unwrap_or(0);
+    // Keep the server's reason phrase; the version is always ours. The status
+    // line may end in a bare LF (httparse accepts one): the phrase stops at
+    // either, or a server could pass its next lines off as our reason phrase.
+    let line_end = memchr::memchr2(b'\r', b'\n', buf).unwrap_or(0);
     let reason = buf.get(13..line_end).unwrap_or(b"");
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(itoa::Buffer::new().format(head.status).as_bytes());
@@ -350,6 +362,32 @@ mod tests {
             String::from_utf8(out).expect("utf8"),
             "HTTP/1.1 404 Nope\r\nContent-Length: 0\r\nserver: sy\r\nconnection: close\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn connection_cannot_make_framing_fields_hop_by_hop() {
+        let raw = b"POST / HTTP/1.1\r\nHost: h\r\nConnection: content-length, host, x-a\r\nX-A: 1\r\nContent-Length: 5\r\n\r\n";
+        let off = Forwarded { x_forwarded_for: false, x_forwarded_proto: false, forwarded: false };
+        assert_eq!(rewrite(raw, &[], off), "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n");
+        let raw = b"POST / HTTP/1.1\r\nHost: h\r\nConnection: Transfer-Encoding\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(rewrite(raw, &[], off), "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n");
+
+        let raw = b"HTTP/1.1 200 OK\r\nConnection: content-length, transfer-encoding\r\nContent-Length: 5\r\n\r\n";
+        let mut fields = Vec::new();
+        let head = parse_response(raw, 8192, &mut fields).expect("valid").expect("complete");
+        let mut out = Vec::new();
+        response_head(&mut out, raw, &head, &fields, &[], false, false, false);
+        assert_eq!(String::from_utf8(out).expect("utf8"), "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n");
+    }
+
+    #[test]
+    fn reason_phrase_stops_at_a_bare_lf() {
+        let raw = b"HTTP/1.1 200 OK\nX-A: b\r\nContent-Length: 0\r\n\r\n";
+        let mut fields = Vec::new();
+        let head = parse_response(raw, 8192, &mut fields).expect("valid").expect("complete");
+        let mut out = Vec::new();
+        response_head(&mut out, raw, &head, &fields, &[], false, false, false);
+        assert_eq!(String::from_utf8(out).expect("utf8"), "HTTP/1.1 200 OK\r\nX-A: b\r\nContent-Length: 0\r\n\r\n");
     }
 
     #[test]

@@ -23,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-ALL_TARGETS=(request_head chunked_body response_head proxy_protocol client_hello rdp_cookie config persistence_cookie rules)
+ALL_TARGETS=(request_head chunked_body response_head proxy_protocol client_hello rdp_cookie config persistence_cookie rules deflate)
 
 # Longest input per target: a little over what each parser ever looks at.
 max_len() {
@@ -34,6 +34,7 @@ max_len() {
     config) echo 16384 ;;
     rules) echo 8192 ;;
     rdp_cookie) echo 1100 ;;
+    deflate) echo 262144 ;;
     *) echo 4096 ;;
   esac
 }

@@ -40,6 +40,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("config", config),
     ("persistence_cookie", persistence_cookie),
     ("rules", rules),
+    ("deflate", deflate),
 ];
 
 /// Head limits of the request-head targets: the defaults of a service.
@@ -631,4 +632,42 @@ fn check_forwarded(out: &[u8], buf: &[u8], head: &RequestHead, origin_target: &[
             assert!(!name.eq_ignore_ascii_case(hop), "hop-by-hop field {:?} forwarded", name.escape_ascii());
         }
     }
+}
+
+/// The gzip level-1 encoder ([`switchyard_deflate::Gzip`]) on response bytes
+/// a server controls.
+///
+/// The first byte chooses how the rest arrives: in pieces of `1 << (b % 17)`
+/// bytes, with a sync flush after every `b >> 5`-th piece (never when 0), as
+/// the proxy feeds it reads from a server. A real decoder (zlib-rs) must give
+/// back exactly the input; the output is never more than 15 bits (the
+/// longest code) per input byte plus block headers and flush markers.
+pub fn deflate(data: &[u8]) {
+    use std::io::Read;
+    thread_local! {
+        /// One encoder for every input: reuse across streams is what the proxy does.
+        static GZIP: std::cell::RefCell<switchyard_deflate::Gzip> = std::cell::RefCell::new(switchyard_deflate::Gzip::new());
+    }
+    let Some((&plan, body)) = data.split_first() else { return };
+    let piece = 1usize << (plan % 17);
+    let flush_every = usize::from(plan >> 5);
+    let mut out = Vec::new();
+    let mut flushes = 0;
+    GZIP.with_borrow_mut(|gzip| {
+        gzip.start(&mut out);
+        for (i, chunk) in body.chunks(piece).enumerate() {
+            gzip.write(chunk, &mut out);
+            if flush_every != 0 && (i + 1) % flush_every == 0 {
+                gzip.flush(&mut out);
+                flushes += 1;
+            }
+        }
+        gzip.finish(&mut out);
+    });
+    let mut back = Vec::with_capacity(body.len());
+    let decoded = flate2::read::GzDecoder::new(&out[..]).read_to_end(&mut back);
+    assert!(decoded.is_ok(), "the decoder refused the stream: {decoded:?}");
+    assert!(back == body, "decoded {} bytes, not the {} written", back.len(), body.len());
+    let bound = body.len() * 15 / 8 + (body.len() / 16384 + flushes + 2) * 400;
+    assert!(out.len() <= bound, "{} bytes out for {} in ({flushes} flushes)", out.len(), body.len());
 }

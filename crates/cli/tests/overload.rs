@@ -205,4 +205,7 @@ fn at_the_descriptor_limit_established_clients_are_served_and_new_ones_after_the
     assert_eq!(r.status, 200);
     assert!(proxy.alive());
     assert!(proxy.log().contains("accepting again"), "{}", proxy.log());
+    // Draining the backlog makes accepts succeed and fail by turns: still one burst.
+    let warnings = proxy.log().matches("accept failed").count();
+    assert!(warnings <= 3, "{warnings} warnings:\n{}", proxy.log());
 }

@@ -69,6 +69,9 @@ impl From<TlsGroup> for KxGroup {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// One load run against a running target (HTTP/1.1 keep-alive, clear text): closed
+    /// loop, or open loop with --rate. Prints one line of key=value figures.
+    Load(LoadArgs),
     /// Compare two results (results.json files or the folders holding them).
     Compare {
         /// The first (baseline) results.
@@ -78,8 +81,72 @@ enum BenchCommand {
     },
 }
 
+/// Arguments of `switchyard bench load`.
+#[derive(Args)]
+struct LoadArgs {
+    /// Where to connect, e.g. 127.0.0.1:8080.
+    #[arg(long)]
+    target: std::net::SocketAddr,
+    /// Requests per second over all connections (open loop); without it, as fast as
+    /// the target answers (closed loop).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Connections (closed loop) or most requests in flight (open loop).
+    #[arg(long, default_value_t = 64)]
+    connections: usize,
+    /// Measured seconds (after one second of warm-up).
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Request path (with query).
+    #[arg(long, default_value = "/")]
+    path: String,
+    /// Generator threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+}
+
+/// Runs `switchyard bench load`.
+fn load(args: &LoadArgs) -> anyhow::Result<()> {
+    use std::time::Duration;
+    use switchyard_bench::load::{LoadSpec, Pace, Protocol};
+    anyhow::ensure!(args.duration.is_finite() && args.duration > 0.0, "--duration must be positive");
+    let spec = LoadSpec {
+        target: args.target,
+        host: args.target.to_string(),
+        tls: None,
+        protocol: Protocol::Http1,
+        paths: vec![args.path.clone()],
+        headers: Vec::new(),
+        cookies: false,
+        connections: args.connections,
+        requests_per_connection: None,
+        pace: args.rate.map_or(Pace::Closed, |rate| Pace::Open { rate }),
+        warmup: Duration::from_secs(1),
+        duration: Duration::from_secs_f64(args.duration),
+        threads: args.threads,
+    };
+    let r = switchyard_bench::load::run(&spec).context("load run")?;
+    let secs = r.elapsed.as_secs_f64().max(1e-9);
+    let l = &r.latency;
+    println!(
+        "requests={} errors={} rps={:.0} p50_us={:.0} p90_us={:.0} p99_us={:.0} p999_us={:.0} max_us={:.0}",
+        r.requests,
+        r.errors,
+        r.requests as f64 / secs,
+        l.p50_us,
+        l.p90_us,
+        l.p99_us,
+        l.p999_us,
+        l.max_us
+    );
+    Ok(())
+}
+
 /// Runs `switchyard bench ...`.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(BenchCommand::Load(load_args)) = &args.command {
+        return load(load_args);
+    }
     if let Some(BenchCommand::Compare { a, b }) = args.command {
         let text = switchyard_bench::report::compare(&results_file(&a), &results_file(&b))
             .with_context(|| format!("cannot compare {} and {}", a.display(), b.display()))?;
@@ -162,6 +229,15 @@ mod tests {
         assert_eq!(kinds, [TestKind::UdpFrames, TestKind::UdpImix]);
         let none = Cli::try_parse_from(["bench", "--quick"]).expect("parses");
         assert!(none.bench.only.is_empty());
+    }
+
+    #[test]
+    fn load_takes_a_target_and_an_optional_rate() {
+        let cli =
+            Cli::try_parse_from(["bench", "load", "--target", "127.0.0.1:8080", "--rate", "5000"]).expect("parses");
+        let Some(BenchCommand::Load(args)) = cli.bench.command else { panic!("not load") };
+        assert_eq!((args.target.port(), args.rate, args.connections), (8080, Some(5000.0), 64));
+        assert!(Cli::try_parse_from(["bench", "load"]).is_err(), "--target is required");
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! A service's `mode` decides which of its keys mean something: the HTTP keys
 //! (`rules`, `timeouts`, `limits`, the forwarding headers, `http2`) only in
 //! `http` and `https`; `tls` only in `https`;
-//! `idle_timeout`, `max_connections`, `when_full` and `zero_copy` in `tcp` and
-//! `tls-passthrough`; `udp` only in `udp`; `sni` only in `tls-passthrough`;
+//! `idle_timeout` and `zero_copy` in `tcp` and `tls-passthrough`;
+//! `max_connections` and `when_full` everywhere but `udp`; `udp` only in `udp`; `sni` only in `tls-passthrough`;
 //! `accept_proxy` everywhere but `udp`. A key written for another mode is an
 //! error rather than ignored, so a reader never wonders whether `timeouts`
 //! bound a TCP relay. When the mode itself is unusable these checks are
@@ -152,7 +152,8 @@ fn modes_of(key: &str) -> Option<&'static [Mode]> {
         "x_forwarded_for" | "x_forwarded_proto" | "forwarded" | "timeouts" | "limits" | "rules" | "http2"
         | "compression" | "cache" => &[Mode::Http, Mode::Https],
         "tls" => &[Mode::Https],
-        "idle_timeout" | "max_connections" | "when_full" | "zero_copy" => &[Mode::Tcp, Mode::TlsPassthrough],
+        "idle_timeout" | "zero_copy" => &[Mode::Tcp, Mode::TlsPassthrough],
+        "max_connections" | "when_full" => &[Mode::Http, Mode::Https, Mode::Tcp, Mode::TlsPassthrough],
         "udp" => &[Mode::Udp],
         "accept_proxy" | "protection" => &[Mode::Http, Mode::Https, Mode::Tcp, Mode::TlsPassthrough],
         "sni" => &[Mode::TlsPassthrough],

@@ -871,11 +871,15 @@ pub struct Http2 {
     /// Stream resets by the client tolerated per connection within 10 s
     /// before the connection is closed with GOAWAY (rapid reset defence; default 200).
     pub max_resets: u32,
+    /// PING and SETTINGS frames from the client tolerated per connection
+    /// within 10 s before the connection is closed (control-frame flood
+    /// defence; default 1000).
+    pub max_control_frames: u32,
 }
 
 impl Default for Http2 {
     fn default() -> Self {
-        Http2 { enabled: true, max_concurrent_streams: 100, max_resets: 200 }
+        Http2 { enabled: true, max_concurrent_streams: 100, max_resets: 200, max_control_frames: 1000 }
     }
 }
 

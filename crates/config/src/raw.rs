@@ -548,6 +548,8 @@ pub struct RawHttp2 {
     pub max_concurrent_streams: Option<S<i64>>,
     /// `max_resets`
     pub max_resets: Option<S<i64>>,
+    /// `max_control_frames`
+    pub max_control_frames: Option<S<i64>>,
 }
 
 /// A pool's `tls`: `tls = BOOL` is read as `enabled`.

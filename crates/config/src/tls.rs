@@ -268,6 +268,7 @@ pub(crate) fn validate_http2(cx: &mut Ctx<'_, '_>, raw: &RawHttp2) -> Http2 {
         enabled: raw.enabled.as_ref().map_or(d.enabled, |e| *e.get_ref()),
         max_concurrent_streams: number(cx, "max_concurrent_streams", &raw.max_concurrent_streams, 10_000, 100),
         max_resets: number(cx, "max_resets", &raw.max_resets, 100_000, 200),
+        max_control_frames: number(cx, "max_control_frames", &raw.max_control_frames, 1_000_000, 1000),
     }
 }
 

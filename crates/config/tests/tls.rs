@@ -77,7 +77,7 @@ client_auth = { ca = "FIXTURES/ca.crt", required = false }
     let auth = tls.client_auth.as_ref().unwrap();
     assert!(!auth.required);
     assert!(auth.ca.pem.starts_with(b"-----BEGIN CERTIFICATE-----"));
-    assert_eq!(s.http2, Http2 { enabled: false, max_concurrent_streams: 50, max_resets: 10 });
+    assert_eq!(s.http2, Http2 { enabled: false, max_concurrent_streams: 50, max_resets: 10, max_control_frames: 1000 });
     for name in tls.ciphers.iter() {
         assert!(cipher_suite(name).is_some());
     }

@@ -289,7 +289,19 @@ fn listen(worker: &Rc<Worker>, listeners: Vec<Bound>) {
     }
 }
 
+/// The first and the longest pause of the accept loop after a failed accept.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Failed accepts less than this apart belong to one burst (one warning):
+/// while a flood drains, accepts succeed and fail by turns.
+const ACCEPT_BURST_GAP: Duration = Duration::from_secs(1);
+
 async fn accept_loop(worker: Rc<Worker>, addr: SocketAddr, listener: TcpListener) {
+    // Zero while accepting works; else the pause after the last failure.
+    let mut backoff = Duration::ZERO;
+    let mut last_failure: Option<Instant> = None;
+    // A warning was logged and its "accepting again" is still owed.
+    let mut warned = false;
     loop {
         // Single-threaded runtime: nothing can start the drain or install a
         // generation between these checks and registering for the wake-ups below.
@@ -335,10 +347,28 @@ async fn accept_loop(worker: Rc<Worker>, addr: SocketAddr, listener: TcpListener
                 });
             }
             Err(e) => {
-                // Out of file descriptors or memory: back off instead of spinning;
-                // connections already open keep being served.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                // Out of file descriptors or memory: back off instead of spinning
+                // (the pending connection stays in the backlog, so the listener
+                // stays readable); connections already open keep being served.
+                // One warning per burst (failures closer than ACCEPT_BURST_GAP).
+                let now = Instant::now();
+                if last_failure.is_none_or(|t| now.duration_since(t) > ACCEPT_BURST_GAP) {
+                    tracing::warn!(worker = worker.id, %addr, error = %e, "accept failed: backing off");
+                    warned = true;
+                }
+                last_failure = Some(now);
+                backoff = (backoff * 2).clamp(ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX);
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = worker.drain.notified() => break,
+                }
+                continue;
+            }
+        }
+        if !backoff.is_zero() {
+            backoff = Duration::ZERO;
+            if std::mem::take(&mut warned) {
+                tracing::info!(worker = worker.id, %addr, "accepting again");
             }
         }
     }

@@ -154,10 +154,11 @@ struct Outcome {
     intercepted: bool,
 }
 
-/// A failed exchange, and whether the client already got part of a response.
+/// A failed exchange, and the status of the response head already relayed
+/// to the client, if it got one (the log says what the client saw).
 struct Failed {
     error: ProxyError,
-    response_started: bool,
+    relayed: Option<u16>,
 }
 
 /// Serves one client connection until it closes, fails, or the worker drains.
@@ -678,7 +679,7 @@ async fn handle<S: ClientStream>(
         let ended = match &forwarded {
             Ok(o) if o.intercepted => cached::Ended::Intercepted { status: o.status },
             Ok(o) => cached::Ended::Relayed { status: o.status, capture: capture.as_ref() },
-            Err(Failed { response_started: false, .. }) => cached::Ended::Failed,
+            Err(Failed { relayed: None, .. }) => cached::Ended::Failed,
             Err(_) => cached::Ended::Relayed { status: 0, capture: None },
         };
         let draining = worker.closing(local.gen.number, &service.name);
@@ -698,14 +699,14 @@ async fn handle<S: ClientStream>(
             log(client, service, outcome.status, None, started);
             outcome.client_keep_alive && !worker.closing(local.gen.number, &service.name)
         }
-        Err(Failed { error, response_started: false }) => {
+        Err(Failed { error, relayed: None }) => {
             fail(client, service, &error, started).await;
             false
         }
-        Err(Failed { error, response_started: true }) => {
+        Err(Failed { error, relayed: Some(status) }) => {
             // Headers already went out: the only honest signal left is to
             // close the connection before the body is complete.
-            log(client, service, 0, Some(&error), started);
+            log(client, service, status, Some(&error), started);
             false
         }
     }
@@ -768,7 +769,7 @@ async fn forward<S: ClientStream>(
                 if matches!(error.kind(), Kind::QueueFull | Kind::QueueTimeout) {
                     tracing::warn!(service = %service.name, pool = %pool_cfg.name, reason = error.reason(), "request refused");
                 }
-                return Err(Failed { error, response_started: false });
+                return Err(Failed { error, relayed: None });
             }
         };
         client.trace.upstream = Some((pool.0, server));
@@ -808,7 +809,7 @@ async fn forward<S: ClientStream>(
                             tried |= bit(server);
                             continue;
                         }
-                        return Err(Failed { error, response_started: false });
+                        return Err(Failed { error, relayed: None });
                     }
                 }
             }
@@ -838,11 +839,11 @@ async fn forward<S: ClientStream>(
                     failed.error =
                         if failed.error.is_retry_safe() { ProxyError::retryable(kind) } else { ProxyError::new(kind) };
                 }
-                let stale = reused && failed.error.is_retry_safe() && !failed.response_started;
+                let stale = reused && failed.error.is_retry_safe() && failed.relayed.is_none();
                 if failed.error.side() == crate::error::Side::Server && !stale {
                     live.servers[server].observe(pool_cfg.passive.as_ref(), false, failed.error.reason());
                 }
-                if failed.response_started || !info.replayable {
+                if failed.relayed.is_some() || !info.replayable {
                     return Err(failed);
                 }
                 if stale && !fresh_only {
@@ -890,7 +891,7 @@ async fn exchange<S: ClientStream>(
     sticky: Sticky<'_>,
 ) -> Result<(Outcome, bool), Failed> {
     let t = &service.timeouts;
-    let early = |error| Err(Failed { error, response_started: false });
+    let early = |error| Err(Failed { error, relayed: None });
     let body_deadline = tokio::time::Instant::now() + t.client_body;
 
     // Phase 6: forward the head and what of the body is already here.
@@ -970,7 +971,7 @@ async fn exchange<S: ClientStream>(
                         Ok(()) => up_result = Some(true),
                         // The client stopped sending or sent a bad body: nothing more can be forwarded.
                         Err(e @ (RelayError::Read(_) | RelayError::ReadTimeout | RelayError::Framing(_) | RelayError::TooLarge)) => {
-                            return Err(Failed { error: request_relay_error(e), response_started: false });
+                            return Err(Failed { error: request_relay_error(e), relayed: None });
                         }
                         // The server stopped reading; its response may still come.
                         Err(RelayError::Write(_) | RelayError::WriteTimeout) => up_result = Some(false),
@@ -1093,7 +1094,7 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
     draining: impl Fn() -> bool,
 ) -> Result<Responded, Failed> {
     let t = &service.timeouts;
-    let early = |error| Err(Failed { error, response_started: false });
+    let early = |error| Err(Failed { error, relayed: None });
     let deadline = tokio::time::Instant::now() + t.server_response;
     let head = loop {
         match parse::parse_response(buf, MAX_RESPONSE_HEAD, response.fields) {
@@ -1105,7 +1106,7 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
                 buf.advance(head.len);
                 response.started = true;
                 if write_all(client, response.out, t.server_response).await.is_err() {
-                    return Err(Failed { error: ProxyError::new(Kind::ClientClosed), response_started: true });
+                    return Err(Failed { error: ProxyError::new(Kind::ClientClosed), relayed: Some(101) });
                 }
                 let outcome = Outcome { status: 101, client_keep_alive: false, intercepted: false };
                 let (head_us, bytes_out) = (micros(response.sent.elapsed()), response.out.len() as u64);
@@ -1243,25 +1244,25 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
                 };
                 Ok(done(coded.sent, algorithm.map(|a| (a, coded.payload_in, coded.payload_out))))
             }
-            Err(e) => Err(response_relay_error(e)),
+            Err(e) => Err(response_relay_error(e, head.status)),
         };
     }
     let body = if dechunk { Body::unlimited(body_framing).decoded() } else { Body::unlimited(body_framing) };
     match relay(response.out, server, buf, client, body, t.server_response).await {
         Ok(body_bytes) => Ok(done(response.out.len() as u64 + body_bytes, None)),
-        Err(e) => Err(response_relay_error(e)),
+        Err(e) => Err(response_relay_error(e, head.status)),
     }
 }
 
 /// Maps a failure while relaying the response (server → client) to its cause.
-fn response_relay_error(e: RelayError) -> Failed {
+fn response_relay_error(e: RelayError, status: u16) -> Failed {
     let error = match e {
         RelayError::Read(_) => ProxyError::new(Kind::ServerClosed),
         RelayError::ReadTimeout => ProxyError::new(Kind::ServerTimeout),
         RelayError::Framing(why) => ProxyError::new(Kind::BadResponse(why)),
         RelayError::Write(_) | RelayError::WriteTimeout | RelayError::TooLarge => ProxyError::new(Kind::ClientClosed),
     };
-    Failed { error, response_started: true }
+    Failed { error, relayed: Some(status) }
 }
 
 /// Maps a failure while relaying the request (client → server) to its cause.

@@ -12,7 +12,9 @@
 //! which also bounds CONTINUATION floods) and its own limits on streams reset
 //! before they were accepted and on streams reset for protocol errors. On top,
 //! more than `http2.max_resets` client resets within [`RESET_WINDOW`] close
-//! the connection with GOAWAY(ENHANCE_YOUR_CALM) — the rapid-reset defence.
+//! the connection with GOAWAY(ENHANCE_YOUR_CALM) — the rapid-reset defence —
+//! and more than `http2.max_control_frames` PING and SETTINGS frames within
+//! [`flood::WINDOW`] end it at once ([`flood`]).
 //! A connection with no open stream for `client_idle`, or on a draining
 //! worker, gets a graceful GOAWAY: streams in flight finish.
 //!
@@ -21,6 +23,7 @@
 
 mod bridge;
 pub(crate) mod data;
+pub mod flood;
 pub mod head;
 pub mod io;
 
@@ -36,6 +39,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use self::data::Ended;
+use self::flood::Inspect;
 use self::io::Prefixed;
 use crate::http::Transport;
 use crate::worker::{Local, Worker};
@@ -109,7 +113,7 @@ pub(super) struct Shared {
     idle_since: Cell<Instant>,
     /// Wakes the connection loop: a stream ended, or resets crossed the limit.
     wake: Notify,
-    resets: Resets,
+    resets: Tally,
 }
 
 impl Shared {
@@ -127,23 +131,26 @@ impl Shared {
     }
 }
 
-/// Client stream resets counted over a sliding window of [`RESET_WINDOW`].
-pub struct Resets {
+/// Client events (stream resets, control frames) counted per window: the
+/// count restarts when an event comes more than a window after the
+/// window's first.
+pub struct Tally {
     max: u32,
     since: Cell<Instant>,
     count: Cell<u32>,
     tripped: Cell<bool>,
 }
 
-impl Resets {
-    /// At most `max` resets per window are tolerated.
+impl Tally {
+    /// At most `max` events per window are tolerated.
     pub fn new(max: u32, now: Instant) -> Self {
-        Resets { max, since: Cell::new(now), count: Cell::new(0), tripped: Cell::new(false) }
+        Tally { max, since: Cell::new(now), count: Cell::new(0), tripped: Cell::new(false) }
     }
 
-    /// Counts one reset at `now`; true once the limit is exceeded.
-    pub fn record(&self, now: Instant) -> bool {
-        if now.duration_since(self.since.get()) > RESET_WINDOW {
+    /// Counts one event at `now` in windows of `window`; true once the limit
+    /// is exceeded (and from then on).
+    pub fn record(&self, now: Instant, window: Duration) -> bool {
+        if now.duration_since(self.since.get()) > window {
             self.since.set(now);
             self.count.set(0);
         }
@@ -187,9 +194,15 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
         .max_send_buffer_size(SEND_BUFFER)
         .max_pending_accept_reset_streams(PENDING_ACCEPT_RESETS)
         .max_local_error_reset_streams(Some(settings.max_resets as usize));
+    let (io, flooded) = Inspect::new(io, settings.max_control_frames);
     let handshake = tokio::time::timeout(timeouts.client_header, builder.handshake::<_, Bytes>(io)).await;
     let mut h2 = match handshake {
         Ok(Ok(h2)) => h2,
+        Ok(Err(_)) if flooded.get() => {
+            let reason = "control-frame-flood";
+            tracing::warn!(service = %name, client = %conn.peer, reason, "HTTP/2 connection closed");
+            return;
+        }
         Ok(Err(e)) => {
             tracing::debug!(service = %name, client = %conn.peer, error = %e, "HTTP/2 handshake failed");
             return;
@@ -206,7 +219,7 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
         open: Cell::new(0),
         idle_since: Cell::new(Instant::now()),
         wake: Notify::new(),
-        resets: Resets::new(settings.max_resets, Instant::now()),
+        resets: Tally::new(settings.max_resets, Instant::now()),
     });
     let mut going_away = false;
     let mut calmed = false;
@@ -227,6 +240,11 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
                 Some(Ok((req, respond))) => {
                     shared.open.set(shared.open.get() + 1);
                     tokio::task::spawn_local(stream(req, respond, shared.clone()));
+                }
+                Some(Err(_)) if flooded.get() => {
+                    let reason = "control-frame-flood";
+                    tracing::warn!(service = %shared.name, client = %shared.peer, reason, "HTTP/2 connection closed");
+                    break;
                 }
                 Some(Err(e)) => {
                     tracing::debug!(service = %shared.name, client = %shared.peer, error = %e, "HTTP/2 connection error");
@@ -249,7 +267,7 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
 async fn stream(req: http::Request<h2::RecvStream>, respond: h2::server::SendResponse<Bytes>, shared: Rc<Shared>) {
     let ended = bridge::stream(req, respond, shared.clone()).await;
     let now = Instant::now();
-    if ended == Ended::PeerReset && shared.resets.record(now) {
+    if ended == Ended::PeerReset && shared.resets.record(now, RESET_WINDOW) {
         shared.wake.notify_one();
     }
     shared.open.set(shared.open.get().saturating_sub(1));
@@ -277,18 +295,18 @@ mod tests {
     #[test]
     fn resets_beyond_the_limit_within_the_window_trip() {
         let t0 = Instant::now();
-        let r = Resets::new(3, t0);
-        assert!(!(0..3).any(|_| r.record(t0)));
-        assert!(r.record(t0 + Duration::from_secs(1)));
+        let r = Tally::new(3, t0);
+        assert!(!(0..3).any(|_| r.record(t0, RESET_WINDOW)));
+        assert!(r.record(t0 + Duration::from_secs(1), RESET_WINDOW));
         assert!(r.tripped());
     }
 
     #[test]
     fn resets_spread_over_windows_do_not_trip() {
         let t0 = Instant::now();
-        let r = Resets::new(3, t0);
+        let r = Tally::new(3, t0);
         for i in 0..30u64 {
-            assert!(!r.record(t0 + Duration::from_secs(4 * i)), "reset {i}");
+            assert!(!r.record(t0 + Duration::from_secs(4 * i), RESET_WINDOW), "reset {i}");
         }
     }
 }

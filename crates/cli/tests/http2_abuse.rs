@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use common::{proxy_addr, simple_config, wait_for, Origin, Proxy, PATIENCE};
+use common::{proxy_addr, simple_config, wait_for, Client, Origin, Proxy, PATIENCE};
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const HEADERS: u8 = 1;
@@ -105,15 +105,30 @@ fn until_closed(s: &mut TcpStream) -> Vec<u8> {
 struct Rig {
     proxy: Proxy,
     addr: SocketAddr,
+    admin: SocketAddr,
     _origin: Origin,
 }
 
 impl Rig {
     fn start(extra: &str) -> Rig {
         let origin = Origin::start("main");
-        let addr = proxy_addr();
-        let proxy = Proxy::start(&simple_config(addr, &[origin.addr], extra), addr);
-        Rig { proxy, addr, _origin: origin }
+        let (addr, admin) = (proxy_addr(), proxy_addr());
+        let config = simple_config(addr, &[origin.addr], extra) + &format!("\n[admin]\nlisten = \"{admin}\"\n");
+        let proxy = Proxy::start(&config, addr);
+        Rig { proxy, addr, admin, _origin: origin }
+    }
+
+    /// `switchyard_errors_total` of the service for `reason`, from the admin API.
+    fn errors(&self, reason: &str) -> f64 {
+        let host = self.admin.to_string();
+        let r = Client::connect(self.admin).request("GET", "/metrics", &[("host", &host), ("connection", "close")]);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let label = format!("reason=\"{reason}\"");
+        r.text()
+            .lines()
+            .filter(|l| l.starts_with("switchyard_errors_total{") && l.contains(&label))
+            .find_map(|l| l.rsplit_once(' ')?.1.parse().ok())
+            .unwrap_or(0.0)
     }
 
     /// A well-behaved HTTP/2 client requesting on one connection until `stop`; returns how
@@ -171,6 +186,7 @@ fn a_ping_flood_that_never_reads_is_cut() {
         until_closed(&mut s);
     });
     rig.wait_log("control-frame-flood");
+    assert_eq!(rig.errors("control-frame-flood"), 1.0, "counted once in the metrics");
 }
 
 #[test]

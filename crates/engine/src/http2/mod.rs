@@ -201,6 +201,7 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
         Ok(Err(_)) if flooded.get() => {
             let reason = "control-frame-flood";
             tracing::warn!(service = %name, client = %conn.peer, reason, "HTTP/2 connection closed");
+            metrics.connection_refused(worker.id, reason);
             return;
         }
         Ok(Err(e)) => {
@@ -230,6 +231,7 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
         }
         if !calmed && shared.resets.tripped() {
             tracing::warn!(service = %shared.name, client = %shared.peer, reason = "rapid-reset", "HTTP/2 connection closed");
+            metrics.connection_refused(worker.id, "rapid-reset");
             h2.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
             (calmed, going_away) = (true, true);
         }
@@ -244,6 +246,7 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
                 Some(Err(_)) if flooded.get() => {
                     let reason = "control-frame-flood";
                     tracing::warn!(service = %shared.name, client = %shared.peer, reason, "HTTP/2 connection closed");
+                    metrics.connection_refused(worker.id, reason);
                     break;
                 }
                 Some(Err(e)) => {

@@ -141,7 +141,7 @@ fn class_index(status: u16) -> usize {
 
 /// Termination reasons counted by metrics, as label values. The error reasons
 /// of [`crate::error`] map onto these (see [`reason_index`]).
-pub const REASONS: [&str; 23] = [
+pub const REASONS: [&str; 25] = [
     "bad-request",
     "client-header-timeout",
     "header-too-large",
@@ -164,13 +164,15 @@ pub const REASONS: [&str; 23] = [
     "too-many-connections",
     "connection-rate-limited",
     "rate-limited",
+    "rapid-reset",
+    "control-frame-flood",
     "other",
 ];
 
 const BAD_REQUEST: usize = 0;
 const FIRST_SERVER_REASON: usize = 11;
 const BAD_RESPONSE: usize = 16;
-const OTHER: usize = 22;
+const OTHER: usize = 24;
 
 /// Whether a reason (index into [`REASONS`]) is a server's failure.
 pub fn is_server_reason(index: usize) -> bool {
@@ -207,6 +209,8 @@ pub fn reason_index(reason: &str, side: Option<&str>) -> usize {
         "too-many-connections" => 19,
         "connection-rate-limited" => 20,
         "rate-limited" => 21,
+        "rapid-reset" => 22,
+        "control-frame-flood" => 23,
         _ => match side {
             Some("client") => BAD_REQUEST,
             Some("server") => BAD_RESPONSE,
@@ -423,6 +427,12 @@ impl ServiceMetrics {
         if let Some(reason) = r.reason {
             bump(&s.errors[reason_index(reason, r.side)], 1);
         }
+    }
+
+    /// Worker `w` ended a client connection for `reason` outside any
+    /// request (an HTTP/2 defence): counted with the errors, no request.
+    pub fn connection_refused(&self, w: usize, reason: &str) {
+        bump(&self.slots.get(w).errors[reason_index(reason, None)], 1);
     }
 
     /// The sum over the workers, read now.

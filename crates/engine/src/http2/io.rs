@@ -15,6 +15,49 @@ use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 use crate::http::body::Sink;
 use crate::http::ClientStream;
 
+/// `impl AsyncWrite for $wrapper<IO>` passing every write through to its
+/// field `$field`: for the read-side wrappers of an HTTP/2 connection.
+macro_rules! write_through {
+    ($wrapper:ident, $field:ident) => {
+        impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for $wrapper<IO> {
+            fn poll_write(
+                mut self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                data: &[u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                std::pin::Pin::new(&mut self.$field).poll_write(cx, data)
+            }
+
+            fn poll_write_vectored(
+                mut self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                bufs: &[std::io::IoSlice<'_>],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                std::pin::Pin::new(&mut self.$field).poll_write_vectored(cx, bufs)
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                self.$field.is_write_vectored()
+            }
+
+            fn poll_flush(
+                mut self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::pin::Pin::new(&mut self.$field).poll_flush(cx)
+            }
+
+            fn poll_shutdown(
+                mut self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::pin::Pin::new(&mut self.$field).poll_shutdown(cx)
+            }
+        }
+    };
+}
+pub(crate) use write_through;
+
 /// A stream that first yields bytes already read from it, then reads on.
 /// Writes go straight through.
 pub struct Prefixed<IO> {
@@ -45,31 +88,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Prefixed<IO> {
     }
 }
 
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Prefixed<IO> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, data)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-}
+write_through!(Prefixed, io);
 
 /// Bytes each direction of a bridge buffers before the writer waits.
 const PIPE_BUFFER: usize = 64 * 1024;

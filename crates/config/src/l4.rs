@@ -135,7 +135,8 @@ fn udp_settings(cx: &mut Ctx<'_, '_>, raw: &RawUdp, l4: &mut L4) {
     l4.per_datagram = raw.per_datagram.as_ref().map_or(l4.per_datagram, |p| *p.get_ref());
 }
 
-fn networks(cx: &mut Ctx<'_, '_>, list: &[S<String>]) -> Vec<Cidr> {
+/// The networks of a list of CIDR strings; each bad one is reported at its place.
+pub(crate) fn networks(cx: &mut Ctx<'_, '_>, list: &[S<String>]) -> Vec<Cidr> {
     let mut nets = Vec::new();
     for item in list {
         match parse_cidr(item.get_ref()) {

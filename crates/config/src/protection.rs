@@ -11,9 +11,10 @@
 
 use std::time::Duration;
 
+use crate::l4::networks;
 use crate::model::{Cidr, Mode};
 use crate::raw::*;
-use crate::units::{is_token, parse_cidr, parse_duration};
+use crate::units::{is_token, parse_duration};
 use crate::validate::Ctx;
 
 /// Default for [`Protection::table_size`].
@@ -144,17 +145,6 @@ fn rate(cx: &mut Ctx<'_, '_>, key: &str, raw: &S<RawRate>) -> Option<Rate> {
         ok
     });
     Some(Rate { count: count?, per: per_value? })
-}
-
-fn networks(cx: &mut Ctx<'_, '_>, list: &[S<String>]) -> Vec<Cidr> {
-    let mut nets = Vec::new();
-    for item in list {
-        match parse_cidr(item.get_ref()) {
-            Ok(net) => nets.push(net),
-            Err(p) => cx.problem(&item.span(), p),
-        }
-    }
-    nets
 }
 
 fn header(cx: &mut Ctx<'_, '_>, raw: &S<RawClientAddressHeader>) -> Option<ClientAddressHeader> {

@@ -354,6 +354,26 @@ const GZIP_POOL: usize = 8;
 /// Output room made before each deflate call.
 const DEFLATE_ROOM: usize = 32 * 1024;
 
+/// A worker's idle coder states, each with the level it was made for.
+type Pool<T> = std::thread::LocalKey<std::cell::RefCell<Vec<(u32, T)>>>;
+
+/// Takes an idle state made for `level` out of `pool`, if there is one.
+fn take_pooled<T>(pool: &'static Pool<T>, level: u32) -> Option<T> {
+    pool.with_borrow_mut(|pool| {
+        let i = pool.iter().rposition(|(l, _)| *l == level)?;
+        Some(pool.swap_remove(i).1)
+    })
+}
+
+/// Gives a state back to `pool`, unless it holds `cap` already.
+fn give_back<T>(pool: &'static Pool<T>, level: u32, state: T, cap: usize) {
+    pool.with_borrow_mut(|pool| {
+        if pool.len() < cap {
+            pool.push((level, state));
+        }
+    });
+}
+
 thread_local! {
     /// A worker's reset compressors: a deflate state is about 300 KiB to
     /// allocate and fault in, which a small response would pay every time.
@@ -362,7 +382,7 @@ thread_local! {
 
 thread_local! {
     /// A worker's idle level-1 encoders (about 200 KiB each once used).
-    static FAST_GZIP: std::cell::RefCell<Vec<Box<switchyard_deflate::Gzip>>> = const { std::cell::RefCell::new(Vec::new()) };
+    static FAST_GZIP: std::cell::RefCell<Vec<(u32, Box<switchyard_deflate::Gzip>)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// gzip level 1: switchyard's own single-pass encoder
@@ -376,7 +396,7 @@ struct FastGzip {
 
 impl FastGzip {
     fn new(mut out: Vec<u8>) -> FastGzip {
-        let mut gzip = FAST_GZIP.with_borrow_mut(|pool| pool.pop()).unwrap_or_default();
+        let mut gzip = take_pooled(&FAST_GZIP, 1).unwrap_or_default();
         gzip.start(&mut out);
         FastGzip { gzip: Some(gzip), out }
     }
@@ -409,11 +429,7 @@ impl FastGzip {
 impl Drop for FastGzip {
     fn drop(&mut self) {
         if let Some(gzip) = self.gzip.take() {
-            FAST_GZIP.with_borrow_mut(|pool| {
-                if pool.len() < GZIP_POOL {
-                    pool.push(gzip);
-                }
-            });
+            give_back(&FAST_GZIP, 1, gzip, GZIP_POOL);
         }
     }
 }
@@ -429,11 +445,8 @@ struct Gzip {
 
 impl Gzip {
     fn new(level: u32, mut out: Vec<u8>) -> Gzip {
-        let pooled = DEFLATERS.with_borrow_mut(|pool| {
-            let i = pool.iter().rposition(|(l, _)| *l == level)?;
-            Some(pool.swap_remove(i).1)
-        });
-        let deflate = pooled.unwrap_or_else(|| flate2::Compress::new(flate2::Compression::new(level), false));
+        let deflate = take_pooled(&DEFLATERS, level)
+            .unwrap_or_else(|| flate2::Compress::new(flate2::Compression::new(level), false));
         // No name, no time, unknown OS.
         out.extend_from_slice(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255]);
         Gzip { deflate: Some(deflate), level, crc: flate2::Crc::new(), out }
@@ -482,12 +495,7 @@ impl Drop for Gzip {
     fn drop(&mut self) {
         if let Some(mut deflate) = self.deflate.take() {
             deflate.reset();
-            let level = self.level;
-            DEFLATERS.with_borrow_mut(|pool| {
-                if pool.len() < GZIP_POOL {
-                    pool.push((level, deflate));
-                }
-            });
+            give_back(&DEFLATERS, self.level, deflate, GZIP_POOL);
         }
     }
 }
@@ -511,11 +519,7 @@ struct Zstd {
 impl Zstd {
     fn new(level: u32, length: Option<u64>, out: Vec<u8>) -> io::Result<Zstd> {
         use zstd::stream::raw::Operation;
-        let pooled = ZSTD.with_borrow_mut(|pool| {
-            let i = pool.iter().rposition(|(l, _)| *l == level)?;
-            Some(pool.swap_remove(i).1)
-        });
-        let mut coder = match pooled {
+        let mut coder = match take_pooled(&ZSTD, level) {
             Some(mut c) => {
                 c.reinit()?;
                 c
@@ -571,12 +575,8 @@ impl Zstd {
 
 impl Drop for Zstd {
     fn drop(&mut self) {
-        if let Some(coder) = self.coder.take() {
-            ZSTD.with_borrow_mut(|pool| {
-                if pool.len() < ZSTD_POOL {
-                    pool.push(coder);
-                }
-            });
+        if let Some((level, coder)) = self.coder.take() {
+            give_back(&ZSTD, level, coder, ZSTD_POOL);
         }
     }
 }

@@ -404,3 +404,56 @@ fn a_fault_on_one_server_leaves_the_pools_other_server_serving() {
         assert_eq!((r.status, r.origin()), (200, "fine"), "request {i}: {}", r.text());
     }
 }
+
+/// Answers the request head at once with a chunked response begun, then reads (and drops)
+/// whatever the proxy still sends, for at most 10 s.
+fn answer_early_and_keep_reading(stream: TcpStream) {
+    let mut reader = BufReader::new(&stream);
+    if !read_request_head(&mut reader) {
+        return;
+    }
+    let _ = (&stream).write_all(CUT_CHUNKED);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut sink = [0u8; 4096];
+    while matches!(reader.read(&mut sink), Ok(n) if n > 0) {}
+}
+
+/// The full-duplex path: a server that answers while the request body is still coming, and a
+/// client whose body turns bad after the response head has gone out. The response in progress
+/// is cut short and the connection closed; no status line of the proxy's own (400) is written
+/// into the middle of it, and the access log keeps the status the client saw with the reason.
+#[test]
+fn a_bad_upload_after_the_response_began_cuts_the_response_without_a_second_status() {
+    let server = BadServer::start(answer_early_and_keep_reading);
+    let rig = Rig::start(server.addr, "", "");
+    rig.around(|| {
+        let mut c = rig.connect_bad();
+        c.send(b"POST /upload HTTP/1.1\r\nhost: test\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n")
+            .expect("send");
+        // Wait for the response head and its first chunk before spoiling the body.
+        let mut bytes = Vec::new();
+        let mut buf = [0u8; 16384];
+        while !bytes.ends_with(b"0123456789abcdef\r\n") {
+            match c.stream.read(&mut buf) {
+                Ok(0) | Err(_) => panic!("the response did not begin: {:?}", String::from_utf8_lossy(&bytes)),
+                Ok(n) => bytes.extend_from_slice(&buf[..n]),
+            }
+        }
+        c.send(b"zz\r\nnot a chunk\r\n").expect("send the bad chunk");
+        loop {
+            match c.stream.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => bytes.extend_from_slice(&buf[..n]),
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::ConnectionReset) => break,
+                Err(e) => panic!("the proxy neither finished nor closed the response: {e}"),
+            }
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "one status line only: {text:?}");
+        let got = judge(&bytes);
+        assert_eq!(got.status, 200, "the head the server sent: {text:?}");
+        assert!(!got.complete, "a cut body must not look complete: {text:?}");
+    });
+    let line = rig.logged(200, "bad-request|invalid chunk size");
+    assert!(line.contains("\"status\":200"), "{line}");
+}

@@ -422,3 +422,32 @@ async fn wait_for_async(mut ready: impl FnMut() -> bool) {
     }
     panic!("condition never held");
 }
+
+/// `client_body` bounds a whole HTTP/1.1 body (slow POST); an HTTP/2 stream is bounded per read
+/// by `client_idle` instead, so an upload that streams for longer than `client_body` (a gRPC
+/// client stream, say) completes.
+#[test]
+fn an_upload_stream_may_last_longer_than_client_body() {
+    let origin = Origin::start("main");
+    let listen = proxy_addr();
+    let config = simple_config(listen, &[origin.addr], "timeouts = { client_body = \"1s\", client_idle = \"5s\" }");
+    let proxy = Proxy::start(&config, listen);
+    runtime().block_on(async {
+        let (client, _conn) = connect(listen).await;
+        let mut client = client.ready().await.expect("ready");
+        let req = http::Request::post(format!("http://{listen}/stream?echo=1")).body(()).expect("request");
+        let (response, mut stream) = client.send_request(req, false).expect("send");
+        // Eight pieces 300 ms apart: 2.4 s in all, each piece well within client_idle.
+        let mut sent = Vec::new();
+        for i in 0..8u8 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let piece = vec![b'a' + i; 1000];
+            sent.extend_from_slice(&piece);
+            stream.send_data(Bytes::from(piece), i == 7).expect("data");
+        }
+        let (parts, mut recv) = response.await.expect("response").into_parts();
+        let echoed = common::h2_body(&mut recv).await.expect("body");
+        assert_eq!(parts.status, 200, "{}", proxy.log());
+        assert!(echoed == sent, "the whole stream is echoed ({} of {} bytes)", echoed.len(), sent.len());
+    });
+}

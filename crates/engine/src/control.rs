@@ -28,7 +28,7 @@ use switchyard_balance::cookie::CookieKey;
 use crate::access_log::AccessLog;
 use crate::live::{AdminState, Generation, Proto};
 use crate::persist::EntryView;
-use crate::worker::WorkerMsg;
+use crate::worker::{Bound, WorkerMsg};
 
 /// Listen backlog of every listener.
 const BACKLOG: i32 = 4096;
@@ -356,14 +356,6 @@ fn persistence_of<'g>(gen: &'g Generation, pool: &str) -> Result<&'g crate::pers
 /// bound addresses it guards is still accurate (it is updated last).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A socket bound for one worker.
-pub enum Bound {
-    /// A listening TCP socket.
-    Tcp(SocketAddr, std::net::TcpListener),
-    /// A bound UDP socket.
-    Udp(SocketAddr, std::net::UdpSocket),
 }
 
 /// Binds `addr` once per worker. With several workers each socket has

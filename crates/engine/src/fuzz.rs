@@ -20,11 +20,12 @@ use std::time::Instant;
 use switchyard_balance::cookie::{self, CookieKey};
 use switchyard_config::{Action, Config, Forwarded};
 
-use crate::http::body::{Body, ChunkedScanner};
-use crate::http::parse::{self, Field, Framing, HeadLimits, RequestHead, Version};
+use crate::http::body::Body;
 use crate::http::{rewrite, route};
-use crate::l4::{proxy_protocol, rdp, sni};
 use crate::persist::{self, Facts, PoolPersistence};
+use crate::wire::{proxy_protocol, rdp, sni};
+use switchyard_http::chunked::ChunkedScanner;
+use switchyard_http::parse::{self, Field, Framing, HeadLimits, RequestHead, Version};
 
 /// A fuzz entry point: panics when an input breaks an invariant.
 pub type Check = fn(&[u8]);

@@ -9,7 +9,8 @@
 pub mod access_log;
 pub mod cache;
 pub mod control;
-pub mod error;
+pub use switchyard_http::error;
+pub mod front;
 pub mod fuzz;
 pub mod health;
 pub mod http;
@@ -20,8 +21,11 @@ pub mod metrics;
 pub mod persist;
 pub mod protection;
 pub mod relay;
+pub mod runtime;
 pub mod tls;
+pub mod transport;
 pub mod upstream;
+pub mod wire;
 pub mod worker;
 
 use std::collections::HashSet;
@@ -110,7 +114,7 @@ pub fn start(config: Config, workers: Option<usize>) -> Result<Handle, StartErro
         .or(config.workers)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
-    let mut per_worker: Vec<Vec<control::Bound>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut per_worker: Vec<Vec<worker::Bound>> = (0..workers).map(|_| Vec::new()).collect();
     let mut bound = HashSet::new();
     for service in &config.services {
         let proto = live::Proto::of(service);
@@ -138,10 +142,11 @@ pub fn start(config: Config, workers: Option<usize>) -> Result<Handle, StartErro
     for (id, listeners) in per_worker.into_iter().enumerate() {
         let (tx, inbox) = mpsc::unbounded_channel();
         senders.push(tx);
-        let start = worker::WorkerStart { id, generation: generation.clone(), listeners, inbox, stop: stop_rx.clone() };
+        let start =
+            runtime::WorkerStart { id, generation: generation.clone(), listeners, inbox, stop: stop_rx.clone() };
         let thread = std::thread::Builder::new()
             .name(format!("switchyard-w{id}"))
-            .spawn(move || worker::run(start))
+            .spawn(move || runtime::run(start))
             .map_err(StartError::Thread)?;
         threads.push(thread);
     }

@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 use switchyard_config::{Config, Mode, Passive, Pool, Server, Service};
 
 use switchyard_balance::cookie::CookieKey;
+use switchyard_balance::ServerState;
 
 use crate::access_log::AccessLog;
 use crate::metrics::{ServerMetrics, ServiceMetrics, TlsMetrics};
@@ -380,6 +381,74 @@ impl UdpBoard {
     }
 }
 
+/// The balancer's view of a pool at pick time: limits, plus servers already
+/// tried for this request.
+pub struct PickView<'a> {
+    /// Pool configuration.
+    pub pool: &'a Pool,
+    /// Live state (in-flight counts, operator states).
+    pub live: &'a PoolLive,
+    /// Bit i set: server i was tried and failed for this request.
+    pub tried: u64,
+}
+
+impl ServerState for PickView<'_> {
+    fn is_available(&self, i: usize) -> bool {
+        if i < 64 && self.tried & (1 << i) != 0 {
+            return false;
+        }
+        let (Some(server), Some(live)) = (self.pool.servers.get(i), self.live.servers.get(i)) else {
+            return false;
+        };
+        live.takes_new()
+            && live.healthy()
+            && !live.ejected()
+            && server.max_connections.is_none_or(|max| live.active.load(Ordering::Relaxed) < max)
+    }
+
+    fn active(&self, i: usize) -> u32 {
+        self.live.servers.get(i).map_or(0, |s| s.active.load(Ordering::Relaxed))
+    }
+
+    fn ramp(&self, i: usize) -> u32 {
+        match (self.pool.servers.get(i), self.live.servers.get(i)) {
+            (Some(server), Some(live)) => live.ramp(server.slow_start),
+            _ => switchyard_balance::FULL_RAMP,
+        }
+    }
+}
+
+/// Holds one in-flight slot on a server; released on drop.
+pub struct ActiveGuard<'a>(&'a ServerLive);
+
+impl<'a> ActiveGuard<'a> {
+    /// Takes a slot on `server` unless it already has `max` requests in flight.
+    ///
+    /// The balancer's look at the count and the taking are separate steps, and
+    /// other workers take slots in between: only this check-and-increment in
+    /// one atomic step keeps a server within its `max_connections`.
+    pub fn take(server: &'a ServerLive, max: Option<u32>) -> Option<Self> {
+        match max {
+            None => {
+                server.active.fetch_add(1, Ordering::Relaxed);
+                Some(ActiveGuard(server))
+            }
+            Some(max) => server
+                .active
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1))
+                .ok()
+                .map(|_| ActiveGuard(server)),
+        }
+    }
+}
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+        self.0.queue.released();
+    }
+}
+
 /// Shared, live state of one pool in one generation.
 #[derive(Debug)]
 pub struct PoolLive {
@@ -509,7 +578,7 @@ impl Generation {
         key: &CookieKey,
     ) -> Result<Self, GenerationError> {
         // First: the steps below adopt live objects of `previous`.
-        let tls = crate::tls::terminators(&config, previous)?;
+        let tls = crate::tls::terminators(&config, previous.map(|g| (&g.config, g.tls.as_slice())))?;
         let tls_handshakes = previous.map_or_else(|| Arc::new(TlsMetrics::new(workers)), |g| g.tls_handshakes.clone());
         let upstream_tls = config
             .pools

@@ -53,14 +53,7 @@ pub const MAX_HEADER_KEY: usize = 128;
 /// Longest TLS server name used as a stick-table key (a DNS name's longest), in bytes.
 pub const MAX_NAME_KEY: usize = 253;
 
-/// What persistence reads of a request. The pipeline implements it on its request view;
-/// [`Facts`] is a ready-made implementation over a list of headers.
-pub trait RequestFacts {
-    /// The client's address, as the pipeline decided it (peer or trusted proxy header).
-    fn client(&self) -> IpAddr;
-    /// Values of the header fields named `name` (lower case), in request order.
-    fn header_values<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'s [u8]> + 's;
-}
+pub use switchyard_http::route::RequestFacts;
 
 /// A request as a client address and a list of `(lower-case name, value)` headers.
 #[derive(Debug, Clone, Copy)]

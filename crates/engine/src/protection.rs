@@ -37,31 +37,7 @@ use switchyard_config::{Cidr, Protection, Rate};
 /// Shards of the client table.
 pub const SHARDS: usize = 16;
 
-/// Why a client was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// The address is denied, or not allowed (403 / close).
-    Denied,
-    /// The client holds `max_connections_per_client` connections (429 / close).
-    TooManyConnections,
-    /// The client opens connections faster than `connection_rate` (429 / close).
-    ConnectionRate,
-    /// The client sends requests faster than `request_rate` (429); the
-    /// whole seconds until the next one is allowed (`Retry-After`).
-    RequestRate(u32),
-}
-
-impl Refusal {
-    /// The reason in layer-4 access log lines and as a metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Refusal::Denied => "denied",
-            Refusal::TooManyConnections => "too-many-connections",
-            Refusal::ConnectionRate => "connection-rate-limited",
-            Refusal::RequestRate(_) => "rate-limited",
-        }
-    }
-}
+pub use switchyard_http::error::Refusal;
 
 /// A client's counters.
 #[derive(Debug, Clone, Copy)]

@@ -30,7 +30,7 @@
 //! entry is immutable once stored (a 304 replaces it by a refreshed copy);
 //! every lock is held only for map operations, never across an `.await`.
 
-pub mod policy;
+pub use switchyard_http::cache_policy as policy;
 mod tee;
 
 use std::collections::{BTreeMap, HashMap};
@@ -407,7 +407,7 @@ pub fn hit_head(out: &mut Vec<u8>, entry: &Entry, age: Duration, status: u16, cl
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
     out.push(b' ');
-    out.extend_from_slice(crate::error::reason_phrase(status).as_bytes());
+    out.extend_from_slice(switchyard_http::error::reason_phrase(status).as_bytes());
     out.extend_from_slice(b"\r\n");
     for (name, value) in &entry.headers {
         out.extend_from_slice(name.as_bytes());

@@ -14,8 +14,9 @@ use bytes::Bytes;
 use tokio::io::AsyncWrite;
 
 use super::Headers;
-use crate::http::body::{ChunkedScanner, Sink};
-use crate::http::parse::{self, Field, Framing};
+use crate::transport::Sink;
+use switchyard_http::chunked::ChunkedScanner;
+use switchyard_http::parse::{self, Field, Framing};
 
 /// Bytes written to the client for one response, up to a limit.
 #[derive(Debug, Default)]

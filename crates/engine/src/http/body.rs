@@ -5,148 +5,20 @@
 //! verbatim while [`ChunkedScanner`] validates its framing and finds its end,
 //! so bytes of a pipelined next message are never forwarded with this one.
 
-use std::io::{self, IoSlice};
+use std::io;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::tcp::WriteHalf;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
 
-use super::parse::Framing;
+use switchyard_http::chunked::ChunkedScanner;
+use switchyard_http::parse::Framing;
 
-/// Largest chunk-size line (hex digits) accepted: 16 digits fill a u64.
-const MAX_SIZE_DIGITS: u8 = 16;
-/// Largest trailer section accepted, in bytes.
-const MAX_TRAILER_BYTES: usize = 16 * 1024;
+pub use crate::transport::Sink;
+
 /// Read size while relaying large bodies.
 const RELAY_CHUNK: usize = 64 * 1024;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    Size,
-    Ext,
-    SizeLf,
-    Data,
-    DataCr,
-    DataLf,
-    TrailerStart,
-    TrailerLine,
-    TrailerLf,
-    FinalLf,
-    Done,
-}
-
-/// Validates a chunked body as it streams past and finds where it ends.
-#[derive(Debug, Clone)]
-pub struct ChunkedScanner {
-    state: State,
-    size: u64,
-    digits: u8,
-    trailer_bytes: usize,
-    data_bytes: u64,
-}
-
-impl Default for ChunkedScanner {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl ChunkedScanner {
-    /// A scanner at the start of a chunked body.
-    pub fn new() -> Self {
-        ChunkedScanner { state: State::Size, size: 0, digits: 0, trailer_bytes: 0, data_bytes: 0 }
-    }
-
-    /// Whether the terminating chunk and trailer section have been seen.
-    pub fn is_done(&self) -> bool {
-        self.state == State::Done
-    }
-
-    /// Payload bytes seen so far (chunk data only, framing excluded).
-    pub fn data_bytes(&self) -> u64 {
-        self.data_bytes
-    }
-
-    /// Scans `input`, returning how many of its bytes belong to the body.
-    /// Fewer than `input.len()` only once the body is done.
-    pub fn scan(&mut self, input: &[u8]) -> Result<usize, &'static str> {
-        self.scan_with(input, |_| {})
-    }
-
-    /// Like [`scan`](Self::scan), and reports each run of payload bytes
-    /// (chunk data, framing excluded) as a range of `input`.
-    pub fn scan_with(
-        &mut self,
-        input: &[u8],
-        mut on_data: impl FnMut(std::ops::Range<usize>),
-    ) -> Result<usize, &'static str> {
-        let mut i = 0;
-        while i < input.len() && self.state != State::Done {
-            if self.state == State::Data {
-                let take = (input.len() - i).min(usize::try_from(self.size).unwrap_or(usize::MAX));
-                on_data(i..i + take);
-                i += take;
-                self.size -= take as u64;
-                self.data_bytes += take as u64;
-                if self.size == 0 {
-                    self.state = State::DataCr;
-                }
-                continue;
-            }
-            let b = input[i];
-            i += 1;
-            self.state = match (self.state, b) {
-                (State::Size, b';') if self.digits > 0 => State::Ext,
-                (State::Size, b'\r') if self.digits > 0 => State::SizeLf,
-                (State::Size, _) => {
-                    let digit = (b as char).to_digit(16).ok_or("invalid chunk size")?;
-                    if self.digits == MAX_SIZE_DIGITS {
-                        return Err("chunk size too large");
-                    }
-                    self.digits += 1;
-                    self.size = (self.size << 4) | u64::from(digit);
-                    State::Size
-                }
-                (State::Ext, b'\r') => State::SizeLf,
-                (State::Ext, b'\n') => return Err("bare LF in chunk extension"),
-                (State::Ext, b) if b == b'\t' || (b >= 0x20 && b != 0x7f) => State::Ext,
-                (State::Ext, _) => return Err("invalid chunk extension"),
-                (State::SizeLf, b'\n') => {
-                    self.digits = 0;
-                    if self.size == 0 {
-                        State::TrailerStart
-                    } else {
-                        State::Data
-                    }
-                }
-                (State::SizeLf, _) => return Err("invalid chunk size line"),
-                (State::DataCr, b'\r') => State::DataLf,
-                (State::DataLf, b'\n') => State::Size,
-                (State::DataCr | State::DataLf, _) => return Err("missing CRLF after chunk"),
-                (State::TrailerStart, b'\r') => State::FinalLf,
-                (State::TrailerLine, b'\r') => State::TrailerLf,
-                (State::TrailerStart | State::TrailerLine, b) if b == b'\t' || (b >= 0x20 && b != 0x7f) => {
-                    self.trailer_bytes += 1;
-                    if self.trailer_bytes > MAX_TRAILER_BYTES {
-                        return Err("trailer section too large");
-                    }
-                    State::TrailerLine
-                }
-                (State::TrailerStart | State::TrailerLine, _) => return Err("invalid trailer"),
-                (State::TrailerLf, b'\n') => State::TrailerStart,
-                (State::TrailerLf, _) => return Err("invalid trailer line"),
-                (State::FinalLf, b'\n') => State::Done,
-                (State::FinalLf, _) => return Err("invalid end of chunked body"),
-                // Data is consumed above and Done ends the loop.
-                (State::Data | State::Done, _) => return Err("chunk scanner out of step"),
-            };
-        }
-        Ok(i)
-    }
-}
 
 /// Why a relay stopped early.
 #[derive(Debug)]
@@ -163,46 +35,6 @@ pub enum RelayError {
     Framing(&'static str),
     /// The body exceeded the configured limit.
     TooLarge,
-}
-
-/// A socket half (or whole socket) the relay can write to, with a
-/// non-blocking first attempt that spares arming a timer. Streams that
-/// cannot write without waiting (TLS) answer `WouldBlock` to both attempts.
-pub trait Sink: AsyncWrite + Unpin {
-    /// Writes what the socket takes now without waiting.
-    fn try_write_now(&self, data: &[u8]) -> io::Result<usize>;
-    /// Writes what the socket takes now of two buffers, in one system call.
-    fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize>;
-}
-
-impl<T: Sink + ?Sized> Sink for &mut T {
-    fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
-        (**self).try_write_now(data)
-    }
-
-    fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
-        (**self).try_write_two_now(a, b)
-    }
-}
-
-impl Sink for TcpStream {
-    fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
-        self.try_write(data)
-    }
-
-    fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
-        self.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)])
-    }
-}
-
-impl Sink for WriteHalf<'_> {
-    fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
-        self.try_write(data)
-    }
-
-    fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
-        self.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)])
-    }
 }
 
 /// Body progress: how many bytes of it are still expected.
@@ -440,60 +272,6 @@ pub async fn write_all<W: Sink>(dst: &mut W, data: &[u8], idle: Duration) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn scan_all(input: &[u8]) -> Result<(usize, bool), &'static str> {
-        let mut s = ChunkedScanner::new();
-        let n = s.scan(input)?;
-        Ok((n, s.is_done()))
-    }
-
-    #[test]
-    fn valid_chunked_bodies_end_exactly() {
-        let table: &[&[u8]] = &[
-            b"0\r\n\r\n",
-            b"5\r\nhello\r\n0\r\n\r\n",
-            b"5;ext=1\r\nhello\r\n0\r\n\r\n",
-            b"A\r\n0123456789\r\n0\r\nTrailer: x\r\n\r\n",
-            b"00000003\r\nabc\r\n0\r\n\r\n",
-        ];
-        for body in table {
-            let mut with_next = body.to_vec();
-            with_next.extend_from_slice(b"GET / HTTP/1.1\r\n");
-            assert_eq!(scan_all(&with_next), Ok((body.len(), true)), "{:?}", String::from_utf8_lossy(body));
-            // Byte by byte gives the same end.
-            let mut s = ChunkedScanner::new();
-            let mut consumed = 0;
-            for b in with_next.iter() {
-                consumed += s.scan(std::slice::from_ref(b)).expect("valid");
-                if s.is_done() {
-                    break;
-                }
-            }
-            assert_eq!(consumed, body.len());
-        }
-    }
-
-    #[test]
-    fn invalid_chunked_bodies_are_refused() {
-        let table: &[&[u8]] = &[
-            b"\r\n",
-            b"x\r\n",
-            b"-1\r\n",
-            b" 5\r\nhello\r\n",
-            b"5 \r\nhello\r\n",
-            b"5\nhello\r\n",
-            b"5\r\nhelloXX",
-            b"5\r\nhello\n0\r\n\r\n",
-            b"11111111111111111\r\n",
-            b"0\r\nbad\x00trailer\r\n\r\n",
-            b"0\r\n\rX",
-            b"5;a\nb\r\n",
-        ];
-        for body in table {
-            assert!(scan_all(body).is_err(), "{:?}", String::from_utf8_lossy(body));
-        }
-    }
-
     #[test]
     fn decoding_keeps_only_payload() {
         let mut body = Body::new(Framing::Chunked, None).expect("body").decoded();
@@ -502,12 +280,5 @@ mod tests {
         assert_eq!(&buf[..send], b"hello world");
         assert_eq!(consumed, buf.len() - 4);
         assert!(body.is_finished());
-    }
-
-    #[test]
-    fn counts_payload_bytes() {
-        let mut s = ChunkedScanner::new();
-        s.scan(b"5\r\nhello\r\n3\r\nabc\r\n0\r\n\r\n").expect("valid");
-        assert_eq!(s.data_bytes(), 8);
     }
 }

@@ -24,9 +24,9 @@ use bytes::Buf;
 use switchyard_config::{Compression, Service};
 
 use super::body::write_all_two;
-use super::parse::{self, RequestHead, Version};
 use super::{route, Client, ClientStream, RequestInfo, Routed};
 use crate::cache::{self, policy, Cache, Capture, Coalesce, Entry, Fetch, Found};
+use switchyard_http::parse::{self, RequestHead, Version};
 
 /// Longest a request waits for another request's fetch of the same key.
 const MAX_COALESCE_WAIT: Duration = Duration::from_secs(10);
@@ -254,7 +254,7 @@ async fn gateway_timeout<S: ClientStream>(
         ..parse::Connection::default()
     };
     let body: &[u8] = if info.head_method { b"" } else { b"504 not in cache\n" };
-    super::rewrite::local_response(&mut client.out, 504, None, "text/plain", body, connection);
+    switchyard_http::rewrite::local_response(&mut client.out, 504, None, "text/plain", body, connection);
     let ok = super::body::write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();
     client.trace.bytes_out = client.out.len() as u64;
     client.trace.cache = Some("miss");

@@ -10,10 +10,10 @@ use std::time::{Instant, SystemTime};
 
 use switchyard_config::Service;
 
-use super::parse::RequestHead;
 use super::Client;
-use crate::error::ProxyError;
 use crate::metrics::{reason_index, side_name, Record, Timings, Upstream, REASONS};
+use switchyard_http::error::ProxyError;
+use switchyard_http::parse::RequestHead;
 
 /// What the log phase reports about a request, filled in phase by phase.
 #[derive(Clone, Copy, Default)]

@@ -26,11 +26,11 @@ pub mod body;
 mod cached;
 pub mod compress;
 mod log;
-pub mod parse;
-pub mod rewrite;
-pub mod route;
-pub mod stream;
+pub use switchyard_http::parse;
+pub use switchyard_http::rewrite;
+pub use switchyard_http::route;
 
+use std::cell::Cell;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::Instant;
@@ -45,18 +45,22 @@ pub(crate) use self::log::CloseGuard as ConnectionGuard;
 use self::log::{keep_meta, log, micros, CloseGuard, Trace};
 use self::parse::{Connection, Field, Framing, HeadLimits, RequestHead, Version};
 use self::rewrite::Forwarding;
-pub use self::stream::{ClientStream, Transport};
 use crate::cache;
-use crate::error::{Kind, ProxyError};
+use crate::live::{ActiveGuard, PickView};
 use crate::protection::Refusal;
-use crate::upstream::{self, ActiveGuard, PickView, UpstreamConn};
-use crate::worker::{Local, Worker};
+pub use crate::transport::{ClientStream, Transport};
+use crate::upstream::{self, UpstreamConn};
+use crate::worker::{Local, Scratch, Worker};
+use switchyard_http::error::{Kind, ProxyError};
 
 /// Initial size of a client connection's read buffer.
 const CLIENT_BUF: usize = 4 * 1024;
 /// Room for the method and version around a request target at its length
 /// limit, before a request line without its end counts as too long.
 const URI_SLACK: usize = 32;
+/// The whole-body bound of an HTTP/2 stream's upload: none in practice (a
+/// year); each read is still bounded by `client_idle`.
+const STREAM_BODY_LIMIT: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
 /// Largest response head accepted from a server.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
@@ -64,19 +68,6 @@ const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 const SCRATCH_POOL: usize = 1024;
 /// Buffers that grew beyond this (large bodies) are freed rather than pooled.
 const SCRATCH_KEEP: usize = 64 * 1024;
-
-/// Working memory of a request in progress. A connection borrows one from its
-/// worker when request bytes arrive and gives it back when it goes idle, so an
-/// idle keep-alive connection holds no buffers at all.
-#[derive(Default)]
-pub struct Scratch {
-    buf: BytesMut,
-    fields: Vec<Field>,
-    resp_fields: Vec<Field>,
-    out: Vec<u8>,
-    host: String,
-    line: String,
-}
 
 /// One client connection's state.
 struct Client<S> {
@@ -166,14 +157,15 @@ struct Failed {
 /// Each request runs on the generation current when its head arrived; a
 /// reload between two requests applies to the next one. A connection whose
 /// service a reload removed finishes its request in progress and closes.
-/// `pre` holds bytes already read from the connection (after a PROXY protocol header).
-///
-/// A cleartext connection that opens with the HTTP/2 preface (prior
-/// knowledge, h2c) is handed to [`crate::http2`] when the service allows it.
+/// `scratch` is the connection's working memory if it already has some: its
+/// `buf` holds bytes already read from the connection (after a PROXY protocol
+/// header, or while [`crate::front`] told HTTP/1.1 from h2c); an empty one
+/// (`Scratch::default()`, no allocation) is lent from the worker's pool when
+/// the first bytes arrive.
 pub async fn serve<S: ClientStream + 'static>(
     stream: S,
     peer: SocketAddr,
-    pre: BytesMut,
+    scratch: Scratch,
     local: Rc<Local>,
     service: usize,
     worker: Rc<Worker>,
@@ -182,15 +174,16 @@ pub async fn serve<S: ClientStream + 'static>(
     let Some(name) = local.gen.config.services.get(service).map(|s| s.name.clone()) else {
         return;
     };
+    let Scratch { buf, fields, resp_fields, out, host, line } = scratch;
     let mut client = Client {
         stream,
         peer,
-        buf: pre,
-        fields: Vec::new(),
-        resp_fields: Vec::new(),
-        out: Vec::new(),
-        host: String::new(),
-        line: String::new(),
+        buf,
+        fields,
+        resp_fields,
+        out,
+        host,
+        line,
         ip: client_ip(peer),
         ip_text: client_ip(peer).to_string(),
         local,
@@ -211,39 +204,24 @@ pub async fn serve<S: ClientStream + 'static>(
         metrics.connection_opened(worker.id);
     }
     let _closed = counted.then(|| CloseGuard(&metrics, worker.id));
-    if let Ended::Http2 = requests(&mut client, &worker, &name).await {
-        let Client { stream, peer, buf, local, service, transport, .. } = client;
-        let conn = crate::http2::Conn { peer, local_addr: stream.local().ok(), counted: true };
-        let io = crate::http2::io::Prefixed::new(buf, stream);
-        Box::pin(crate::http2::run(io, conn, local, service, worker, transport)).await;
-        return;
-    }
+    requests(&mut client, &worker, &name).await;
     client.stream.close().await;
 }
 
-/// Why [`requests`] returned.
-enum Ended {
-    /// The connection is done (closed, failed, not kept alive, draining).
-    Closed,
-    /// The connection opened with the HTTP/2 preface: it goes to [`crate::http2`].
-    Http2,
-}
-
 /// Serves requests on the connection until it closes, fails, is no longer
-/// kept alive, or the worker drains, or until it turns out to speak HTTP/2.
-async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, name: &str) -> Ended {
+/// kept alive, or the worker drains.
+async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, name: &str) {
     let mut first = true;
     loop {
         // Phases 1 and 2: read and parse the head.
         client.trace = Trace::default();
         let (local, index) = (client.local.clone(), client.service);
         let head = match read_head(client, &local.gen.config.services[index], worker, name, first).await {
-            Ok(Some(Head::Request(head))) => head,
-            Ok(Some(Head::Http2)) => return Ended::Http2,
-            Ok(None) => return Ended::Closed,
+            Ok(Some(head)) => head,
+            Ok(None) => return,
             Err(error) => {
                 fail(client, &local.gen.config.services[index], &error, Instant::now()).await;
-                return Ended::Closed;
+                return;
             }
         };
         first = false;
@@ -263,7 +241,7 @@ async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, 
         let keep_alive =
             Box::pin(handle(client, head, &local.gen.config.services[index], worker, &local, started)).await;
         if !keep_alive || worker.draining.get() {
-            return Ended::Closed;
+            return;
         }
         stash(client, worker);
     }
@@ -317,7 +295,7 @@ async fn refuse<S: ClientStream>(
     }
     client.buf.advance(head_len);
     let status = error.status().unwrap_or(429);
-    let body = format!("{status} {}\n", crate::error::reason_phrase(status));
+    let body = format!("{status} {}\n", switchyard_http::error::reason_phrase(status));
     let body = if info.head_method { "" } else { body.as_str() };
     let connection = Connection { keep_alive: info.version == Version::Http10, ..Connection::default() };
     rewrite::local_response(&mut client.out, status, None, "text/plain", body.as_bytes(), connection);
@@ -375,16 +353,7 @@ fn stash<S>(client: &mut Client<S>, worker: &Worker) {
     }
 }
 
-/// What the read-head phase found at the start of the buffer.
-enum Head {
-    /// A complete HTTP/1.x request head.
-    Request(RequestHead),
-    /// The HTTP/2 connection preface (h2c with prior knowledge).
-    Http2,
-}
-
-/// Phase 1: reads until `client.buf` starts with a complete request head, or
-/// with the HTTP/2 preface on a connection that may speak h2c.
+/// Phase 1: reads until `client.buf` starts with a complete request head.
 /// `Ok(None)`: the connection ended cleanly (closed, idle, draining).
 async fn read_head<S: ClientStream>(
     client: &mut Client<S>,
@@ -392,39 +361,25 @@ async fn read_head<S: ClientStream>(
     worker: &Worker,
     name: &str,
     first: bool,
-) -> Result<Option<Head>, ProxyError> {
+) -> Result<Option<RequestHead>, ProxyError> {
     let limits = HeadLimits { max_bytes: service.limits.max_header_bytes, max_fields: service.limits.max_headers };
     let t = &service.timeouts;
     let wait = if first { t.client_header } else { t.client_idle };
     let mut deadline = tokio::time::Instant::now() + wait;
     let mut started = !client.buf.is_empty();
-    // Only the first bytes of a cleartext client connection can be the
-    // preface; without HTTP/2 it is refused as a request (400).
-    let mut sniff = first && service.http2.enabled && !client.transport.secure && !client.transport.http2;
     loop {
         if !client.buf.is_empty() {
-            if sniff {
-                match crate::http2::preface(&client.buf) {
-                    Some(true) => return Ok(Some(Head::Http2)),
-                    Some(false) => {}
-                    None => sniff = false,
-                }
+            // A request line still incomplete past the URI limit is refused
+            // before the head limit (431) would be reached.
+            let max_uri = service.limits.max_uri_bytes;
+            if client.buf.len() > max_uri + URI_SLACK && memchr::memchr(b'\n', &client.buf).is_none() {
+                return Err(ProxyError::new(Kind::UriTooLong));
             }
-            if sniff {
-                // A partial preface: wait for the rest.
-            } else {
-                // A request line still incomplete past the URI limit is refused
-                // before the head limit (431) would be reached.
-                let max_uri = service.limits.max_uri_bytes;
-                if client.buf.len() > max_uri + URI_SLACK && memchr::memchr(b'\n', &client.buf).is_none() {
+            if let Some(head) = parse::parse_request(&client.buf, limits, &mut client.fields)? {
+                if head.target.len() > max_uri {
                     return Err(ProxyError::new(Kind::UriTooLong));
                 }
-                if let Some(head) = parse::parse_request(&client.buf, limits, &mut client.fields)? {
-                    if head.target.len() > max_uri {
-                        return Err(ProxyError::new(Kind::UriTooLong));
-                    }
-                    return Ok(Some(Head::Request(head)));
-                }
+                return Ok(Some(head));
             }
             if !started {
                 // The head's own clock starts with its first byte.
@@ -586,7 +541,7 @@ async fn handle<S: ClientStream>(
             return answer(client, service, info, head.len, reply, started).await;
         }
         Some(Action::Deny { status }) => {
-            let body = format!("{status} {}\n", crate::error::reason_phrase(*status));
+            let body = format!("{status} {}\n", switchyard_http::error::reason_phrase(*status));
             let reply = Reply { status: *status, location: None, content_type: "text/plain", body: body.as_bytes() };
             return answer(client, service, info, head.len, reply, started).await;
         }
@@ -840,7 +795,7 @@ async fn forward<S: ClientStream>(
                         if failed.error.is_retry_safe() { ProxyError::retryable(kind) } else { ProxyError::new(kind) };
                 }
                 let stale = reused && failed.error.is_retry_safe() && failed.relayed.is_none();
-                if failed.error.side() == crate::error::Side::Server && !stale {
+                if failed.error.side() == switchyard_http::error::Side::Server && !stale {
                     live.servers[server].observe(pool_cfg.passive.as_ref(), false, failed.error.reason());
                 }
                 if failed.relayed.is_some() || !info.replayable {
@@ -892,7 +847,15 @@ async fn exchange<S: ClientStream>(
 ) -> Result<(Outcome, bool), Failed> {
     let t = &service.timeouts;
     let early = |error| Err(Failed { error, relayed: None });
-    let body_deadline = tokio::time::Instant::now() + t.client_body;
+    // `client_body` is HTTP/1.1's slow-POST bound: a whole body within it. An
+    // HTTP/2 stream is a stream (gRPC calls stream for as long as they last):
+    // only each read's `client_idle` bounds it, and the connection's own
+    // defences bound the client.
+    let body_deadline = if client.transport.http2 {
+        tokio::time::Instant::now() + STREAM_BODY_LIMIT
+    } else {
+        tokio::time::Instant::now() + t.client_body
+    };
 
     // Phase 6: forward the head and what of the body is already here.
     if info.expect_continue {
@@ -907,10 +870,11 @@ async fn exchange<S: ClientStream>(
     if let Err(e) = body::send_head(&client.out, &mut client.buf, &mut conn.stream, &mut upload, t.client_idle).await {
         return early(request_relay_error(e));
     }
+    let relayed = Cell::new(None);
     let mut response = Response {
         out: &mut client.out,
         fields: &mut client.resp_fields,
-        started: false,
+        relayed: &relayed,
         sent: Instant::now(),
         sticky,
         presented: &client.stick_key,
@@ -969,9 +933,11 @@ async fn exchange<S: ClientStream>(
                 r = &mut up, if up_result.is_none() => {
                     match r {
                         Ok(()) => up_result = Some(true),
-                        // The client stopped sending or sent a bad body: nothing more can be forwarded.
+                        // The client stopped sending or sent a bad body: nothing more can be
+                        // forwarded. A response already under way is cut short, not answered
+                        // with a status of its own in the middle of it.
                         Err(e @ (RelayError::Read(_) | RelayError::ReadTimeout | RelayError::Framing(_) | RelayError::TooLarge)) => {
-                            return Err(Failed { error: request_relay_error(e), relayed: None });
+                            return Err(Failed { error: request_relay_error(e), relayed: relayed.get() });
                         }
                         // The server stopped reading; its response may still come.
                         Err(RelayError::Write(_) | RelayError::WriteTimeout) => up_result = Some(false),
@@ -1007,10 +973,10 @@ fn proxy_header<S: ClientStream>(pool: &switchyard_config::Pool, client: &Client
     let mut head = Vec::with_capacity(64);
     match pool.send_proxy {
         Some(switchyard_config::ProxyVersion::V1) => {
-            crate::l4::proxy_protocol::encode_v1(client.peer, local, &mut head)
+            crate::wire::proxy_protocol::encode_v1(client.peer, local, &mut head)
         }
         Some(switchyard_config::ProxyVersion::V2) => {
-            let _ = crate::l4::proxy_protocol::encode_v2(client.peer, local, &mut head, &[]);
+            let _ = crate::wire::proxy_protocol::encode_v2(client.peer, local, &mut head, &[]);
         }
         None => {}
     }
@@ -1040,8 +1006,9 @@ async fn tunnel<S: ClientStream>(client: &mut Client<S>, conn: &mut UpstreamConn
 struct Response<'a> {
     out: &'a mut Vec<u8>,
     fields: &'a mut Vec<Field>,
-    /// Set once any byte of the response went to the client.
-    started: bool,
+    /// The status of the response head once it went to the client: from
+    /// then on a failure can only cut the response short, never answer it.
+    relayed: &'a Cell<Option<u16>>,
     /// When the request was sent to the server.
     sent: Instant,
     /// What persistence adds to or learns from the response.
@@ -1104,7 +1071,7 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
                 // tunnels bytes both ways.
                 rewrite::switching_head(response.out, &buf[..head.len], &head, response.fields, &routed.edits);
                 buf.advance(head.len);
-                response.started = true;
+                response.relayed.set(Some(101));
                 if write_all(client, response.out, t.server_response).await.is_err() {
                     return Err(Failed { error: ProxyError::new(Kind::ClientClosed), relayed: Some(101) });
                 }
@@ -1228,7 +1195,7 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
     buf.advance(head.len);
 
     // Phase 9: stream the response body, through the coder when compressing.
-    response.started = true;
+    response.relayed.set(Some(head.status));
     let outcome = Outcome { status: head.status, client_keep_alive, intercepted: false };
     let done =
         |bytes_out, compressed| Responded { outcome, server_keeps, switched: false, head_us, bytes_out, compressed };
@@ -1312,7 +1279,7 @@ async fn answer<S: ClientStream>(
 /// leaves the connection to be closed by the caller.
 async fn fail<S: ClientStream>(client: &mut Client<S>, service: &Service, error: &ProxyError, started: Instant) {
     if let Some(status) = error.status() {
-        let body = format!("{status} {}\n", crate::error::reason_phrase(status));
+        let body = format!("{status} {}\n", switchyard_http::error::reason_phrase(status));
         let close = Connection { close: true, ..Connection::default() };
         rewrite::local_response(&mut client.out, status, None, "text/plain", body.as_bytes(), close);
         add_retry_after(&mut client.out, error);

@@ -24,7 +24,7 @@ use super::data::{body, recv_to_pipe, unless_reset, Ended, RecvFailed};
 use super::head::{self, RequestBody};
 use super::io::Pipe;
 use super::Shared;
-use crate::http::parse::{self, Framing};
+use switchyard_http::parse::{self, Framing};
 
 /// Largest response head the pipeline writes on the pipe.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
@@ -51,10 +51,11 @@ pub(super) async fn stream(
     let (local, service) = conn.current();
     let timeouts = local.gen.config.services[service].timeouts;
     let (pipe, mut end) = Pipe::pair(conn.local_addr);
+    let scratch = crate::worker::Scratch { buf: pre, ..Default::default() };
     let pipeline = tokio::task::spawn_local(crate::http::serve(
         pipe,
         conn.peer,
-        pre,
+        scratch,
         local,
         service,
         conn.worker.clone(),

@@ -14,8 +14,8 @@ use bytes::{Buf, Bytes, BytesMut};
 use h2::{Reason, RecvStream, SendStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
-use crate::http::body::ChunkedScanner;
-use crate::http::parse::Framing;
+use switchyard_http::chunked::ChunkedScanner;
+use switchyard_http::parse::Framing;
 
 /// Bytes read from the pipe at once.
 const READ_CHUNK: usize = 16 * 1024;

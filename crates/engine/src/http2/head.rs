@@ -18,7 +18,7 @@
 use bytes::BytesMut;
 use http::header::{HeaderName, HeaderValue};
 
-use crate::http::parse::{Field, Framing, RequestHead, ResponseHead};
+use switchyard_http::parse::{Field, Framing, RequestHead, ResponseHead};
 
 /// How the request body reaches the pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,7 +193,7 @@ pub fn server_response_head(
             field(out, name.as_str().as_bytes(), value.as_bytes());
         }
     }
-    let has_body = crate::http::parse::response_has_body(head_request, status.as_u16());
+    let has_body = switchyard_http::parse::response_has_body(head_request, status.as_u16());
     let chunked = has_body && !end_stream && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
     if chunked {
         field(out, b"transfer-encoding", b"chunked");
@@ -207,7 +207,7 @@ pub fn server_response_head(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::parse::parse_response;
+    use switchyard_http::parse::parse_response;
 
     fn parts(req: http::request::Builder) -> http::request::Parts {
         req.body(()).expect("request").into_parts().0

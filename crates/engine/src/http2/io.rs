@@ -12,8 +12,8 @@ use std::task::{Context, Poll};
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 
-use crate::http::body::Sink;
-use crate::http::ClientStream;
+use crate::transport::ClientStream;
+use crate::transport::Sink;
 
 /// `impl AsyncWrite for $wrapper<IO>` passing every write through to its
 /// field `$field`: for the read-side wrappers of an HTTP/2 connection.

@@ -41,7 +41,7 @@ use tokio::time::Instant;
 use self::data::Ended;
 use self::flood::Inspect;
 use self::io::Prefixed;
-use crate::http::Transport;
+use crate::transport::Transport;
 use crate::worker::{Local, Worker};
 
 /// The client connection preface of HTTP/2 (RFC 9113 3.4).
@@ -58,17 +58,6 @@ const CONNECTION_WINDOW: u32 = 1024 * 1024;
 const SEND_BUFFER: usize = 64 * 1024;
 /// Streams the client resets before they are accepted, pending at once.
 const PENDING_ACCEPT_RESETS: usize = 20;
-
-/// Whether `buf` starts the HTTP/2 preface: `Some(true)` when it holds the
-/// whole preface, `Some(false)` while it is a strict prefix of it, `None`
-/// when it is something else (HTTP/1.x).
-pub fn preface(buf: &[u8]) -> Option<bool> {
-    if buf.len() >= PREFACE.len() {
-        buf.starts_with(PREFACE).then_some(true)
-    } else {
-        PREFACE.starts_with(buf).then_some(false)
-    }
-}
 
 /// Serves one HTTP/2 client connection until it closes, fails, idles out or
 /// the worker drains. `pre` holds bytes already read from `io` (the preface
@@ -94,9 +83,6 @@ pub(crate) struct Conn {
     pub peer: SocketAddr,
     /// The address the client connected to, when known.
     pub local_addr: Option<SocketAddr>,
-    /// The connection is already counted in its service's metrics (h2c
-    /// sniffed by the HTTP/1.1 pipeline).
-    pub counted: bool,
 }
 
 /// What every stream of a connection shares.
@@ -181,10 +167,8 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
     };
     let (settings, timeouts, name) = (svc.http2, svc.timeouts, svc.name.clone());
     let metrics = local.gen.services[service].clone();
-    let _closed = (!conn.counted).then(|| {
-        metrics.connection_opened(worker.id);
-        crate::http::ConnectionGuard::new(&metrics, worker.id)
-    });
+    metrics.connection_opened(worker.id);
+    let _closed = crate::http::ConnectionGuard::new(&metrics, worker.id);
     let mut builder = h2::server::Builder::new();
     builder
         .max_concurrent_streams(settings.max_concurrent_streams)
@@ -283,17 +267,6 @@ async fn stream(req: http::Request<h2::RecvStream>, respond: h2::server::SendRes
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn preface_is_recognised_whole_partial_or_not() {
-        assert_eq!(preface(PREFACE), Some(true));
-        assert_eq!(preface(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00"), Some(true));
-        assert_eq!(preface(b"PRI * HTTP/2"), Some(false));
-        assert_eq!(preface(b"P"), Some(false));
-        assert_eq!(preface(b"GET / HTTP/1.1\r\n"), None);
-        assert_eq!(preface(b"PRI * HTTP/1.1\r\n\r\nSM\r\n\r\n"), None);
-        assert_eq!(preface(b"POST"), None);
-    }
 
     #[test]
     fn resets_beyond_the_limit_within_the_window_trip() {

@@ -23,14 +23,14 @@ use switchyard_config::{Mode, Persistence, PoolId, ProxyVersion, Service};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 
-use super::proxy_protocol::{self, Parsed};
-use super::rdp;
-use super::sni::{self, Peek};
-use crate::http::Transport;
 use crate::live::Proto;
+use crate::live::{ActiveGuard, PickView};
 use crate::metrics::{Record, Timings, Upstream};
 use crate::relay::{self, RelayOptions, UdpOptions, UdpRelay};
-use crate::upstream::{self, ActiveGuard, PickView};
+use crate::upstream;
+use crate::wire::proxy_protocol::{self, Parsed};
+use crate::wire::rdp;
+use crate::wire::sni::{self, Peek};
 use crate::worker::{Local, Worker};
 
 /// Serves an accepted TCP connection according to its service's mode.
@@ -78,11 +78,8 @@ pub async fn serve_stream(stream: TcpStream, peer: SocketAddr, local: Rc<Local>,
     // its largest state, and an idle HTTP keep-alive connection should not
     // pay for a relay's or a TLS session's.
     match svc.mode {
-        Mode::Http => {
-            let transport = Transport { refused, ..Transport::default() };
-            crate::http::serve(stream, client, pre, local, service, worker, transport).await
-        }
-        Mode::Https => Box::pin(crate::tls::serve(stream, client, pre, local, service, worker, refused)).await,
+        Mode::Http => crate::front::serve_http(stream, client, pre, local, service, worker, refused).await,
+        Mode::Https => Box::pin(crate::front::serve_https(stream, client, pre, local, service, worker, refused)).await,
         Mode::Tcp => Box::pin(relay_to_pool(stream, client, pre, &local, service, &worker, None, None)).await,
         Mode::TlsPassthrough => Box::pin(passthrough(stream, client, pre, &local, service, &worker)).await,
         Mode::Udp => {}

@@ -32,7 +32,7 @@ use serde::{Serialize, Serializer};
 
 use switchyard_config::Encoding;
 
-use crate::error::Side;
+use switchyard_http::error::Side;
 
 pub use histogram::{index_of, lower_bound, percentile, upper_bound, HistogramSnapshot, BUCKETS, OVERFLOW_US};
 pub use prometheus::{encode, ExpositionView, ProcessGauges, ServerRow, CONTENT_TYPE, SERVER_STATES};

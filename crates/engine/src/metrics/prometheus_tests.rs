@@ -4,9 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
-use crate::error::{Kind, ProxyError};
 use crate::metrics::tests::record;
 use crate::metrics::{Handshake, OVERFLOW_US};
+use switchyard_http::error::{Kind, ProxyError};
 
 struct Sample {
     name: String,

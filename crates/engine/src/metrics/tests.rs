@@ -1,8 +1,8 @@
 //! Tests of the per-worker counters, their sums and the reason mapping.
 
 use super::*;
-use crate::error::{Kind, ProxyError};
 use crate::protection::Refusal;
+use switchyard_http::error::{Kind, ProxyError};
 
 pub(crate) fn record(status: u16, error: Option<ProxyError>) -> Record<'static> {
     Record {

@@ -29,7 +29,7 @@ use socket2::SockRef;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::error::Side;
+use switchyard_http::error::Side;
 
 /// How a relay moves bytes and when it gives up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

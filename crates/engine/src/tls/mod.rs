@@ -8,11 +8,10 @@
 //! ticket keys and session cache are carried over while the settings they
 //! depend on are unchanged, so clients resume across a reload.
 //!
-//! On an accepted connection ([`serve`], after any PROXY protocol header),
-//! the handshake runs within the service's `client_header` timeout; a
-//! failed or late handshake closes only that connection and is counted.
-//! Then the HTTP pipeline runs over the TLS stream ([`stream`]) with the
-//! connection's [`Transport`] facts (client certificate, ALPN).
+//! An accepted connection's handshake is run by [`crate::front`], with
+//! [`feed`] for the ClientHello bytes read before it; the codec then serves
+//! the TLS stream ([`stream`]) with the connection's [`Transport`] facts
+//! ([`transport`]: client certificate, ALPN).
 //!
 //! Invariants: nothing a client sends can panic this code; a build failure
 //! refuses the start or reload with a [`TlsError`], it never panics.
@@ -23,27 +22,19 @@ mod stream;
 #[cfg(test)]
 mod tests;
 
-use std::net::SocketAddr;
-use std::rc::Rc;
 use std::sync::Arc;
 
-use bytes::BytesMut;
 use rustls::server::ServerConnection;
-use rustls::HandshakeKind;
 use switchyard_config::{Config, Service};
-use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
 pub use self::config::TlsError;
 use self::config::{keeps_resumption, Resumption};
-use crate::http::Transport;
-use crate::live::Generation;
-use crate::metrics::Handshake;
-use crate::worker::{Local, Worker};
+use crate::transport::Transport;
 
 /// One `https` service's TLS termination in one generation.
 pub struct Terminator {
-    acceptor: TlsAcceptor,
+    pub(crate) acceptor: TlsAcceptor,
     resumption: Resumption,
 }
 
@@ -78,9 +69,13 @@ impl Terminator {
     }
 }
 
+/// The previous generation's configuration and terminators (by service
+/// index), whose session state a rebuilt terminator may carry over.
+pub type Previous<'a> = (&'a Config, &'a [Option<Arc<Terminator>>]);
+
 /// The terminations of every `https` service of `config`, indexed like its
 /// services (`None` for other modes).
-pub fn terminators(config: &Config, previous: Option<&Generation>) -> Result<Vec<Option<Arc<Terminator>>>, TlsError> {
+pub fn terminators(config: &Config, previous: Option<Previous<'_>>) -> Result<Vec<Option<Arc<Terminator>>>, TlsError> {
     config
         .services
         .iter()
@@ -88,57 +83,17 @@ pub fn terminators(config: &Config, previous: Option<&Generation>) -> Result<Vec
             if s.tls.is_none() {
                 return Ok(None);
             }
-            let before = previous.and_then(|g| {
-                let i = g.service_index(&s.name)?;
-                Some((&g.config.services[i], g.tls.get(i)?.as_deref()?))
+            let before = previous.and_then(|(old, terms)| {
+                let i = old.services.iter().position(|o| o.name == s.name)?;
+                Some((&old.services[i], terms.get(i)?.as_deref()?))
             });
             Terminator::build(s, before).map(|t| Some(Arc::new(t)))
         })
         .collect()
 }
 
-/// Serves an accepted connection of an `https` service: the TLS handshake
-/// (`pre`: bytes already read after a PROXY protocol header, the start of
-/// the ClientHello), then the HTTP pipeline over the TLS stream.
-pub async fn serve(
-    stream: TcpStream,
-    client: SocketAddr,
-    pre: BytesMut,
-    local: Rc<Local>,
-    service: usize,
-    worker: Rc<Worker>,
-    refused: Option<crate::protection::Refusal>,
-) {
-    let (Some(svc), Some(Some(term))) = (local.gen.config.services.get(service), local.gen.tls.get(service)) else {
-        return;
-    };
-    let (term, counters, wait) = (term.clone(), local.gen.tls_handshakes.clone(), svc.timeouts.client_header);
-    let local_addr = stream.local_addr().ok();
-    let accept = term.acceptor.accept_with(stream, |conn| feed(conn, &pre));
-    let failed = |reason: &'static str, error: &dyn std::fmt::Display| {
-        counters.handshake(worker.id, Handshake::Failed);
-        let name = &local.gen.config.services[service].name;
-        tracing::debug!(service = %name, %client, reason, %error, "TLS handshake failed: connection closed");
-    };
-    let tls = match tokio::time::timeout(wait, accept).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => return failed("tls-handshake-failed", &e),
-        Err(_) => return failed("tls-handshake-timeout", &"no handshake within client_header"),
-    };
-    let conn = tls.get_ref().1;
-    let resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
-    counters.handshake(worker.id, if resumed { Handshake::Resumed } else { Handshake::Full });
-    let transport = Transport { refused, ..transport(conn) };
-    if transport.alpn == Some("h2") {
-        let conn = crate::http2::Conn { peer: client, local_addr, counted: false };
-        crate::http2::serve(tls, conn, local, service, worker, transport, BytesMut::new()).await;
-        return;
-    }
-    crate::http::serve(tls, client, BytesMut::new(), local, service, worker, transport).await;
-}
-
 /// Hands rustls the ClientHello bytes read before the handshake started.
-fn feed(conn: &mut ServerConnection, pre: &[u8]) {
+pub fn feed(conn: &mut ServerConnection, pre: &[u8]) {
     if pre.is_empty() {
         return;
     }
@@ -154,7 +109,7 @@ fn feed(conn: &mut ServerConnection, pre: &[u8]) {
 }
 
 /// The pipeline's facts about a finished handshake.
-fn transport(conn: &ServerConnection) -> Transport {
+pub fn transport(conn: &ServerConnection) -> Transport {
     // rustls keeps a client's certificates only once its verifier accepted them.
     let leaf = conn.peer_certificates().and_then(|chain| chain.first());
     Transport {

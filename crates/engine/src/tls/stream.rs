@@ -15,8 +15,8 @@ use tokio::io::{AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
-use crate::http::body::Sink;
-use crate::http::ClientStream;
+use crate::transport::ClientStream;
+use crate::transport::Sink;
 
 /// How long closing a connection may wait to send its `close_notify`.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);

@@ -45,11 +45,11 @@ use tokio::task::JoinHandle;
 use super::stream::ServerStream;
 use super::tls::PoolTls;
 use super::UpstreamConn;
-use crate::error::{Kind, ProxyError};
-use crate::http::parse::{self, Framing, HeadLimits};
 use crate::http2::data::{self, RecvFailed};
 use crate::http2::head;
 use crate::http2::io::{Pipe, PipeEnd};
+use switchyard_http::error::{Kind, ProxyError};
+use switchyard_http::parse::{self, Framing, HeadLimits};
 
 /// Flow-control window of each stream: response bytes a server may send
 /// before the client it goes to has taken them.

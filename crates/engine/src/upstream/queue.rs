@@ -11,7 +11,7 @@
 //!
 //! - **Bounded size**: [`PoolQueue::join`] counts the waiter in, or refuses
 //!   when `size` requests already wait (the caller answers 503).
-//! - **Wake-up**: releasing a slot ([`crate::upstream::ActiveGuard`]'s drop)
+//! - **Wake-up**: releasing a slot ([`crate::live::ActiveGuard`]'s drop)
 //!   calls [`PoolQueue::released`], which wakes one waiter only when someone
 //!   waits, so pools without waiters pay one atomic load per request.
 //!   A waiter registers for the wake-up *before* it looks for a free slot,
@@ -35,7 +35,7 @@ use std::time::Duration;
 use switchyard_config::Queue;
 use tokio::sync::Notify;
 
-use crate::error::Kind;
+use switchyard_http::error::Kind;
 
 /// Longest sleep of a waiter between two looks for a free slot.
 pub const RECHECK: Duration = Duration::from_millis(100);

@@ -18,8 +18,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 use super::h2::H2Stream;
-use crate::http::body::Sink;
-use crate::http::ClientStream;
+use crate::transport::ClientStream;
+use crate::transport::Sink;
 
 /// A connection to a server.
 #[derive(Debug)]

@@ -1,19 +1,23 @@
-//! What the HTTP/1.1 pipeline needs from a client connection: bytes both
-//! ways, a borrowed split for full-duplex relaying, and a wait for readability
-//! that holds no buffer (so an idle keep-alive connection costs no scratch).
+//! What the HTTP codecs need from a connection, whatever carries it (plain
+//! TCP, TLS, an HTTP/2 stream): bytes both ways, a borrowed split for
+//! full-duplex relaying, a wait for readability that holds no buffer (so an
+//! idle keep-alive connection costs no scratch), a non-blocking first write
+//! ([`Sink`]), and the facts of the transport the pipeline routes and
+//! reports on ([`Transport`]).
 //!
-//! A plain [`TcpStream`] implements it with zero-cost borrowed halves; TLS
-//! connections implement it in [`crate::tls`].
+//! A plain [`TcpStream`] implements them with zero-cost borrowed halves; TLS
+//! connections implement them in [`crate::tls`], server connections in
+//! [`crate::upstream`].
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 
+use std::io::IoSlice;
 use tokio::io::{AsyncRead, AsyncWrite};
+
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
-
-use super::body::Sink;
 
 /// Facts about the connection's transport the pipeline reports and routes on.
 #[derive(Debug, Clone, Default)]
@@ -33,7 +37,7 @@ pub struct Transport {
     pub alpn: Option<&'static str>,
     /// Client protection refused the connection ([`crate::protection`]):
     /// each request on it is answered with the refusal's status, then it closes.
-    pub refused: Option<crate::protection::Refusal>,
+    pub refused: Option<switchyard_http::error::Refusal>,
 }
 
 /// A client connection the HTTP/1.1 pipeline can serve.
@@ -78,5 +82,45 @@ impl ClientStream for TcpStream {
 
     fn local(&self) -> io::Result<SocketAddr> {
         self.local_addr()
+    }
+}
+
+/// A socket half (or whole socket) the relay can write to, with a
+/// non-blocking first attempt that spares arming a timer. Streams that
+/// cannot write without waiting (TLS) answer `WouldBlock` to both attempts.
+pub trait Sink: AsyncWrite + Unpin {
+    /// Writes what the socket takes now without waiting.
+    fn try_write_now(&self, data: &[u8]) -> io::Result<usize>;
+    /// Writes what the socket takes now of two buffers, in one system call.
+    fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize>;
+}
+
+impl<T: Sink + ?Sized> Sink for &mut T {
+    fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
+        (**self).try_write_now(data)
+    }
+
+    fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
+        (**self).try_write_two_now(a, b)
+    }
+}
+
+impl Sink for TcpStream {
+    fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
+        self.try_write(data)
+    }
+
+    fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
+        self.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)])
+    }
+}
+
+impl Sink for WriteHalf<'_> {
+    fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
+        self.try_write(data)
+    }
+
+    fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
+        self.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)])
     }
 }

@@ -3,8 +3,8 @@
 //! bytes were split across reads.
 
 use proptest::prelude::*;
-use switchyard_engine::http::body::ChunkedScanner;
-use switchyard_engine::http::parse::{parse_request, parse_response, HeadLimits};
+use switchyard_http::chunked::ChunkedScanner;
+use switchyard_http::parse::{parse_request, parse_response, HeadLimits};
 
 fn head_like() -> impl Strategy<Value = Vec<u8>> {
     // Mostly plausible heads with random corruption, plus raw noise.

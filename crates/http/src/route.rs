@@ -11,7 +11,7 @@ use std::net::IpAddr;
 
 use switchyard_config::{Action, ClientCertState, Condition, HeaderEdits, Rule, StrMatch};
 
-use super::parse::Field;
+use crate::parse::Field;
 
 /// The parts of a request that rules look at.
 #[derive(Debug, Clone, Copy)]
@@ -34,7 +34,7 @@ pub struct RequestView<'a> {
     pub client_cert: bool,
 }
 
-impl crate::persist::RequestFacts for RequestView<'_> {
+impl RequestFacts for RequestView<'_> {
     fn client(&self) -> IpAddr {
         self.client
     }
@@ -129,6 +129,15 @@ pub fn routing_host<'a>(value: &'a [u8], scratch: &'a mut String) -> &'a str {
     } else {
         host
     }
+}
+
+/// What persistence reads of a request. The pipeline implements it on its request view;
+/// the engine's persistence module has a ready-made implementation over a list of headers.
+pub trait RequestFacts {
+    /// The client's address, as the pipeline decided it (peer or trusted proxy header).
+    fn client(&self) -> IpAddr;
+    /// Values of the header fields named `name` (lower case), in request order.
+    fn header_values<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'s [u8]> + 's;
 }
 
 #[cfg(test)]

@@ -8,8 +8,6 @@
 
 use std::fmt;
 
-use crate::protection::Refusal;
-
 /// Which party a failure is attributed to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
@@ -37,7 +35,7 @@ pub enum Kind {
     /// The request target is longer than allowed.
     UriTooLong,
     /// Client protection refused the client (address lists, connection cap, rates).
-    Refused(crate::protection::Refusal),
+    Refused(Refusal),
     /// The client closed or reset the connection mid-request.
     ClientClosed,
     /// The client stopped sending the body in time.
@@ -70,6 +68,32 @@ pub enum Kind {
     ServerClosed,
     /// The server's response could not be parsed.
     BadResponse(&'static str),
+}
+
+/// Why a client was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The address is denied, or not allowed (403 / close).
+    Denied,
+    /// The client holds `max_connections_per_client` connections (429 / close).
+    TooManyConnections,
+    /// The client opens connections faster than `connection_rate` (429 / close).
+    ConnectionRate,
+    /// The client sends requests faster than `request_rate` (429); the
+    /// whole seconds until the next one is allowed (`Retry-After`).
+    RequestRate(u32),
+}
+
+impl Refusal {
+    /// The reason in layer-4 access log lines and as a metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::Denied => "denied",
+            Refusal::TooManyConnections => "too-many-connections",
+            Refusal::ConnectionRate => "connection-rate-limited",
+            Refusal::RequestRate(_) => "rate-limited",
+        }
+    }
 }
 
 /// A failure on the data path.

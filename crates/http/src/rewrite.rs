@@ -11,8 +11,8 @@ use std::net::IpAddr;
 
 use switchyard_config::{Forwarded, HeaderEdits};
 
-use super::parse::{Connection, Field, Framing, RequestHead, ResponseHead};
 use crate::error::reason_phrase;
+use crate::parse::{Connection, Field, Framing, RequestHead, ResponseHead};
 
 /// How a request is forwarded: who the client is and what to tell the server.
 #[derive(Debug, Clone, Copy)]
@@ -58,7 +58,7 @@ fn named_by_connection(buf: &[u8], fields: &[Field], name: &[u8]) -> bool {
     fields
         .iter()
         .filter(|f| buf[f.name.clone()].eq_ignore_ascii_case(b"connection"))
-        .any(|f| buf[f.value.clone()].split(|&b| b == b',').any(|t| super::parse::trim(t).eq_ignore_ascii_case(name)))
+        .any(|f| buf[f.value.clone()].split(|&b| b == b',').any(|t| crate::parse::trim(t).eq_ignore_ascii_case(name)))
 }
 
 fn edited_away(edits: &[&HeaderEdits], name: &[u8], response: bool) -> bool {
@@ -256,8 +256,8 @@ pub fn local_response(
         write_field(out, b"location", location.as_bytes());
     }
     // 1xx, 204 and 304 responses carry no body, and so no body headers.
-    let body = if super::parse::response_has_body(false, status) { body } else { &b""[..] };
-    if !body.is_empty() || super::parse::response_has_body(false, status) {
+    let body = if crate::parse::response_has_body(false, status) { body } else { &b""[..] };
+    if !body.is_empty() || crate::parse::response_has_body(false, status) {
         write_field(out, b"content-type", content_type.as_bytes());
         write_field(out, b"content-length", itoa::Buffer::new().format(body.len()).as_bytes());
     }
@@ -273,7 +273,7 @@ pub fn local_response(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::parse::{parse_request, parse_response, HeadLimits};
+    use crate::parse::{parse_request, parse_response, HeadLimits};
 
     const LIMITS: HeadLimits = HeadLimits { max_bytes: 8192, max_fields: 100 };
 

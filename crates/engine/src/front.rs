@@ -1,0 +1,178 @@
+//! The one place that decides which HTTP codec serves an accepted connection.
+//!
+//! - `http` services: HTTP/1.1, unless the service allows HTTP/2 and the
+//!   connection opens with the HTTP/2 preface (h2c with prior knowledge,
+//!   RFC 9113 3.3). The first bytes are read into the scratch set the
+//!   HTTP/1.1 codec continues with, so telling the two apart costs no system
+//!   call, and a silent connection holds no buffer.
+//! - `https` services: the TLS handshake (within `client_header`), then the
+//!   codec ALPN chose: `h2`, or HTTP/1.1 for `http/1.1` or no ALPN.
+//!
+//! Nothing else in the engine chooses a protocol: the codecs never hand a
+//! connection to each other.
+//!
+//! Invariants: no peer input can panic this code; a failed handshake or a
+//! connection that closes before it can be told apart costs only itself.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use rustls::HandshakeKind;
+use switchyard_http::error::Refusal;
+use tokio::net::TcpStream;
+
+use crate::http2::PREFACE;
+use crate::metrics::Handshake;
+use crate::transport::Transport;
+use crate::worker::{Local, Scratch, Worker};
+
+/// Room made for the first read of a connection without a scratch set: what
+/// the HTTP/1.1 codec starts a request buffer with.
+const FIRST_READ: usize = 4 * 1024;
+
+/// The codec an accepted connection is served by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Codec {
+    Http1,
+    Http2,
+}
+
+/// Whether `buf` starts the HTTP/2 preface: `Some(true)` when it holds the
+/// whole preface, `Some(false)` while it is a strict prefix of it, `None`
+/// when it is something else (HTTP/1.x).
+pub fn preface(buf: &[u8]) -> Option<bool> {
+    if buf.len() >= PREFACE.len() {
+        buf.starts_with(PREFACE).then_some(true)
+    } else {
+        PREFACE.starts_with(buf).then_some(false)
+    }
+}
+
+/// Serves an accepted connection of an `http` service. `pre` holds bytes
+/// already read after a PROXY protocol header.
+pub async fn serve_http(
+    mut stream: TcpStream,
+    client: SocketAddr,
+    pre: BytesMut,
+    local: Rc<Local>,
+    service: usize,
+    worker: Rc<Worker>,
+    refused: Option<Refusal>,
+) {
+    let Some(svc) = local.gen.config.services.get(service) else {
+        return;
+    };
+    let transport = Transport { refused, ..Transport::default() };
+    let mut scratch = Scratch { buf: pre, ..Scratch::default() };
+    let codec = if svc.http2.enabled {
+        match sniff(&mut stream, &mut scratch, &worker, svc.timeouts.client_header).await {
+            Some(codec) => codec,
+            None => return,
+        }
+    } else {
+        Codec::Http1
+    };
+    match codec {
+        Codec::Http1 => crate::http::serve(stream, client, scratch, local, service, worker, transport).await,
+        Codec::Http2 => {
+            let conn = crate::http2::Conn { peer: client, local_addr: stream.local_addr().ok() };
+            let pre = scratch.buf;
+            Box::pin(crate::http2::serve(stream, conn, local, service, worker, transport, pre)).await;
+        }
+    }
+}
+
+/// Tells h2c prior knowledge from HTTP/1.1 by the first bytes, read into the
+/// scratch set the HTTP/1.1 codec then continues with: the read is the one
+/// HTTP/1.1 would make anyway (no extra system call), and nothing is held
+/// while the connection is silent. Usually the first byte decides; a strict
+/// prefix of the preface waits for more. `None`: the connection closed,
+/// stayed silent for `wait`, or the worker is draining.
+async fn sniff(stream: &mut TcpStream, scratch: &mut Scratch, worker: &Worker, wait: Duration) -> Option<Codec> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        if !scratch.buf.is_empty() {
+            match preface(&scratch.buf) {
+                Some(true) => return Some(Codec::Http2),
+                None => return Some(Codec::Http1),
+                Some(false) => {}
+            }
+        }
+        tokio::select! {
+            r = tokio::time::timeout_at(deadline, stream.readable()) => if !matches!(r, Ok(Ok(()))) {
+                return None;
+            },
+            () = worker.drain.notified() => return None,
+        }
+        if scratch.buf.capacity() == 0 {
+            *scratch = worker.scratch.borrow_mut().pop().unwrap_or_default();
+        }
+        if scratch.buf.capacity() - scratch.buf.len() < PREFACE.len() {
+            scratch.buf.reserve(FIRST_READ);
+        }
+        match stream.try_read_buf(&mut scratch.buf) {
+            Ok(0) => return None,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Serves an accepted connection of an `https` service: the TLS handshake
+/// (`pre`: bytes already read after a PROXY protocol header, the start of
+/// the ClientHello), then the codec ALPN chose.
+pub async fn serve_https(
+    stream: TcpStream,
+    client: SocketAddr,
+    pre: BytesMut,
+    local: Rc<Local>,
+    service: usize,
+    worker: Rc<Worker>,
+    refused: Option<Refusal>,
+) {
+    let (Some(svc), Some(Some(term))) = (local.gen.config.services.get(service), local.gen.tls.get(service)) else {
+        return;
+    };
+    let (term, counters, wait) = (term.clone(), local.gen.tls_handshakes.clone(), svc.timeouts.client_header);
+    let local_addr = stream.local_addr().ok();
+    let accept = term.acceptor.accept_with(stream, |conn| crate::tls::feed(conn, &pre));
+    let failed = |reason: &'static str, error: &dyn std::fmt::Display| {
+        counters.handshake(worker.id, Handshake::Failed);
+        let name = &local.gen.config.services[service].name;
+        tracing::debug!(service = %name, %client, reason, %error, "TLS handshake failed: connection closed");
+    };
+    let tls = match tokio::time::timeout(wait, accept).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => return failed("tls-handshake-failed", &e),
+        Err(_) => return failed("tls-handshake-timeout", &"no handshake within client_header"),
+    };
+    let conn = tls.get_ref().1;
+    let resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
+    counters.handshake(worker.id, if resumed { Handshake::Resumed } else { Handshake::Full });
+    let transport = Transport { refused, ..crate::tls::transport(conn) };
+    if transport.alpn == Some("h2") {
+        let conn = crate::http2::Conn { peer: client, local_addr };
+        crate::http2::serve(tls, conn, local, service, worker, transport, BytesMut::new()).await;
+        return;
+    }
+    crate::http::serve(tls, client, Scratch::default(), local, service, worker, transport).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preface_is_recognised_whole_partial_or_not() {
+        assert_eq!(preface(PREFACE), Some(true));
+        assert_eq!(preface(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00"), Some(true));
+        assert_eq!(preface(b"PRI * HTTP/2"), Some(false));
+        assert_eq!(preface(b"P"), Some(false));
+        assert_eq!(preface(b"GET / HTTP/1.1\r\n"), None);
+        assert_eq!(preface(b"PRI * HTTP/1.1\r\n\r\nSM\r\n\r\n"), None);
+        assert_eq!(preface(b"POST"), None);
+    }
+}

@@ -7,14 +7,17 @@
 //!
 //! A plain [`TcpStream`] implements them with zero-cost borrowed halves; TLS
 //! connections implement them in [`crate::tls`], server connections in
-//! [`crate::upstream`].
+//! [`crate::upstream`]. [`Pipe`] is an in-memory connection: the end of an
+//! HTTP/2 stream's bridge, and the in-process tests' clients and servers.
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 
 use std::io::IoSlice;
-use tokio::io::{AsyncRead, AsyncWrite};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
@@ -122,5 +125,125 @@ impl Sink for WriteHalf<'_> {
 
     fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
         self.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)])
+    }
+}
+
+/// Bytes each direction of a bridge buffers before the writer waits.
+const PIPE_BUFFER: usize = 64 * 1024;
+
+/// The pipeline's end of one stream's bridge: it reads the HTTP/1.1 request
+/// from `rd` and writes the HTTP/1.1 response to `wr`. HTTP/2 towards servers
+/// uses it the other way round: the pipeline writes the request and reads
+/// the response ([`crate::upstream::h2`]). Each in-memory stream
+/// carries one direction only, so the two halves borrow independently.
+pub struct Pipe {
+    rd: DuplexStream,
+    wr: DuplexStream,
+    local: Option<SocketAddr>,
+}
+
+/// The bridge's end of a [`Pipe`]: request bytes go into `to_pipeline`,
+/// response bytes come out of `from_pipeline`.
+pub struct PipeEnd {
+    /// Where the bridge writes the request (head already passed separately, then body).
+    pub to_pipeline: DuplexStream,
+    /// Where the bridge reads the response.
+    pub from_pipeline: DuplexStream,
+}
+
+impl Pipe {
+    /// A connected pair; `local` is the address the client connected to.
+    pub fn pair(local: Option<SocketAddr>) -> (Pipe, PipeEnd) {
+        let (rd, to_pipeline) = tokio::io::duplex(PIPE_BUFFER);
+        let (wr, from_pipeline) = tokio::io::duplex(PIPE_BUFFER);
+        (Pipe { rd, wr, local }, PipeEnd { to_pipeline, from_pipeline })
+    }
+}
+
+impl std::fmt::Debug for Pipe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipe").field("local", &self.local).finish_non_exhaustive()
+    }
+}
+
+impl AsyncRead for Pipe {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.rd).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Pipe {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.wr).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.wr).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.wr).poll_shutdown(cx)
+    }
+}
+
+/// In-memory streams have no non-blocking write outside a task context: the
+/// relay falls back to its awaited write.
+impl Sink for DuplexStream {
+    fn try_write_now(&self, _: &[u8]) -> io::Result<usize> {
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    fn try_write_two_now(&self, _: &[u8], _: &[u8]) -> io::Result<usize> {
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+}
+
+impl Sink for Pipe {
+    fn try_write_now(&self, _: &[u8]) -> io::Result<usize> {
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    fn try_write_two_now(&self, _: &[u8], _: &[u8]) -> io::Result<usize> {
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+}
+
+impl ClientStream for Pipe {
+    type Rd<'a> = &'a mut DuplexStream;
+    type Wr<'a> = &'a mut DuplexStream;
+
+    fn halves(&mut self) -> (&mut DuplexStream, &mut DuplexStream) {
+        (&mut self.rd, &mut self.wr)
+    }
+
+    /// A pipe carries one request whose head is handed over with it, so the
+    /// pipeline never waits idle on it: the next read waits instead.
+    fn ready(&self) -> impl Future<Output = io::Result<()>> {
+        std::future::ready(Ok(()))
+    }
+
+    fn local(&self) -> io::Result<SocketAddr> {
+        self.local.ok_or_else(|| io::ErrorKind::Unsupported.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn pipe_directions_are_independent() {
+        let (mut pipe, mut end) = Pipe::pair(None);
+        end.to_pipeline.write_all(b"request").await.expect("write");
+        let (rd, wr) = pipe.halves();
+        let mut got = [0u8; 7];
+        rd.read_exact(&mut got).await.expect("read");
+        wr.write_all(b"response").await.expect("write");
+        drop(pipe);
+        let mut out = Vec::new();
+        end.from_pipeline.read_to_end(&mut out).await.expect("read");
+        assert_eq!((&got[..], &out[..]), (&b"request"[..], &b"response"[..]));
     }
 }

@@ -94,7 +94,7 @@ impl IdleStacks {
     pub fn take(&mut self, server: usize, max_idle: Duration, now: Instant) -> Option<UpstreamConn> {
         let stack = self.stacks.get_mut(server)?;
         while let Some(idle) = stack.pop() {
-            if now.duration_since(idle.since) < max_idle && still_open(idle.conn.stream.tcp()) {
+            if now.duration_since(idle.since) < max_idle && still_open(&idle.conn.stream) {
                 return Some(idle.conn);
             }
         }
@@ -118,7 +118,7 @@ impl IdleStacks {
                 stack.clear();
                 continue;
             }
-            stack.retain(|idle| now.duration_since(idle.since) < max_idle && still_open(idle.conn.stream.tcp()));
+            stack.retain(|idle| now.duration_since(idle.since) < max_idle && still_open(&idle.conn.stream));
         }
     }
 }
@@ -127,8 +127,12 @@ impl IdleStacks {
 /// Tokio answers from its readiness cache first, so an idle healthy socket
 /// costs no system call here. For TLS this looks at the TCP socket: an idle
 /// server sends nothing, and a close_notify or a reset means it is gone.
-fn still_open(stream: Option<&TcpStream>) -> bool {
-    let Some(stream) = stream else {
+fn still_open(conn: &ServerStream) -> bool {
+    #[cfg(test)]
+    if let ServerStream::Memory(_) = conn {
+        return true;
+    }
+    let Some(stream) = conn.tcp() else {
         return false;
     };
     let mut probe = [0u8; 1];
@@ -146,6 +150,11 @@ pub async fn connect(
     tls: Option<&PoolTls>,
     server: usize,
 ) -> Result<UpstreamConn, ProxyError> {
+    #[cfg(test)]
+    if let Some(pipe) = memory::connect(addr) {
+        let stream = ServerStream::Memory(Box::new(pipe));
+        return Ok(UpstreamConn { stream, buf: BytesMut::with_capacity(UPSTREAM_BUF), served: 0 });
+    }
     let deadline = tokio::time::Instant::now() + timeout;
     let mut stream = connect_tcp(addr, deadline).await?;
     if !proxy_header.is_empty() {
@@ -181,6 +190,43 @@ pub async fn connect_tcp(addr: SocketAddr, deadline: tokio::time::Instant) -> Re
             let _ = stream.set_nodelay(true);
             Ok(stream)
         }
+    }
+}
+
+/// In-memory servers for the in-process tests: a test listens on an address,
+/// and connections the pipeline opens to it arrive as [`PipeEnd`]s instead
+/// of going through the kernel. Per thread, like a worker.
+///
+/// [`PipeEnd`]: crate::transport::PipeEnd
+#[cfg(test)]
+pub(crate) mod memory {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    use std::net::SocketAddr;
+
+    use tokio::sync::mpsc;
+
+    use crate::transport::{Pipe, PipeEnd};
+
+    thread_local! {
+        static SERVERS: RefCell<HashMap<SocketAddr, mpsc::UnboundedSender<PipeEnd>>> = RefCell::default();
+    }
+
+    /// Connections to `addr` from now on, on this thread; none are refused
+    /// until the receiver is dropped (then a connect fails like a refused one).
+    pub fn listen(addr: SocketAddr) -> mpsc::UnboundedReceiver<PipeEnd> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        SERVERS.with(|s| s.borrow_mut().insert(addr, tx));
+        rx
+    }
+
+    /// An in-memory connection to `addr`, when a test listens there.
+    pub(crate) fn connect(addr: SocketAddr) -> Option<Pipe> {
+        let server = SERVERS.with(|s| s.borrow().get(&addr).cloned())?;
+        let (pipe, end) = Pipe::pair(None);
+        // A server that stopped listening leaves a pipe that reads nothing: closed at once.
+        let _ = server.send(end);
+        Some(pipe)
     }
 }
 

@@ -26,6 +26,8 @@ pub mod body;
 mod cached;
 pub mod compress;
 mod log;
+#[cfg(test)]
+mod pipeline_tests;
 pub use switchyard_http::parse;
 pub use switchyard_http::rewrite;
 pub use switchyard_http::route;

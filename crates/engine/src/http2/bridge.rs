@@ -22,8 +22,8 @@ use tokio::io::{AsyncReadExt, DuplexStream};
 
 use super::data::{body, recv_to_pipe, unless_reset, Ended, RecvFailed};
 use super::head::{self, RequestBody};
-use super::io::Pipe;
 use super::Shared;
+use crate::transport::Pipe;
 use switchyard_http::parse::{self, Framing};
 
 /// Largest response head the pipeline writes on the pipe.

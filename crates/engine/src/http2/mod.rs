@@ -3,7 +3,7 @@
 //! ([`serve`]).
 //!
 //! There is one request pipeline. Each HTTP/2 stream becomes one HTTP/1.1
-//! request served by [`crate::http::serve`] over an in-memory [`io::Pipe`]
+//! request served by [`crate::http::serve`] over an in-memory [`crate::transport::Pipe`]
 //! ([`bridge`]), so routing, persistence, rewriting, picking, forwarding and
 //! logging behave exactly as for HTTP/1.1.
 //!

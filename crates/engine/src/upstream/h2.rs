@@ -47,7 +47,7 @@ use super::tls::PoolTls;
 use super::UpstreamConn;
 use crate::http2::data::{self, RecvFailed};
 use crate::http2::head;
-use crate::http2::io::{Pipe, PipeEnd};
+use crate::transport::{Pipe, PipeEnd};
 use switchyard_http::error::{Kind, ProxyError};
 use switchyard_http::parse::{self, Framing, HeadLimits};
 

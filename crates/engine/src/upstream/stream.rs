@@ -1,5 +1,6 @@
 //! The byte stream to a server: clear TCP, TLS over TCP (re-encryption), or
-//! one HTTP/2 stream presented as HTTP/1.1 bytes ([`super::h2`]).
+//! one HTTP/2 stream presented as HTTP/1.1 bytes ([`super::h2`]); in the
+//! in-process tests also an in-memory connection ([`super::memory`]).
 //!
 //! An enum rather than a generic parameter, so one idle pool holds both kinds
 //! and the pipeline is compiled once. The clear path stays what it was: the
@@ -31,6 +32,10 @@ pub enum ServerStream {
     /// One stream of a shared HTTP/2 connection (pools with `protocol = "h2"`).
     /// Never pooled as idle: the HTTP/2 connection is what is reused.
     H2(Box<H2Stream>),
+    /// An in-memory connection to a server of the in-process tests
+    /// ([`super::memory`]); pooled like a clear one.
+    #[cfg(test)]
+    Memory(Box<crate::transport::Pipe>),
 }
 
 /// A TLS stream borrowed for one direction of a full-duplex exchange.
@@ -43,8 +48,8 @@ pub enum ServerRd<'a> {
     Plain(ReadHalf<'a>),
     /// TLS.
     Tls(tokio::io::ReadHalf<TlsRef<'a>>),
-    /// HTTP/2 stream.
-    H2(&'a mut DuplexStream),
+    /// An in-memory stream: an HTTP/2 stream's pipe, or a test server's.
+    Piped(&'a mut DuplexStream),
 }
 
 /// The write half of [`ServerStream::split`].
@@ -54,8 +59,8 @@ pub enum ServerWr<'a> {
     Plain(WriteHalf<'a>),
     /// TLS.
     Tls(tokio::io::WriteHalf<TlsRef<'a>>),
-    /// HTTP/2 stream.
-    H2(&'a mut DuplexStream),
+    /// An in-memory stream: an HTTP/2 stream's pipe, or a test server's.
+    Piped(&'a mut DuplexStream),
 }
 
 impl ServerStream {
@@ -66,6 +71,8 @@ impl ServerStream {
             ServerStream::Plain(s) => Some(s),
             ServerStream::Tls(s) => Some(s.get_ref().0),
             ServerStream::H2(_) => None,
+            #[cfg(test)]
+            ServerStream::Memory(_) => None,
         }
     }
 
@@ -103,7 +110,12 @@ impl ServerStream {
             }
             ServerStream::H2(s) => {
                 let (r, w) = s.pipe().halves();
-                (ServerRd::H2(r), ServerWr::H2(w))
+                (ServerRd::Piped(r), ServerWr::Piped(w))
+            }
+            #[cfg(test)]
+            ServerStream::Memory(s) => {
+                let (r, w) = s.halves();
+                (ServerRd::Piped(r), ServerWr::Piped(w))
             }
         }
     }
@@ -119,14 +131,14 @@ impl Sink for ServerStream {
     fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
         match self {
             ServerStream::Plain(s) => s.try_write(data),
-            ServerStream::Tls(_) | ServerStream::H2(_) => would_block(),
+            _ => would_block(),
         }
     }
 
     fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
         match self {
             ServerStream::Plain(s) => s.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)]),
-            ServerStream::Tls(_) | ServerStream::H2(_) => would_block(),
+            _ => would_block(),
         }
     }
 }
@@ -135,14 +147,14 @@ impl Sink for ServerWr<'_> {
     fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
         match self {
             ServerWr::Plain(w) => w.try_write(data),
-            ServerWr::Tls(_) | ServerWr::H2(_) => would_block(),
+            ServerWr::Tls(_) | ServerWr::Piped(_) => would_block(),
         }
     }
 
     fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
         match self {
             ServerWr::Plain(w) => w.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)]),
-            ServerWr::Tls(_) | ServerWr::H2(_) => would_block(),
+            ServerWr::Tls(_) | ServerWr::Piped(_) => would_block(),
         }
     }
 }
@@ -153,6 +165,8 @@ impl AsyncRead for ServerStream {
             ServerStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
             ServerStream::H2(s) => Pin::new(s.pipe()).poll_read(cx, buf),
+            #[cfg(test)]
+            ServerStream::Memory(s) => Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
 }
@@ -163,6 +177,8 @@ impl AsyncWrite for ServerStream {
             ServerStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
             ServerStream::H2(s) => Pin::new(s.pipe()).poll_write(cx, buf),
+            #[cfg(test)]
+            ServerStream::Memory(s) => Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
 
@@ -175,6 +191,8 @@ impl AsyncWrite for ServerStream {
             ServerStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
             ServerStream::H2(s) => Pin::new(s.pipe()).poll_write_vectored(cx, bufs),
+            #[cfg(test)]
+            ServerStream::Memory(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -183,6 +201,8 @@ impl AsyncWrite for ServerStream {
             ServerStream::Plain(s) => s.is_write_vectored(),
             ServerStream::Tls(s) => s.is_write_vectored(),
             ServerStream::H2(s) => s.pipe_ref().is_write_vectored(),
+            #[cfg(test)]
+            ServerStream::Memory(s) => s.is_write_vectored(),
         }
     }
 
@@ -191,6 +211,8 @@ impl AsyncWrite for ServerStream {
             ServerStream::Plain(s) => Pin::new(s).poll_flush(cx),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
             ServerStream::H2(s) => Pin::new(s.pipe()).poll_flush(cx),
+            #[cfg(test)]
+            ServerStream::Memory(s) => Pin::new(&mut **s).poll_flush(cx),
         }
     }
 
@@ -199,6 +221,8 @@ impl AsyncWrite for ServerStream {
             ServerStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
             ServerStream::H2(s) => Pin::new(s.pipe()).poll_shutdown(cx),
+            #[cfg(test)]
+            ServerStream::Memory(s) => Pin::new(&mut **s).poll_shutdown(cx),
         }
     }
 }
@@ -208,7 +232,7 @@ impl AsyncRead for ServerRd<'_> {
         match self.get_mut() {
             ServerRd::Plain(r) => Pin::new(r).poll_read(cx, buf),
             ServerRd::Tls(r) => Pin::new(r).poll_read(cx, buf),
-            ServerRd::H2(r) => Pin::new(r).poll_read(cx, buf),
+            ServerRd::Piped(r) => Pin::new(r).poll_read(cx, buf),
         }
     }
 }
@@ -218,7 +242,7 @@ impl AsyncWrite for ServerWr<'_> {
         match self.get_mut() {
             ServerWr::Plain(w) => Pin::new(w).poll_write(cx, buf),
             ServerWr::Tls(w) => Pin::new(w).poll_write(cx, buf),
-            ServerWr::H2(w) => Pin::new(w).poll_write(cx, buf),
+            ServerWr::Piped(w) => Pin::new(w).poll_write(cx, buf),
         }
     }
 
@@ -230,7 +254,7 @@ impl AsyncWrite for ServerWr<'_> {
         match self.get_mut() {
             ServerWr::Plain(w) => Pin::new(w).poll_write_vectored(cx, bufs),
             ServerWr::Tls(w) => Pin::new(w).poll_write_vectored(cx, bufs),
-            ServerWr::H2(w) => Pin::new(w).poll_write_vectored(cx, bufs),
+            ServerWr::Piped(w) => Pin::new(w).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -238,7 +262,7 @@ impl AsyncWrite for ServerWr<'_> {
         match self {
             ServerWr::Plain(w) => w.is_write_vectored(),
             ServerWr::Tls(w) => w.is_write_vectored(),
-            ServerWr::H2(w) => w.is_write_vectored(),
+            ServerWr::Piped(w) => w.is_write_vectored(),
         }
     }
 
@@ -246,7 +270,7 @@ impl AsyncWrite for ServerWr<'_> {
         match self.get_mut() {
             ServerWr::Plain(w) => Pin::new(w).poll_flush(cx),
             ServerWr::Tls(w) => Pin::new(w).poll_flush(cx),
-            ServerWr::H2(w) => Pin::new(w).poll_flush(cx),
+            ServerWr::Piped(w) => Pin::new(w).poll_flush(cx),
         }
     }
 
@@ -254,7 +278,7 @@ impl AsyncWrite for ServerWr<'_> {
         match self.get_mut() {
             ServerWr::Plain(w) => Pin::new(w).poll_shutdown(cx),
             ServerWr::Tls(w) => Pin::new(w).poll_shutdown(cx),
-            ServerWr::H2(w) => Pin::new(w).poll_shutdown(cx),
+            ServerWr::Piped(w) => Pin::new(w).poll_shutdown(cx),
         }
     }
 }

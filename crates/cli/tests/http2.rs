@@ -451,3 +451,51 @@ fn an_upload_stream_may_last_longer_than_client_body() {
         assert!(echoed == sent, "the whole stream is echoed ({} of {} bytes)", echoed.len(), sent.len());
     });
 }
+
+/// A server that answers every request on its connections with `103 Early Hints`, then a
+/// `200`, on a thread per connection (the test binary's lifetime bounds them).
+fn early_hints_server() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address");
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut byte = [0u8; 1];
+                while stream.read(&mut byte).is_ok_and(|n| n == 1) {
+                    buf.push(byte[0]);
+                    if buf.ends_with(b"\r\n\r\n") {
+                        buf.clear();
+                        let reply = b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n\
+                                      HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if stream.write_all(reply).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Interim responses reach the client, checked with curl (which prints them with `-v`):
+/// over HTTP/1.1, and over HTTP/2 where the bridge sends them as informational HEADERS.
+#[test]
+fn early_hints_reach_curl_over_http1_and_http2() {
+    let server = early_hints_server();
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&simple_config(listen, &[server], ""), listen);
+    for version in ["--http1.1", "--http2-prior-knowledge"] {
+        let out = std::process::Command::new("curl").args(["-sv", version]).arg(format!("http://{listen}/")).output();
+        let Ok(out) = out else {
+            eprintln!("curl not available: skipped");
+            return;
+        };
+        let (body, trace) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(body, "ok", "{version}: {trace}\n{}", proxy.log());
+        let interim = trace.lines().find(|l| l.starts_with("< HTTP/") && l.contains(" 103"));
+        assert!(interim.is_some(), "{version}: no 103 seen by curl:\n{trace}");
+        assert!(trace.contains("< link: </style.css>; rel=preload"), "{version}: {trace}");
+    }
+}

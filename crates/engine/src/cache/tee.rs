@@ -93,6 +93,7 @@ impl<W: Sink> Sink for Tee<'_, W> {
 /// connection and `Age` headers left out, names lower case) and the decoded
 /// body. `None` when the capture is not one complete response.
 pub fn parse_captured(captured: &[u8]) -> Option<(u16, Headers, Bytes)> {
+    let captured = final_response(captured)?;
     let (head, headers) = head_of(captured)?;
     let rest = &captured[head.len..];
     let body = match head.framing {
@@ -117,7 +118,20 @@ pub fn parse_captured(captured: &[u8]) -> Option<(u16, Headers, Bytes)> {
 
 /// The status and storable headers of a response head (a 304's, to refresh an entry).
 pub fn parse_head(captured: &[u8]) -> Option<(u16, Headers)> {
-    head_of(captured).map(|(head, headers)| (head.status, headers))
+    head_of(final_response(captured)?).map(|(head, headers)| (head.status, headers))
+}
+
+/// The capture from its final response on: interim (1xx) responses the client
+/// got before it are never stored or reused (RFC 9111 3).
+fn final_response(mut captured: &[u8]) -> Option<&[u8]> {
+    let mut fields: Vec<Field> = Vec::new();
+    loop {
+        let head = parse::parse_response(captured, captured.len(), &mut fields).ok()??;
+        if !(100..200).contains(&head.status) || head.status == 101 {
+            return Some(captured);
+        }
+        captured = &captured[head.len..];
+    }
 }
 
 fn head_of(captured: &[u8]) -> Option<(parse::ResponseHead, Headers)> {

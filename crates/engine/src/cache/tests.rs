@@ -88,6 +88,17 @@ fn keys_follow_the_configured_parts() {
 }
 
 #[test]
+fn interim_responses_before_the_final_one_are_never_stored() {
+    let raw = b"HTTP/1.1 103 Early Hints\r\nlink: </a.css>; rel=preload\r\n\r\n\
+                HTTP/1.1 102 Processing\r\n\r\n\
+                HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncache-control: max-age=60\r\n\r\nok";
+    let (status, headers, body) = parse_captured(raw).expect("the final response");
+    assert_eq!((status, &body[..]), (200, &b"ok"[..]));
+    assert_eq!(headers, vec![("cache-control".to_string(), b"max-age=60".to_vec())]);
+    assert!(parse_captured(b"HTTP/1.1 103 Early Hints\r\n\r\n").is_none(), "no final response: nothing to store");
+}
+
+#[test]
 fn captured_chunked_responses_are_decoded() {
     let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nETag: \"v1\"\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
     let (status, headers, body) = parse_captured(raw).expect("a complete response");

@@ -1092,6 +1092,24 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
                 return early(ProxyError::new(Kind::BadResponse("unexpected protocol switch")))
             }
             Ok(Some(head)) if head.status < 200 => {
+                // Interim responses (103 Early Hints, 102...) go on to an HTTP/1.1
+                // client, hop-by-hop fields removed (RFC 9110 15.2); never to an
+                // HTTP/1.0 one. A 100 is not: the proxy answers `Expect` itself.
+                if head.status != 100 && info.version == Version::Http11 {
+                    rewrite::response_head(
+                        response.out,
+                        &buf[..head.len],
+                        &head,
+                        response.fields,
+                        &[],
+                        false,
+                        false,
+                        false,
+                    );
+                    if write_all(client, response.out, t.server_response).await.is_err() {
+                        return early(ProxyError::new(Kind::ClientClosed));
+                    }
+                }
                 buf.advance(head.len);
                 continue;
             }

@@ -145,10 +145,11 @@ struct Reply {
     body: String,
 }
 
-/// Reads one response with a `content-length` (or none: a bodiless one) from a client's end.
+/// Reads one response with a `content-length` (or none: a bodiless one) from a client's end,
+/// a byte at a time so that nothing of the next response is read with it.
 async fn response(end: &mut PipeEnd) -> Reply {
     let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
+    let mut chunk = [0u8; 1];
     loop {
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             let head = String::from_utf8_lossy(&buf[..i + 4]).into_owned();
@@ -331,5 +332,44 @@ fn a_body_slower_than_client_body_is_408_and_http2_streams_are_not_bound_by_it()
         }
         let reply = response(&mut end).await;
         assert_eq!((reply.status, reply.body.as_str()), (200, "5"), "{}", reply.head);
+    });
+}
+
+/// A server that sends a `103 Early Hints` (with a hop-by-hop field) and a
+/// `100 Continue` before its final response.
+fn early_hints(mut end: PipeEnd, counts: Rc<Counts>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
+    Box::pin(async move {
+        let mut buf = Vec::new();
+        while read_head(&mut end, &mut buf).await.is_some() {
+            counts.requests.set(counts.requests.get() + 1);
+            let reply = b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\nkeep-alive: timeout=5\r\n\r\n\
+                          HTTP/1.1 100 Continue\r\n\r\n\
+                          HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+            if end.to_pipeline.write_all(reply).await.is_err() {
+                return;
+            }
+        }
+    })
+}
+
+#[test]
+fn early_hints_reach_an_http11_client_but_not_an_http10_one() {
+    run(|| async {
+        server(SERVER_A, early_hints);
+        let w = worker(&one_service("{ address = \"{A}\" }", ""));
+        let mut client = connect(&w);
+        client.to_pipeline.write_all(b"GET / HTTP/1.1\r\nhost: h\r\n\r\n").await.expect("send");
+        let hints = response(&mut client).await;
+        assert_eq!(hints.status, 103, "{}", hints.head);
+        assert!(hints.head.contains("link: </style.css>; rel=preload\r\n"), "{}", hints.head);
+        assert!(!hints.head.contains("keep-alive"), "hop-by-hop fields removed: {}", hints.head);
+        let reply = response(&mut client).await;
+        assert_eq!((reply.status, reply.body.as_str()), (200, "ok"), "the server's 100 is not relayed");
+
+        let mut old = connect(&w);
+        old.to_pipeline.write_all(b"GET / HTTP/1.0\r\nhost: h\r\n\r\n").await.expect("send");
+        let text = until_closed(&mut old).await;
+        assert!(text.starts_with("HTTP/1.1 200 "), "no 1xx to an HTTP/1.0 client: {text}");
+        assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{text}");
     });
 }

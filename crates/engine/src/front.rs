@@ -21,6 +21,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use rustls::HandshakeKind;
 use switchyard_http::error::Refusal;
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 use crate::http2::PREFACE;
@@ -112,11 +113,12 @@ async fn sniff(stream: &mut TcpStream, scratch: &mut Scratch, worker: &Worker, w
         if scratch.buf.capacity() - scratch.buf.len() < PREFACE.len() {
             scratch.buf.reserve(FIRST_READ);
         }
-        match stream.try_read_buf(&mut scratch.buf) {
-            Ok(0) => return None,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => return None,
+        // The awaited read, not `try_read_buf`: on a short read it clears the
+        // socket's readiness, so the codec's next wait for readability waits
+        // for new bytes instead of returning at once.
+        match tokio::time::timeout_at(deadline, stream.read_buf(&mut scratch.buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return None,
         }
     }
 }

@@ -83,10 +83,57 @@ ensure_cargo() {
   exit 1
 }
 
+# Implementations we did not write that the interop tests drive, installed into the
+# git-ignored .tools/ only when missing: h2spec (HTTP/2 conformance, `go install`) into
+# .tools/bin, Python grpcio (a real gRPC client and server) with the standard health
+# servicer into .tools/venv. Without Go or Python the tests needing them say they skipped.
+TOOLS_DIR=.tools
+H2SPEC_MODULE=github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible
+PYTHON_PACKAGES=(grpcio==1.85.3 grpcio-health-checking==1.85.1 protobuf==7.36.2)
+
+install_h2spec() {
+  if [[ -x $TOOLS_DIR/bin/h2spec ]]; then
+    echo "h2spec present"
+    return
+  fi
+  if ! command -v go >/dev/null 2>&1; then
+    echo "warning: no Go toolchain: h2spec not installed, its test will say it skipped" >&2
+    return
+  fi
+  echo "installing h2spec into $TOOLS_DIR/bin"
+  GOBIN="$PWD/$TOOLS_DIR/bin" go install "$H2SPEC_MODULE" ||
+    echo "warning: go install h2spec failed; its test will say it skipped" >&2
+}
+
+install_grpcio() {
+  local venv=$TOOLS_DIR/venv
+  if [[ -x $venv/bin/python ]] && "$venv/bin/python" -c 'import grpc, grpc_health.v1' 2>/dev/null; then
+    echo "grpcio present"
+    return
+  fi
+  if ! command -v python3 >/dev/null 2>&1; then
+    echo "warning: no python3: grpcio not installed, the gRPC tests will say they skipped" >&2
+    return
+  fi
+  echo "installing ${PYTHON_PACKAGES[*]} into $venv"
+  if ! python3 -m venv --clear "$venv" 2>/dev/null; then
+    # Debian's python3 keeps venv (and its pip) in a package of its own.
+    PACKAGES+=("python3-venv:")
+    install_missing_packages
+    python3 -m venv --clear "$venv" || { echo "warning: cannot make a venv; gRPC tests will skip" >&2; return; }
+  fi
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${PYTHON_PACKAGES[@]}" ||
+    echo "warning: pip install failed; the gRPC tests will say they skipped" >&2
+}
+
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 
 step "system packages"
 install_missing_packages
+
+step "interop tools (.tools/)"
+install_h2spec
+install_grpcio
 
 step "toolchain"
 ensure_cargo

@@ -149,11 +149,18 @@ pub enum TestKind {
     CompressionBrotli,
     /// zstd compression (level 3) of ≈75 % compressible HTML.
     CompressionZstd,
+    /// HTTP/2 over TLS (ALPN `h2`) to the proxy, HTTP/1.1 to the servers; unlimited requests
+    /// per connection.
+    Http2Tls,
+    /// HTTP/2 in clear text (h2c, prior knowledge) to the proxy, HTTP/1.1 to the servers.
+    Http2Clear,
+    /// h2c to the proxy and HTTP/2 (h2c) from the proxy to the servers.
+    Http2Upstream,
 }
 
 impl TestKind {
     /// Every test, in the order of the enum.
-    pub const ALL: [TestKind; 19] = [
+    pub const ALL: [TestKind; 22] = [
         TestKind::L4Cps,
         TestKind::L4Throughput,
         TestKind::L7Cps,
@@ -173,6 +180,9 @@ impl TestKind {
         TestKind::L7Failover,
         TestKind::CompressionBrotli,
         TestKind::CompressionZstd,
+        TestKind::Http2Tls,
+        TestKind::Http2Clear,
+        TestKind::Http2Upstream,
     ];
 
     /// Machine-friendly name (`--only`): the serialized name with `-` for `_`.
@@ -197,6 +207,9 @@ impl TestKind {
             TestKind::L7Failover => "l7-failover",
             TestKind::CompressionBrotli => "compression-brotli",
             TestKind::CompressionZstd => "compression-zstd",
+            TestKind::Http2Tls => "http2-tls",
+            TestKind::Http2Clear => "http2-clear",
+            TestKind::Http2Upstream => "http2-upstream",
         }
     }
 

@@ -1,5 +1,5 @@
 //! CI smoke test of `switchyard bench --quick` against switchyard alone: the report files
-//! exist and `results.json` (schema 1) holds measured figures. It checks structure, not
+//! exist and `results.json` (schema 1) holds measured figures, HTTP/2 rows included. It checks structure, not
 //! speed: under the debug binary the figures are small, but they must be there.
 
 use std::path::PathBuf;
@@ -43,6 +43,16 @@ fn quick_bench_writes_a_report_with_figures() {
     let run = &cell["outcome"]["runs"][0];
     assert!(run["requests"].as_u64().unwrap_or(0) > 0, "{run}");
     assert!(run["proxy_cpu_us_per_request"].as_f64().unwrap_or(0.0) > 0.0, "{run}");
+    // HTTP/2 to the proxy (h2c) and from it to the servers.
+    for test in ["http2_clear", "http2_upstream"] {
+        let cell = tests
+            .iter()
+            .find(|t| t["test"] == test && t["target"] == "switchyard" && t["size"] == 128)
+            .unwrap_or_else(|| panic!("switchyard {test} 128 B cell"));
+        assert_eq!(cell["outcome"]["status"], "measured", "{cell}");
+        let run = &cell["outcome"]["runs"][0];
+        assert!(run["requests"].as_u64().unwrap_or(0) > 0 && run["errors"] == 0, "{test}: {run}");
+    }
     let conc = tests
         .iter()
         .find(|t| t["test"] == "concurrent_connections" && t["target"] == "switchyard")

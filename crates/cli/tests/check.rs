@@ -130,3 +130,38 @@ fn health_check_passive_and_slow_start_mistakes_are_located() {
     assert_eq!(stderr.lines().filter(|l| l.contains(": error: ")).count(), 5, "{stderr}");
     assert!(stderr.contains("hint: `path` belongs to type = \"http\""), "{stderr}");
 }
+
+/// A gRPC health check with a bad service name, and one with an HTTP key.
+const GRPC_CHECK: &str = r#"
+[[pool]]
+name = "orders"
+servers = [{ address = "127.0.0.1:19996" }]
+health_check = { type = "grpc", service = "shop Orders" }
+
+[[pool]]
+name = "carts"
+servers = [{ address = "127.0.0.1:19995" }]
+health_check = { type = "grpc", expect_status = [200] }
+
+[[service]]
+name = "web"
+listen = ["127.0.0.1:18998"]
+pool = "orders"
+rules = [{ path_prefix = "/carts", pool = "carts" }]
+"#;
+
+#[test]
+fn grpc_health_check_mistakes_are_located_with_a_hint() {
+    let path = write_temp("check", "grpc.toml", GRPC_CHECK);
+    let file = path.display().to_string();
+    let (code, stdout, stderr) = check(&path);
+    assert_eq!(code, 1, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stderr.contains(&format!("{file}:5:43: error: `service` must be a gRPC service name")), "{stderr}");
+    assert!(stderr.contains("hint: write service = \"my.package.MyService\""), "{stderr}");
+    assert!(
+        stderr
+            .contains(&format!("{file}:10:49: error: `expect_status` does not apply to a health check of type `grpc`")),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().filter(|l| l.contains(": error: ")).count(), 2, "{stderr}");
+}

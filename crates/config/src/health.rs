@@ -1,14 +1,16 @@
 //! Validation of a pool's `health_check` and `passive` tables.
 //!
 //! Active kinds: `tcp` (connect), `tls` (handshake), `http` (request and
-//! expected response) and `udp` (send and expect). Keys that belong to
+//! expected response), `grpc` (the standard `grpc.health.v1` call) and `udp`
+//! (send and expect). Keys that belong to
 //! another kind are refused with a pointer to the one they belong to, so a
 //! check never silently tests less than its author wrote.
 //!
 //! Invariants of an accepted [`HealthCheck`]: a `udp` check's `send` holds at
 //! least one byte, its `expect`, when present, too; an `http` check's path
 //! starts with `/`, its method is an upper-case token, its status ranges lie
-//! in 100..=599 and its `expect_body` is not empty (and absent with `HEAD`); `interval` is
+//! in 100..=599 and its `expect_body` is not empty (and absent with `HEAD`); a `grpc`
+//! check's `service` holds only visible ASCII (it goes into a protobuf string); `interval` is
 //! 100ms..=1h; `timeout` is shorter than `interval` (a probe ends before the
 //! next starts); `rise` and `fall` are 1..=100; `port`, when present, is
 //! 1..=65535. An accepted [`Passive`] has `failures` 1..=1000 and `eject`
@@ -16,11 +18,11 @@
 
 use std::time::Duration;
 
-use crate::model::{CheckKind, HealthCheck, HttpCheck, Passive};
+use crate::model::{CheckKind, GrpcCheck, HealthCheck, HttpCheck, Passive};
 use crate::raw::{RawHealthCheck, RawPassive, S};
 use crate::validate::{broken, Ctx};
 
-const KINDS: &str = "\"tcp\", \"http\", \"tls\" or \"udp\"";
+const KINDS: &str = "\"tcp\", \"http\", \"grpc\", \"tls\" or \"udp\"";
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
@@ -33,6 +35,7 @@ pub(crate) fn validate_health_check(cx: &mut Ctx<'_, '_>, raw: &S<RawHealthCheck
     let kind = kind.and_then(|k| match k {
         "udp" => udp(cx, raw),
         "http" => http(cx, h).map(CheckKind::Http),
+        "grpc" => grpc(cx, h).map(CheckKind::Grpc),
         "tcp" => none_of_http_udp(cx, h, "tcp").then_some(CheckKind::Tcp),
         _ => none_of_http_udp(cx, h, "tls").then_some(CheckKind::Tls),
     });
@@ -59,7 +62,7 @@ fn check_kind<'a>(cx: &mut Ctx<'_, '_>, raw: &'a S<RawHealthCheck>) -> Option<&'
         return None;
     };
     let k = kind.get_ref().as_str();
-    if ["udp", "http", "tcp", "tls"].contains(&k) {
+    if ["udp", "http", "grpc", "tcp", "tls"].contains(&k) {
         return Some(k);
     }
     cx.r.error_hint(&kind.span(), format!("unknown health check type `{k}`"), format!("known types are {KINDS}"));
@@ -69,7 +72,7 @@ fn check_kind<'a>(cx: &mut Ctx<'_, '_>, raw: &'a S<RawHealthCheck>) -> Option<&'
 /// The `udp` kind: `send` required, `expect` optional, no HTTP keys.
 fn udp(cx: &mut Ctx<'_, '_>, raw: &S<RawHealthCheck>) -> Option<CheckKind> {
     let h = raw.get_ref();
-    let http_ok = no_keys(cx, "udp", &http_keys(h), "http");
+    let http_ok = no_keys(cx, "udp", &http_keys(h), "http") & no_keys(cx, "udp", &grpc_keys(h), "grpc");
     let send = h.send.as_ref().and_then(|s| payload(cx, "send", s));
     if h.send.is_none() && !broken(&h.broken, "send") {
         cx.r.error_hint(&raw.span(), "`health_check` needs `send`", "write send = \"ping\\n\": the datagram sent");
@@ -86,6 +89,11 @@ fn http_keys(h: &RawHealthCheck) -> Vec<(&'static str, std::ops::Range<usize>)> 
     keys.extend(strings.into_iter().filter_map(|(k, v)| Some((k, v.as_ref()?.span()))));
     keys.extend(h.expect_status.as_ref().map(|v| ("expect_status", v.span())));
     keys
+}
+
+/// The gRPC keys written, with their spans.
+fn grpc_keys(h: &RawHealthCheck) -> Vec<(&'static str, std::ops::Range<usize>)> {
+    h.service.as_ref().map(|v| ("service", v.span())).into_iter().collect()
 }
 
 /// The UDP keys written, with their spans.
@@ -105,15 +113,35 @@ fn no_keys(cx: &mut Ctx<'_, '_>, kind: &str, keys: &[(&str, std::ops::Range<usiz
     keys.is_empty()
 }
 
-/// `tcp` and `tls` take neither HTTP nor UDP keys.
+/// `tcp` and `tls` take neither HTTP, gRPC nor UDP keys.
 fn none_of_http_udp(cx: &mut Ctx<'_, '_>, h: &RawHealthCheck, kind: &str) -> bool {
     let http_ok = no_keys(cx, kind, &http_keys(h), "http");
-    no_keys(cx, kind, &udp_keys(h), "udp") && http_ok
+    let grpc_ok = no_keys(cx, kind, &grpc_keys(h), "grpc");
+    no_keys(cx, kind, &udp_keys(h), "udp") && http_ok && grpc_ok
+}
+
+/// The `grpc` kind: `service` optional, no HTTP or UDP keys.
+fn grpc(cx: &mut Ctx<'_, '_>, h: &RawHealthCheck) -> Option<GrpcCheck> {
+    let http_ok = no_keys(cx, "grpc", &http_keys(h), "http");
+    let udp_ok = no_keys(cx, "grpc", &udp_keys(h), "udp");
+    let service = match &h.service {
+        None => String::new(),
+        Some(v) if v.get_ref().bytes().all(|b| b.is_ascii_graphic()) => v.get_ref().clone(),
+        Some(v) => {
+            cx.r.error_hint(
+                &v.span(),
+                "`service` must be a gRPC service name (visible ASCII, no spaces)",
+                "write service = \"my.package.MyService\", or leave it out to ask about the whole server",
+            );
+            return None;
+        }
+    };
+    (http_ok && udp_ok).then_some(GrpcCheck { service })
 }
 
 /// The `http` kind.
 fn http(cx: &mut Ctx<'_, '_>, h: &RawHealthCheck) -> Option<HttpCheck> {
-    let udp_ok = no_keys(cx, "http", &udp_keys(h), "udp");
+    let udp_ok = no_keys(cx, "http", &udp_keys(h), "udp") & no_keys(cx, "http", &grpc_keys(h), "grpc");
     let method = match &h.method {
         None => Some("GET".to_string()),
         Some(m) if !m.get_ref().is_empty() && m.get_ref().bytes().all(|b| b.is_ascii_uppercase()) => {

@@ -635,6 +635,16 @@ pub enum CheckKind {
     Tls,
     /// An HTTP/1.1 request whose response matches (over TLS when the pool has `tls`).
     Http(HttpCheck),
+    /// A `grpc.health.v1.Health/Check` call over HTTP/2 (h2c, or ALPN `h2` over TLS when
+    /// the pool has `tls`) answered `SERVING` with `grpc-status` 0.
+    Grpc(GrpcCheck),
+}
+
+/// What a gRPC health check asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrpcCheck {
+    /// The service name sent in the request; empty asks about the server as a whole.
+    pub service: String,
 }
 
 /// The request and expectations of an HTTP health check.

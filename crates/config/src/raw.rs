@@ -440,6 +440,8 @@ pub struct RawHealthCheck {
     pub expect_status: Option<S<Vec<S<String>>>>,
     /// `expect_body` of an HTTP check: a substring of the body.
     pub expect_body: Option<S<String>>,
+    /// `service` of a gRPC check: the service name asked about.
+    pub service: Option<S<String>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells.
     pub broken: Vec<String>,

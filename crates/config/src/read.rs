@@ -96,6 +96,7 @@ const HEALTH_CHECK_KEYS: &[&str] = &[
     "host",
     "expect_status",
     "expect_body",
+    "service",
 ];
 const PASSIVE_KEYS: &[&str] = &["failures", "eject"];
 const SERVER_KEYS: &[&str] = &["address", "name", "weight", "backup", "max_connections", "check_address", "slow_start"];
@@ -612,6 +613,7 @@ fn read_health_check(r: &mut Report<'_>, table: &DeTable<'_>) -> RawHealthCheck 
             "host" => raw.host = string(r, name, value),
             "expect_status" => raw.expect_status = statuses(r, name, value),
             "expect_body" => raw.expect_body = string(r, name, value),
+            "service" => raw.service = string(r, name, value),
             _ => raw.broken.extend(unknown_key(r, key, HEALTH_CHECK_KEYS, "in `health_check`")),
         }
         if r.error_count() > errors_before {

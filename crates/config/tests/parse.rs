@@ -510,3 +510,42 @@ fn health_checks_passive_checking_and_slow_start() {
         [200, 204, 302, 399, 400, 401, 403, 404].into_iter().filter(|&s| http.accepts(s)).collect();
     assert_eq!(accepted, [204, 302, 399, 401, 403]);
 }
+
+/// A config whose pool `main` has `health_check = { CHECK }`.
+fn with_check(check: &str) -> String {
+    format!(
+        "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\npool = \"main\"\n\
+         [[pool]]\nname = \"main\"\nservers = [ {{ address = \"127.0.0.1:9000\" }} ]\nhealth_check = {{ {check} }}\n"
+    )
+}
+
+#[test]
+fn grpc_health_checks_name_a_service_or_the_whole_server() {
+    let kind = |check: &str| parse_ok(&with_check(check)).pools[0].health_check.clone().unwrap().kind;
+    assert_eq!(kind("type = \"grpc\""), CheckKind::Grpc(GrpcCheck { service: String::new() }));
+    assert_eq!(
+        kind("type = \"grpc\", service = \"shop.v1.Orders\""),
+        CheckKind::Grpc(GrpcCheck { service: "shop.v1.Orders".into() })
+    );
+    assert_eq!(
+        errors(&with_check("type = \"grpc\", service = \"two words\"")),
+        ["`service` must be a gRPC service name (visible ASCII, no spaces)"]
+    );
+    assert_eq!(
+        errors(&with_check("type = \"grpc\", path = \"/healthz\", send = \"x\"")),
+        [
+            "`path` does not apply to a health check of type `grpc`",
+            "`send` does not apply to a health check of type `grpc`"
+        ]
+    );
+    for other in ["http", "tcp", "tls"] {
+        assert_eq!(
+            errors(&with_check(&format!("type = \"{other}\", service = \"a.B\""))),
+            [format!("`service` does not apply to a health check of type `{other}`")],
+        );
+    }
+    assert_eq!(
+        errors(&with_check("type = \"udp\", send = \"x\", service = \"a.B\"")),
+        ["`service` does not apply to a health check of type `udp`"]
+    );
+}

@@ -1,5 +1,5 @@
 //! Active health probes of pool servers: TCP connect, TLS handshake, HTTP
-//! request, UDP "send and expect".
+//! request, gRPC health call ([`grpc`]), UDP "send and expect".
 //!
 //! One prober thread per process (not per worker), with its own
 //! current-thread runtime, wakes when the next probe is due (and at least
@@ -34,6 +34,8 @@ use tokio::sync::{mpsc, watch};
 use crate::live::Generation;
 use crate::upstream::tls::PoolTls;
 
+mod grpc;
+
 /// Longest sleep of the prober: how soon it sees a reload's new pools and
 /// checks. Otherwise it wakes when the next probe is due.
 const TICK: Duration = Duration::from_millis(100);
@@ -65,6 +67,14 @@ pub enum Failure {
     Status(u16),
     /// The HTTP body does not contain `expect_body`.
     BodyMismatch,
+    /// The HTTP/2 connection or stream failed (gRPC checks).
+    Http2(String),
+    /// A gRPC answer with a non-zero `grpc-status`.
+    GrpcStatus(u32),
+    /// A gRPC answer without `grpc-status` (trailers lost or missing).
+    NoGrpcStatus,
+    /// A health answer whose status is not `SERVING` (its protobuf value).
+    NotServing(u64),
 }
 
 impl std::fmt::Display for Failure {
@@ -81,6 +91,13 @@ impl std::fmt::Display for Failure {
             Failure::BadResponse => f.write_str("not an HTTP response"),
             Failure::Status(s) => write!(f, "status {s}"),
             Failure::BodyMismatch => f.write_str("body mismatch"),
+            Failure::Http2(e) => write!(f, "HTTP/2 failed: {e}"),
+            Failure::GrpcStatus(s) => write!(f, "grpc-status {s}"),
+            Failure::NoGrpcStatus => f.write_str("no grpc-status"),
+            Failure::NotServing(2) => f.write_str("NOT_SERVING"),
+            Failure::NotServing(0) => f.write_str("health status UNKNOWN"),
+            Failure::NotServing(3) => f.write_str("health status SERVICE_UNKNOWN"),
+            Failure::NotServing(s) => write!(f, "health status {s}"),
         }
     }
 }
@@ -135,8 +152,8 @@ struct Job {
     key: (String, String),
     target: SocketAddr,
     check: HealthCheck,
-    /// TLS for `tls` checks and `http` checks of pools with `tls`, with the
-    /// server's index in its pool (for the name it verifies).
+    /// TLS for `tls` checks and `http` and `grpc` checks of pools with `tls`,
+    /// with the server's index in its pool (for the name it verifies).
     tls: Option<(PoolTls, usize)>,
 }
 
@@ -147,8 +164,9 @@ type Outcome = ((String, String), SocketAddr, Result<(), Failure>);
 #[derive(Debug)]
 struct Prober {
     states: HashMap<(String, String), ProbeState>,
-    /// TLS client sides of checks, per pool, with the settings they were built from.
-    tls: HashMap<String, (UpstreamTls, PoolTls)>,
+    /// TLS client sides of checks, per pool, with the settings and protocol
+    /// (ALPN) they were built from.
+    tls: HashMap<String, (UpstreamTls, UpstreamProtocol, PoolTls)>,
     rng: u64,
 }
 
@@ -157,25 +175,27 @@ impl Prober {
         Prober { states: HashMap::new(), tls: HashMap::new(), rng: seed | 1 }
     }
 
-    /// The TLS side of `pool`'s check: its own `tls` settings (speaking
-    /// HTTP/1.1 for an `http` check), or none verified for a `tls` check of a
-    /// clear-text pool; `None` for clear-text checks. Kept while the
-    /// settings stay, so sessions resume.
+    /// The TLS side of `pool`'s check: its own `tls` settings (offering
+    /// HTTP/1.1 for an `http` check, `h2` for a `grpc` one), or none verified
+    /// for a `tls` check of a clear-text pool; `None` for clear-text checks.
+    /// Kept while the settings stay, so sessions resume.
     fn check_tls(&mut self, pool: &Pool, check: &HealthCheck) -> Option<PoolTls> {
         let settings = match (&check.kind, &pool.tls) {
             (CheckKind::Tls, None) => UpstreamTls { verify: false, ca: None, server_name: None, client_cert: None },
-            (CheckKind::Tls | CheckKind::Http(_), Some(tls)) => tls.clone(),
+            (CheckKind::Tls | CheckKind::Http(_) | CheckKind::Grpc(_), Some(tls)) => tls.clone(),
             _ => return None,
         };
-        if let Some((kept, tls)) = self.tls.get(&pool.name) {
-            if *kept == settings {
+        let protocol =
+            if matches!(check.kind, CheckKind::Grpc(_)) { UpstreamProtocol::Http2 } else { UpstreamProtocol::Http1 };
+        if let Some((kept, kept_protocol, tls)) = self.tls.get(&pool.name) {
+            if *kept == settings && *kept_protocol == protocol {
                 return Some(tls.clone());
             }
         }
-        let for_check = Pool { tls: Some(settings.clone()), protocol: UpstreamProtocol::Http1, ..pool.clone() };
+        let for_check = Pool { tls: Some(settings.clone()), protocol, ..pool.clone() };
         match PoolTls::for_pool(&for_check, None) {
             Ok(Some(tls)) => {
-                self.tls.insert(pool.name.clone(), (settings, tls.clone()));
+                self.tls.insert(pool.name.clone(), (settings, protocol, tls.clone()));
                 Some(tls)
             }
             Ok(None) => None,
@@ -296,6 +316,20 @@ async fn probe(job: &Job) -> Result<(), Failure> {
                     Some((tls, server)) => {
                         let stream = tls.handshake(*server, tcp).await.map_err(|e| Failure::Tls(e.to_string()))?;
                         http_exchange(stream, http, job.target).await
+                    }
+                }
+            }
+            CheckKind::Grpc(grpc) => {
+                let tcp = connect(job.target).await?;
+                let authority = job.target.to_string();
+                match &job.tls {
+                    None => grpc::check(tcp, &authority, &grpc.service).await,
+                    Some((tls, server)) => {
+                        let stream = tls.handshake(*server, tcp).await.map_err(|e| Failure::Tls(e.to_string()))?;
+                        if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
+                            return Err(Failure::Tls("the server did not select ALPN h2".into()));
+                        }
+                        grpc::check(stream, &authority, &grpc.service).await
                     }
                 }
             }

@@ -211,6 +211,14 @@ pub(crate) fn build(r: &Results) -> Vec<Block> {
         d.p(test_definition(*t));
         d.table(tables::test_table(r, *t));
         d.list(tables::cell_notes(r, *t));
+        if tables::is_http2(*t) {
+            d.p(format!(
+                "**Target**: switchyard ≥ {:.1}× HAProxy's CPU efficiency per request (HAProxy's µs of CPU per \
+                 request divided by switchyard's, same run).",
+                tables::HTTP2_TARGET
+            ));
+            d.list(tables::http2_target(r, *t));
+        }
         if *t == TestKind::L7KeepaliveAccessLog {
             d.p("**The cost of access logging**: each target's proxy CPU per request with the access log, \
                  against the same target in the L7 keep-alive test at 128 B of this run.");

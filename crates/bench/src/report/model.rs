@@ -225,6 +225,9 @@ pub(crate) fn test_name(t: TestKind) -> &'static str {
         TestKind::UdpFrames => "UDP forwarding per frame size",
         TestKind::UdpImix => "UDP forwarding, IMIX",
         TestKind::L7Failover => "L7 failover: a server killed under load",
+        TestKind::Http2Tls => "HTTP/2 over TLS requests per second",
+        TestKind::Http2Clear => "HTTP/2 clear text (h2c) requests per second",
+        TestKind::Http2Upstream => "HTTP/2 to the servers requests per second",
     }
 }
 
@@ -250,6 +253,9 @@ pub(crate) fn test_short(t: TestKind) -> &'static str {
         TestKind::UdpFrames => "UDP",
         TestKind::UdpImix => "IMIX",
         TestKind::L7Failover => "Failover",
+        TestKind::Http2Tls => "h2 TLS",
+        TestKind::Http2Clear => "h2c",
+        TestKind::Http2Upstream => "h2 → h2",
     }
 }
 
@@ -308,6 +314,18 @@ pub(crate) fn test_definition(t: TestKind) -> &'static str {
              fall 2, rise 2; NGINX open source has none and uses its passive check, max_fails=1); one server \
              is killed (SIGKILL) after 3 s and the load goes on for 6 s: how long until the target stops \
              sending requests to it, and how many client requests fail."
+        }
+        TestKind::Http2Tls => {
+            "HTTP/2 over TLS (ALPN `h2`, ECDSA P-256 certificate), one stream at a time on each of the \
+             generator's connections, unlimited requests per connection; HTTP/1.1 keep-alive to the servers."
+        }
+        TestKind::Http2Clear => {
+            "HTTP/2 in clear text with prior knowledge (h2c), one stream at a time on each connection, \
+             unlimited requests per connection; HTTP/1.1 keep-alive to the servers."
+        }
+        TestKind::Http2Upstream => {
+            "h2c from the generator as in the h2c test, and HTTP/2 (h2c, prior knowledge) from the proxy to \
+             the servers: requests of many clients multiplexed over few server connections."
         }
     }
 }

@@ -114,6 +114,50 @@ pub(crate) fn summary(r: &Results) -> Table {
     t
 }
 
+/// What switchyard's HTTP/2 rows aim at (issue 16): at least this many times HAProxy's
+/// CPU efficiency per request (HAProxy's µs of CPU per request over switchyard's).
+pub(crate) const HTTP2_TARGET: f64 = 1.3;
+
+/// Whether a test is one of the HTTP/2 rows.
+pub(crate) fn is_http2(t: TestKind) -> bool {
+    matches!(t, TestKind::Http2Tls | TestKind::Http2Clear | TestKind::Http2Upstream)
+}
+
+/// One line per size of an HTTP/2 test: switchyard's efficiency against HAProxy's in this
+/// run, and whether it meets [`HTTP2_TARGET`].
+pub(crate) fn http2_target(r: &Results, test: TestKind) -> Vec<String> {
+    let mut out = Vec::new();
+    for size in model::sizes_of(r, test) {
+        let (sw, ha) = (view(r, test, size, "switchyard"), view(r, test, size, "haproxy"));
+        let line = match (sw.figures().and_then(|f| f.cpu_us), ha.figures().and_then(|f| f.cpu_us)) {
+            (Some(x), Some(y)) if x.median > 0.0 => {
+                let ratio = y.median / x.median;
+                let verdict = if ratio >= HTTP2_TARGET { "met" } else { "not met" };
+                format!(
+                    "{}: switchyard {} µs CPU/req, HAProxy {} µs: {ratio:.2}× HAProxy's efficiency (target ≥ \
+                     {HTTP2_TARGET:.1}×: {verdict})",
+                    fmt_size(size),
+                    fmt_num(x.median),
+                    fmt_num(y.median)
+                )
+            }
+            _ => {
+                let why = sw
+                    .reason()
+                    .map(|w| format!("switchyard {w}"))
+                    .or_else(|| ha.reason().map(|w| format!("haproxy {w}")));
+                format!(
+                    "{}: target ≥ {HTTP2_TARGET:.1}× HAProxy's efficiency not evaluated ({})",
+                    fmt_size(size),
+                    why.unwrap_or_else(|| "no CPU figures".into())
+                )
+            }
+        };
+        out.push(line);
+    }
+    out
+}
+
 /// Lines under the summary: memory per connection of each target.
 pub(crate) fn summary_notes(r: &Results) -> Vec<String> {
     let mut out = Vec::new();

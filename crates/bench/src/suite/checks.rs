@@ -259,14 +259,15 @@ pub fn check_udp(addr: SocketAddr) -> anyhow::Result<()> {
 /// The suite every target must negotiate in the TLS tests.
 const BENCH_SUITE: &str = "TLS13_AES_128_GCM_SHA256";
 
-/// A few full TLS handshakes and requests through the load generator.
-fn check_tls(addr: SocketAddr) -> anyhow::Result<()> {
+/// A few full TLS handshakes and requests through the load generator (HTTP/2 after ALPN
+/// `h2` when `http2`: the generator fails a connection that negotiated anything else).
+fn check_tls(addr: SocketAddr, http2: bool) -> anyhow::Result<()> {
     use crate::load::{KxGroup, LoadSpec, Pace, Protocol, TlsSpec};
     let spec = LoadSpec {
         target: addr,
         host: "localhost".into(),
         tls: Some(TlsSpec { server_name: "localhost".into(), resume: false, group: KxGroup::X25519, insecure: true }),
-        protocol: Protocol::Http1,
+        protocol: if http2 { Protocol::Http2 } else { Protocol::Http1 },
         paths: vec!["/index.html?size=128".into()],
         headers: Vec::new(),
         cookies: false,
@@ -284,6 +285,30 @@ fn check_tls(addr: SocketAddr) -> anyhow::Result<()> {
     // The same suite on every target, or the comparison would measure a cipher choice.
     let suite = r.tls_suite.as_deref().unwrap_or("none");
     ensure!(suite == BENCH_SUITE, "negotiated {suite}, expected {BENCH_SUITE} (the generator's first choice)");
+    Ok(())
+}
+
+/// A few h2c (prior knowledge) requests through the load generator, every one answered.
+fn check_h2c(addr: SocketAddr) -> anyhow::Result<()> {
+    use crate::load::{LoadSpec, Pace, Protocol};
+    let spec = LoadSpec {
+        target: addr,
+        host: "bench".into(),
+        tls: None,
+        protocol: Protocol::Http2,
+        paths: vec!["/index.html?size=128".into(), "/img/logo.png?size=128".into()],
+        headers: Vec::new(),
+        cookies: false,
+        connections: 2,
+        requests_per_connection: None,
+        pace: Pace::Closed,
+        warmup: Duration::ZERO,
+        duration: Duration::from_millis(300),
+        threads: 1,
+    };
+    let r = crate::load::run(&spec).context("h2c load run")?;
+    ensure!(r.requests > 0, "no h2c request completed ({} errors)", r.errors);
+    ensure!(r.errors == 0, "{} of {} h2c requests failed", r.errors, r.requests + r.errors);
     Ok(())
 }
 
@@ -313,7 +338,9 @@ pub fn check(
             check_compression(addr, origin, coding)
         }
         (_, Setup::Cache) => check_cache_hits(addr, origins, 1024, 5, "check"),
-        (_, Setup::TlsRsa | Setup::TlsEcdsa) => check_tls(addr),
+        (_, Setup::TlsRsa | Setup::TlsEcdsa) => check_tls(addr, false),
+        (_, Setup::H2Tls) => check_tls(addr, true),
+        (_, Setup::H2c | Setup::H2Upstream) => check_h2c(addr),
         // The failover runner starts the target's origins itself, then checks that
         // requests reach both before it measures (see `failover::run`).
         (_, Setup::Failover) => Ok(()),

@@ -103,6 +103,12 @@ pub enum Setup {
     /// HTTP: pool `main` over two origins of the target's own, with an active TCP health
     /// check where the target has one (see [`crate::suite::failover`]).
     Failover,
+    /// [`Setup::L7`] with HTTP/2 over TLS (ALPN `h2`, the ECDSA P-256 certificate) to clients.
+    H2Tls,
+    /// [`Setup::L7`] with HTTP/2 in clear text (h2c, prior knowledge) to clients.
+    H2c,
+    /// [`Setup::H2c`] with HTTP/2 (h2c, prior knowledge) to the servers too.
+    H2Upstream,
 }
 
 impl Setup {
@@ -121,6 +127,9 @@ impl Setup {
             Setup::Cache => "cache",
             Setup::Udp => "udp",
             Setup::Failover => "failover",
+            Setup::H2Tls => "h2-tls",
+            Setup::H2c => "h2c",
+            Setup::H2Upstream => "h2-upstream",
         }
     }
 
@@ -136,7 +145,12 @@ impl Setup {
 
     /// Whether the target speaks TLS to clients in this setup.
     pub fn tls(self) -> bool {
-        matches!(self, Setup::TlsRsa | Setup::TlsEcdsa)
+        matches!(self, Setup::TlsRsa | Setup::TlsEcdsa | Setup::H2Tls)
+    }
+
+    /// Whether the generator speaks HTTP/2 to the target in this setup.
+    pub fn http2(self) -> bool {
+        matches!(self, Setup::H2Tls | Setup::H2c | Setup::H2Upstream)
     }
 }
 
@@ -226,6 +240,9 @@ pub fn plan(quick: bool) -> Plan {
                 test(L7Cps, Setup::L7, s, Some(1), 1),
                 // One more start and one short run: cheap enough for the CI smoke test.
                 test(L7KeepaliveAccessLog, Setup::L7Log, sized(&[128]), None, 1),
+                // HTTP/2 to the proxy and to the servers, 128 B only: two more starts.
+                test(Http2Clear, Setup::H2c, sized(&[128]), None, 1),
+                test(Http2Upstream, Setup::H2Upstream, sized(&[128]), None, 1),
             ],
             timing: Timing {
                 warmup: Duration::from_millis(500),
@@ -268,6 +285,9 @@ pub fn plan(quick: bool) -> Plan {
             test(UdpFrames, Setup::Udp, frames, None, 1),
             test(UdpImix, Setup::Udp, imix, None, 1),
             test(L7Failover, Setup::Failover, vec![None], None, 1),
+            test(Http2Tls, Setup::H2Tls, sized(&QUICK_SIZES), None, 2),
+            test(Http2Clear, Setup::H2c, sized(&QUICK_SIZES), None, 2),
+            test(Http2Upstream, Setup::H2Upstream, sized(&QUICK_SIZES), None, 2),
         ],
         timing: Timing {
             warmup: Duration::from_secs(1),
@@ -358,7 +378,10 @@ pub fn direct_support(t: &TestPlan) -> Support {
         return Support::No("baseline: no proxy process whose memory could be measured".into());
     }
     match t.setup {
-        Setup::L7 | Setup::L4 | Setup::Udp => Support::Yes,
+        // The origins serve h2c with prior knowledge as they serve HTTP/1.1.
+        Setup::L7 | Setup::L4 | Setup::Udp | Setup::H2c => Support::Yes,
+        Setup::H2Upstream => Support::No("baseline: the same client→server h2c traffic as the h2c test's".into()),
+        Setup::H2Tls => Support::No("baseline: the bench runs its origins in clear text".into()),
         Setup::L7Log => Support::No("baseline: the origin simulator writes no access log".into()),
         Setup::Cookie => Support::No("baseline: the origin does not insert persistence cookies".into()),
         Setup::TlsRsa | Setup::TlsEcdsa => Support::No("baseline: the bench runs its origins in clear text".into()),
@@ -466,14 +489,18 @@ mod tests {
                 TestKind::L7KeepaliveRps,
                 TestKind::L7Rps,
                 TestKind::L7Cps,
-                TestKind::L7KeepaliveAccessLog
+                TestKind::L7KeepaliveAccessLog,
+                TestKind::Http2Clear,
+                TestKind::Http2Upstream,
             ]
         );
         for t in &p.tests {
             assert_eq!(t.repeats, 1);
             match t.kind {
                 TestKind::ConcurrentConnections => {}
-                TestKind::L7KeepaliveAccessLog => assert_eq!(t.sizes, vec![Some(128)]),
+                TestKind::L7KeepaliveAccessLog | TestKind::Http2Clear | TestKind::Http2Upstream => {
+                    assert_eq!(t.sizes, vec![Some(128)])
+                }
                 _ => assert_eq!(t.sizes, vec![Some(128), Some(131072)]),
             }
         }
@@ -489,8 +516,8 @@ mod tests {
             _ => Support::Yes,
         });
         let n = count(&p, &c);
-        assert_eq!(n.cells, 16);
-        assert_eq!(n.measured, 14, "the baseline has no proxy memory and no access log");
+        assert_eq!(n.cells, 20);
+        assert_eq!(n.measured, 17, "the baseline has no proxy memory, no access log, and one h2c baseline");
         assert!(estimate(&p, &c) < Duration::from_secs(120), "{:?}", estimate(&p, &c));
     }
 

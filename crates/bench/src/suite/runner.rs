@@ -85,7 +85,7 @@ pub fn spec(plan: &Plan, t: &TestPlan, size: Option<u64>, addr: SocketAddr) -> L
         target: addr,
         host: if tls.is_some() { "localhost".into() } else { "bench".into() },
         tls,
-        protocol: Protocol::Http1,
+        protocol: if t.setup.http2() { Protocol::Http2 } else { Protocol::Http1 },
         paths: paths(t, size),
         headers,
         cookies: t.kind == TestKind::L7CookiePersistence,

@@ -5,7 +5,8 @@
 //! ending in `.png`, keep-alive to clients and servers, `X-Forwarded-For`, one worker,
 //! plus the setup's function (cookie insert, TLS with the same certificate, gzip level 1
 //! of `text/html`, a response cache, a TCP or UDP relay, an access log line per request
-//! written to a file in the run folder). A target that cannot express the
+//! written to a file in the run folder, HTTP/2 to clients over TLS or h2c, HTTP/2 to the
+//! servers). A target that cannot express the
 //! function gets a reason instead of a configuration. switchyard's capabilities are not
 //! hard-coded: its configuration is written with the keys the feature would use and
 //! `switchyard check` decides (see [`crate::suite::runner`]), so cells light up as
@@ -194,6 +195,7 @@ pub fn switchyard(setup: Setup, env: &Env) -> String {
         _ => {
             if setup.tls() {
                 let c = if setup == Setup::TlsRsa { &env.certs.rsa } else { &env.certs.ecdsa };
+                // HTTP/2 is on by default: offered by ALPN on `https`, h2c accepted on `http`.
                 s += "mode = \"https\"\n";
                 let _ = writeln!(
                     s,
@@ -219,6 +221,10 @@ pub fn switchyard(setup: Setup, env: &Env) -> String {
         return s;
     }
     s += "\n[[pool]]\nname = \"main\"\nbalance = \"round-robin\"\n";
+    let h2_pools = setup == Setup::H2Upstream;
+    if h2_pools {
+        s += "protocol = \"h2\"\n";
+    }
     if setup == Setup::Cookie {
         s += "persistence = { cookie = \"SRV\", mode = \"insert\" }\n";
     }
@@ -228,9 +234,10 @@ pub fn switchyard(setup: Setup, env: &Env) -> String {
         p.origins[0], p.origins[1]
     );
     if setup != Setup::L4 {
+        let protocol = if h2_pools { "protocol = \"h2\"\n" } else { "" };
         let _ = writeln!(
             s,
-            "\n[[pool]]\nname = \"images\"\nservers = [ {{ address = \"127.0.0.1:{}\", name = \"c\" }} ]",
+            "\n[[pool]]\nname = \"images\"\n{protocol}servers = [ {{ address = \"127.0.0.1:{}\", name = \"c\" }} ]",
             p.origins[2]
         );
     }
@@ -342,10 +349,17 @@ pub fn haproxy(setup: Setup, env: &Env) -> Generated {
     s += "    timeout connect 3s\n    timeout client 60s\n    timeout server 30s\n\n";
     s += "frontend bench\n";
     match setup {
-        Setup::TlsRsa | Setup::TlsEcdsa => {
+        Setup::TlsRsa | Setup::TlsEcdsa | Setup::H2Tls => {
             let c = if setup == Setup::TlsRsa { &env.certs.rsa } else { &env.certs.ecdsa };
-            let _ = writeln!(s, "    bind 127.0.0.1:{port} ssl crt {} no-tls-tickets", c.combined.display());
+            // ALPN `h2` as switchyard and NGINX offer it (HAProxy offers none by default).
+            let alpn = if setup == Setup::H2Tls { " alpn h2,http/1.1" } else { "" };
+            let _ = writeln!(s, "    bind 127.0.0.1:{port} ssl crt {} no-tls-tickets{alpn}", c.combined.display());
             s += "    http-request set-header X-Forwarded-Proto https\n";
+        }
+        Setup::H2c | Setup::H2Upstream => {
+            // h2c with prior knowledge: `proto h2` makes the listener speak HTTP/2 only.
+            let _ = writeln!(s, "    bind 127.0.0.1:{port} proto h2");
+            s += "    http-request set-header X-Forwarded-Proto http\n";
         }
         _ => {
             let _ = writeln!(s, "    bind 127.0.0.1:{port}");
@@ -365,10 +379,12 @@ pub fn haproxy(setup: Setup, env: &Env) -> Generated {
         _ => {}
     }
     let cookie = |n: &str| if setup == Setup::Cookie { format!(" cookie {n}") } else { String::new() };
-    let _ = writeln!(s, "    server a 127.0.0.1:{}{}", p.origins[0], cookie("a"));
-    let _ = writeln!(s, "    server b 127.0.0.1:{}{}", p.origins[1], cookie("b"));
+    // HTTP/2 to the servers: h2c with prior knowledge, as switchyard's `protocol = "h2"`.
+    let proto = if setup == Setup::H2Upstream { " proto h2" } else { "" };
+    let _ = writeln!(s, "    server a 127.0.0.1:{}{}{proto}", p.origins[0], cookie("a"));
+    let _ = writeln!(s, "    server b 127.0.0.1:{}{}{proto}", p.origins[1], cookie("b"));
     if setup != Setup::L4 {
-        let _ = writeln!(s, "\nbackend images\n    server c 127.0.0.1:{}", p.origins[2]);
+        let _ = writeln!(s, "\nbackend images\n    server c 127.0.0.1:{}{proto}", p.origins[2]);
     }
     if setup == Setup::Cache {
         // 256 MB as switchyard's `size`; objects up to switchyard's default `max_object`.
@@ -395,6 +411,11 @@ pub fn nginx(setup: Setup, env: &Env) -> Generated {
     }
     if setup == Setup::Zstd {
         return Err("NGINX has no zstd of its own and Debian packages no zstd module".into());
+    }
+    if setup == Setup::H2Upstream {
+        return Err("NGINX speaks HTTP/2 to servers only through `grpc_pass`, for gRPC; `proxy_pass` is \
+                    HTTP/1.x only (`proxy_http_version` accepts 1.0 and 1.1)"
+            .into());
     }
     if setup == Setup::Failover {
         // No active health check in NGINX open source (`health_check` is NGINX Plus):
@@ -477,17 +498,20 @@ pub fn nginx(setup: Setup, env: &Env) -> Generated {
          keepalive 64;\n        keepalive_requests 1000000;\n    }}\n\n    server {{\n",
         p.origins[0], p.origins[1], p.origins[2]
     );
+    // NGINX 1.22 (Debian 12) turns HTTP/2 on per listener (`http2 on` came in 1.25.1);
+    // without `ssl` such a listener takes h2c with prior knowledge only.
+    let http2 = if setup.http2() { " http2" } else { "" };
     if setup.tls() {
         let c = if setup == Setup::TlsRsa { &env.certs.rsa } else { &env.certs.ecdsa };
         let _ = write!(
             s,
-            "        listen 127.0.0.1:{port} ssl;\n        ssl_certificate {};\n        ssl_certificate_key {};\n        \
+            "        listen 127.0.0.1:{port} ssl{http2};\n        ssl_certificate {};\n        ssl_certificate_key {};\n        \
              ssl_protocols TLSv1.2 TLSv1.3;\n        ssl_session_cache off;\n        ssl_session_tickets off;\n",
             c.cert.display(),
             c.key.display()
         );
     } else {
-        let _ = writeln!(s, "        listen 127.0.0.1:{port};");
+        let _ = writeln!(s, "        listen 127.0.0.1:{port}{http2};");
     }
     s += "        proxy_http_version 1.1;\n        proxy_set_header Connection \"\";\n        \
           proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n        \

@@ -4,7 +4,7 @@
 use super::*;
 use crate::suite::procs::which;
 
-const SETUPS: [Setup; 12] = [
+const SETUPS: [Setup; 15] = [
     Setup::L7,
     Setup::L7Log,
     Setup::L4,
@@ -17,6 +17,9 @@ const SETUPS: [Setup; 12] = [
     Setup::Cache,
     Setup::Udp,
     Setup::Failover,
+    Setup::H2Tls,
+    Setup::H2c,
+    Setup::H2Upstream,
 ];
 
 struct Fixture {
@@ -267,4 +270,23 @@ fn nginx_gzips_at_level_one_and_caches_in_the_run_folder() {
         !nginx(Setup::L7, &e).expect("l7").contains("gzip")
             && !nginx(Setup::L7, &e).expect("l7").contains("proxy_cache")
     );
+}
+
+#[test]
+fn http2_setups_speak_h2_where_each_target_can() {
+    let f = Fixture::new("h2");
+    let e = f.env();
+    let sw_tls = switchyard(Setup::H2Tls, &e);
+    assert!(sw_tls.contains("mode = \"https\"") && sw_tls.contains("ecdsa-p256.crt"), "{sw_tls}");
+    assert!(!switchyard(Setup::H2c, &e).contains("protocol = \"h2\""));
+    assert_eq!(switchyard(Setup::H2Upstream, &e).matches("protocol = \"h2\"").count(), 2, "both pools");
+    let ha_tls = haproxy(Setup::H2Tls, &e).expect("h2 over TLS");
+    assert!(ha_tls.contains("ssl crt") && ha_tls.contains("alpn h2,http/1.1"), "{ha_tls}");
+    let ha_h2c = haproxy(Setup::H2c, &e).expect("h2c");
+    assert!(ha_h2c.contains("bind 127.0.0.1:41012 proto h2") && !ha_h2c.contains("41001 proto h2"), "{ha_h2c}");
+    let ha_up = haproxy(Setup::H2Upstream, &e).expect("h2 to servers");
+    assert_eq!(ha_up.matches(" proto h2").count(), 4, "the bind and three servers: {ha_up}");
+    assert!(nginx(Setup::H2Tls, &e).expect("h2 over TLS").contains("listen 127.0.0.1:41013 ssl http2;"));
+    assert!(nginx(Setup::H2c, &e).expect("h2c").contains("listen 127.0.0.1:41013 http2;"));
+    assert!(nginx(Setup::H2Upstream, &e).expect_err("no h2 to servers").contains("grpc_pass"));
 }

@@ -7,6 +7,7 @@
 //! 0, read it, drop) so test binaries and tests within them run in parallel safely.
 #![allow(dead_code)] // Each test file uses its own subset.
 
+pub mod grpc;
 pub mod pki;
 
 use std::io::{self, BufRead, BufReader, Read, Write};

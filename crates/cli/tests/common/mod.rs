@@ -8,6 +8,7 @@
 #![allow(dead_code)] // Each test file uses its own subset.
 
 pub mod pki;
+pub mod prometheus;
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

@@ -10,8 +10,11 @@ cd "$(dirname "$0")/.."
 # Debian packages the test run relies on. The tests shell out to kill(1)
 # (procps: they stop the processes they start by PID) and taskset(1)
 # (util-linux: the benchmark smoke test pins the proxy and the generator);
-# the dashboard tests drive a headless Chromium (chromium); the rest serve
-# the scripts and manual checks around them.
+# the dashboard tests drive a headless Chromium (chromium); the
+# observability tests run a real Prometheus server and promtool (prometheus),
+# the OpenMetrics parser of the Python client (python3-prometheus-client),
+# GoAccess on a combined access log (goaccess) and rsyslogd receiving syslog
+# (rsyslog); the rest serve the scripts and manual checks around them.
 # Each entry is "package:command" (command empty when the package has none).
 PACKAGES=(
   "procps:kill"
@@ -20,6 +23,10 @@ PACKAGES=(
   "curl:curl"
   "iproute2:ss"
   "chromium:chromium"
+  "prometheus:promtool"
+  "python3-prometheus-client:"
+  "goaccess:goaccess"
+  "rsyslog:rsyslogd"
 )
 
 step() {

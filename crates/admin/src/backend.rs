@@ -20,8 +20,8 @@ pub trait Backend: Send + Sync + 'static {
     fn config(&self) -> String;
     /// A snapshot of every service's and every pool's counters.
     fn stats(&self) -> StatsView;
-    /// Prometheus text exposition, format 0.0.4.
-    fn metrics(&self) -> String;
+    /// The Prometheus exposition in `format`.
+    fn metrics(&self, format: crate::MetricsFormat) -> String;
     /// Applies `op` to one server and returns its state afterwards.
     ///
     /// # Errors
@@ -140,6 +140,24 @@ pub struct ServiceView {
     pub bytes_out: u64,
     /// Request latency (first byte in to last byte out).
     pub latency: HistogramView,
+    /// A `udp` service's datagrams (absent for the other modes). Its flows
+    /// are its connections, the datagrams it relayed to servers its
+    /// requests, their payload its bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub datagrams: Option<DatagramCounts>,
+}
+
+/// Datagrams of a `udp` service.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatagramCounts {
+    /// Relayed from clients to servers.
+    pub to_server: u64,
+    /// Relayed from servers back to clients.
+    pub to_client: u64,
+    /// From new clients, refused because the flow table was full.
+    pub refused: u64,
+    /// Dropped for another reason (no server, send failure).
+    pub dropped: u64,
 }
 
 /// Responses counted by status class; `none` counts requests that got no

@@ -8,13 +8,13 @@
 use axum::body::Bytes;
 use axum::extract::rejection::{QueryRejection, StringRejection};
 use axum::extract::{Path, Query, RawQuery, State};
-use axum::http::{header, StatusCode, Uri};
+use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
 use crate::backend::{ApiError, Backend, ServerOp};
-use crate::AdminState;
+use crate::{AdminState, MetricsFormat};
 
 /// Largest weight the API accepts (the configuration's limit too).
 pub const MAX_WEIGHT: u32 = 1000;
@@ -23,8 +23,6 @@ pub const DEFAULT_PERSISTENCE_LIMIT: usize = 100;
 /// Most persistence entries one request may ask for; larger limits are clamped.
 pub const MAX_PERSISTENCE_LIMIT: usize = 10_000;
 
-/// Content type of the Prometheus text exposition format.
-const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Content type of the configuration text.
 const TOML_TEXT: &str = "text/plain; charset=utf-8";
 
@@ -85,10 +83,23 @@ pub(crate) async fn stats(State(state): State<AdminState>) -> Response {
     }
 }
 
-/// `GET /metrics`: Prometheus text exposition.
-pub(crate) async fn metrics(State(state): State<AdminState>) -> Response {
-    match call(&state, |b| b.metrics()).await {
-        Ok(text) => ([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], text).into_response(),
+/// `GET /metrics`: Prometheus exposition, OpenMetrics or the classic text
+/// format as the `Accept` header asks ([`MetricsFormat::negotiate`]), unless
+/// the query forces one (`?format=text` or `?format=openmetrics`: for a
+/// scraper that cannot choose its `Accept`).
+pub(crate) async fn metrics(
+    State(state): State<AdminState>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let forced = match MetricsFormat::from_query(query.as_deref()) {
+        Ok(forced) => forced,
+        Err(message) => return error_response(StatusCode::BAD_REQUEST, &message),
+    };
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = forced.unwrap_or_else(|| MetricsFormat::negotiate(accept));
+    match call(&state, move |b| b.metrics(format)).await {
+        Ok(text) => ([(header::CONTENT_TYPE, format.content_type())], text).into_response(),
         Err(r) => r,
     }
 }

@@ -18,6 +18,7 @@ pub mod ctl;
 mod auth;
 mod dashboard;
 mod events;
+mod exposition;
 mod handlers;
 mod sample;
 
@@ -33,9 +34,10 @@ use axum::Router;
 use switchyard_config::{Admin, AdminToken};
 
 pub use backend::{
-    ApiError, Backend, ClassCounts, HealthView, HistogramView, PersistenceEntryView, PersistenceView, PoolView,
-    ReloadView, ServerOp, ServerView, ServiceView, StatsView,
+    ApiError, Backend, ClassCounts, DatagramCounts, HealthView, HistogramView, PersistenceEntryView, PersistenceView,
+    PoolView, ReloadView, ServerOp, ServerView, ServiceView, StatsView,
 };
+pub use exposition::MetricsFormat;
 pub use handlers::{DEFAULT_PERSISTENCE_LIMIT, MAX_PERSISTENCE_LIMIT, MAX_WEIGHT};
 pub use sample::percentile;
 

@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use switchyard_admin::backend::{
-    ApiError, Backend, ClassCounts, HealthView, HistogramView, PersistenceEntryView, PersistenceView, PoolView,
-    ReloadView, ServerOp, ServerView, ServiceView, StatsView,
+    ApiError, Backend, ClassCounts, DatagramCounts, HealthView, HistogramView, PersistenceEntryView, PersistenceView,
+    PoolView, ReloadView, ServerOp, ServerView, ServiceView, StatsView,
 };
+use switchyard_admin::MetricsFormat;
 use switchyard_config::{Algorithm, Mode, Persistence};
 use switchyard_engine::metrics::{self, ByClass, ExpositionView, HistogramSnapshot, ProcessGauges, ServerRow};
 use switchyard_engine::{Applied, ApplyError, Change, Control, Generation};
@@ -65,8 +66,9 @@ fn api_error(e: ApplyError) -> ApiError {
     }
 }
 
+/// `ByClass` is indexed like [`metrics::CLASSES`]: `none` first.
 fn classes(c: &ByClass) -> ClassCounts {
-    ClassCounts { xx1: c.0[0], xx2: c.0[1], xx3: c.0[2], xx4: c.0[3], xx5: c.0[4], none: c.0[5] }
+    ClassCounts { none: c.0[0], xx1: c.0[1], xx2: c.0[2], xx3: c.0[3], xx4: c.0[4], xx5: c.0[5] }
 }
 
 fn histogram(h: &HistogramSnapshot) -> HistogramView {
@@ -140,8 +142,13 @@ impl Backend for EngineBackend {
             .services
             .iter()
             .zip(&gen.services)
-            .map(|(service, m)| {
-                let t = m.snapshot();
+            .zip(&gen.udp)
+            .map(|((service, m), board)| {
+                let mut t = m.snapshot();
+                let flows = (service.mode == Mode::Udp).then(|| board.total());
+                if let Some(f) = &flows {
+                    t.add_flows(f);
+                }
                 ServiceView {
                     name: service.name.clone(),
                     mode: service.mode.name().into(),
@@ -153,6 +160,12 @@ impl Backend for EngineBackend {
                     bytes_in: t.bytes_in,
                     bytes_out: t.bytes_out,
                     latency: histogram(&t.latency),
+                    datagrams: flows.map(|f| DatagramCounts {
+                        to_server: f.datagrams_to_server,
+                        to_client: f.datagrams_to_client,
+                        refused: f.refused,
+                        dropped: f.dropped,
+                    }),
                 }
             })
             .collect();
@@ -171,7 +184,7 @@ impl Backend for EngineBackend {
         StatsView { services, pools }
     }
 
-    fn metrics(&self) -> String {
+    fn metrics(&self, format: MetricsFormat) -> String {
         let gen = self.control.generation();
         let (ok, failed) = *self.reloads.lock().unwrap_or_else(|e| e.into_inner());
         let mut view = ExpositionView {
@@ -217,7 +230,11 @@ impl Backend for EngineBackend {
                 });
             }
         }
-        metrics::encode(&view)
+        let format = match format {
+            MetricsFormat::OpenMetrics => metrics::Format::OpenMetrics,
+            MetricsFormat::Text => metrics::Format::Text,
+        };
+        metrics::encode(&view, format)
     }
 
     fn server(&self, pool: &str, server: &str, op: ServerOp) -> Result<ServerView, ApiError> {

@@ -73,6 +73,9 @@ fn serve(
     file: Option<PathBuf>,
     source: String,
 ) -> anyhow::Result<()> {
+    if let Some(events) = &config.event_log {
+        crate::event_log::start(events).context("cannot open the event log's syslog socket")?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -95,8 +98,8 @@ fn serve(
         }
         let admin = config.admin.clone();
         let handle = switchyard_engine::start(config, workers)?;
-        for (service, addr) in handle.listening() {
-            println!("switchyard: service `{service}` listening on http://{addr}/");
+        for (service, mode, addr) in handle.listening() {
+            println!("switchyard: service `{service}` listening on {}", listener_url(mode, addr));
         }
         let backend = Arc::new(EngineBackend::new(handle.control(), file.clone(), source));
         if let Some(admin) = &admin {
@@ -203,4 +206,17 @@ fn print_demo_tour(origins: &[(std::net::SocketAddr, &str)]) {
          Dashboard: http://127.0.0.1:9090/   (switchyard ctl stats | drain web origin-a | enable web origin-a)\n\
          Ctrl-C stops."
     );
+}
+
+/// How the start-up banner names a listener: a URL for the HTTP modes, the
+/// transport and address for the layer-4 ones (`tls-passthrough` relays TLS
+/// over TCP).
+fn listener_url(mode: switchyard_config::Mode, addr: std::net::SocketAddr) -> String {
+    use switchyard_config::Mode;
+    match mode {
+        Mode::Http => format!("http://{addr}/"),
+        Mode::Https => format!("https://{addr}/"),
+        Mode::Tcp | Mode::TlsPassthrough => format!("tcp://{addr} ({})", mode.name()),
+        Mode::Udp => format!("udp://{addr}"),
+    }
 }

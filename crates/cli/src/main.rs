@@ -4,11 +4,14 @@
 mod backend;
 mod bench;
 mod commands;
+mod event_log;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 /// An application delivery controller: L4/L7 load balancer with its own benchmark suite.
 #[derive(Parser)]
@@ -71,12 +74,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter =
         tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let stderr = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+        .with_target(false);
+    tracing_subscriber::registry().with(event_log::layer()).with(stderr).with(filter).init();
     let result = match cli.command {
         Command::Up => commands::up(),
         Command::Run { config, workers } => commands::run(&config, workers),

@@ -472,8 +472,8 @@ fn compression_counters_reach_the_metrics() {
         let body =
             Client::connect(admin).request("GET", "/metrics", &[("host", &host), ("connection", "close")]).text();
         let has = |line: &str| body.lines().any(|l| l.starts_with(line));
-        (has("switchyard_compression_bytes_in_total{service=\"web\",algorithm=\"gzip\"} 50000")
-            && has("switchyard_compression_bytes_out_total{service=\"web\",algorithm=\"gzip\"}"))
+        (has("switchyard_compression_input_bytes_total{service=\"web\",algorithm=\"gzip\"} 50000")
+            && has("switchyard_compression_output_bytes_total{service=\"web\",algorithm=\"gzip\"}"))
         .then_some(())
     });
 }

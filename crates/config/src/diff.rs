@@ -78,6 +78,8 @@ pub struct Diff {
     pub admin_changed: bool,
     /// `[access_log]` differs.
     pub access_log_changed: bool,
+    /// `[event_log]` differs; it takes effect at the next start.
+    pub event_log_changed: bool,
 }
 
 impl Diff {
@@ -91,12 +93,13 @@ impl Diff {
             && !self.drain_timeout_changed
             && !self.admin_changed
             && !self.access_log_changed
+            && !self.event_log_changed
     }
 
     /// True when part of the change can only take effect after a restart
-    /// (today: `workers`).
+    /// (today: `workers` and `[event_log]`).
     pub fn needs_restart(&self) -> bool {
-        self.workers_changed
+        self.workers_changed || self.event_log_changed
     }
 }
 
@@ -122,6 +125,7 @@ impl fmt::Display for Diff {
             (self.drain_timeout_changed, "drain_timeout changed"),
             (self.admin_changed, "admin changed"),
             (self.access_log_changed, "access_log changed"),
+            (self.event_log_changed, "event_log changed (restart needed)"),
         ];
         for (_, text) in flags.iter().filter(|(set, _)| *set) {
             write!(f, "; {text}")?;
@@ -157,6 +161,7 @@ pub fn diff(old: &Config, new: &Config) -> Diff {
         drain_timeout_changed: old.drain_timeout != new.drain_timeout,
         admin_changed: old.admin != new.admin,
         access_log_changed: old.access_log != new.access_log,
+        event_log_changed: old.event_log != new.event_log,
     }
 }
 

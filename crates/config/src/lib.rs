@@ -38,6 +38,7 @@ mod protection;
 mod raw;
 mod read;
 mod rule;
+mod syslog;
 mod tls;
 mod units;
 mod validate;

@@ -28,6 +28,35 @@ pub struct Config {
     pub admin: Option<Admin>,
     /// The access log; `None` (no access log) when the file has no `[access_log]` table.
     pub access_log: Option<AccessLog>,
+    /// Where events (start-up, reloads, failures: the process's own log)
+    /// go besides standard error; `None` without an `[event_log]` table.
+    pub event_log: Option<EventLog>,
+}
+
+/// The event log (`[event_log]`): the process's own log lines, also sent to
+/// syslog. Read at start; a change takes effect at the next start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventLog {
+    /// The syslog receiver.
+    pub syslog: Syslog,
+}
+
+/// A syslog receiver and the facility of the messages sent to it (RFC 5424).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Syslog {
+    /// Where messages go.
+    pub address: SyslogAddress,
+    /// Facility code 0–23 (`daemon` = 3, `local0` = 16 … `local7` = 23).
+    pub facility: u8,
+}
+
+/// The transport of a syslog receiver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyslogAddress {
+    /// A Unix datagram socket such as `/dev/log`.
+    Unix(std::path::PathBuf),
+    /// UDP to a host and port (RFC 5426).
+    Udp(SocketAddr),
 }
 
 /// The admin API / dashboard listener (`[admin]`).
@@ -87,6 +116,8 @@ pub enum LogTarget {
     Stdout,
     /// A file, appended to and reopened on SIGUSR1 (log rotation).
     File(std::path::PathBuf),
+    /// A syslog receiver, one RFC 5424 message per line.
+    Syslog(Syslog),
 }
 
 /// Format of an access log line.

@@ -1,4 +1,5 @@
-//! Validation of the operations tables: `[admin]` and `[access_log]`.
+//! Validation of the operations tables: `[admin]`, `[access_log]` and
+//! `[event_log]`.
 //!
 //! Invariants of an accepted [`Admin`]: its listener is on a loopback address
 //! (127.0.0.0/8 or ::1) or it has at least one token, because the admin API
@@ -15,8 +16,9 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use crate::model::{AccessLog, Admin, AdminToken, LogFormat, LogTarget, Role};
-use crate::raw::{RawAccessLog, RawAdmin, RawAdminToken, S};
+use crate::model::{AccessLog, Admin, AdminToken, EventLog, LogFormat, LogTarget, Role};
+use crate::raw::{RawAccessLog, RawAdmin, RawAdminToken, RawEventLog, S};
+use crate::syslog::{validate_syslog, ACCESS_FACILITY, EVENT_FACILITY};
 use crate::units::{parse_socket_addr, suggest};
 use crate::validate::{broken, overlaps, Ctx, Listener};
 
@@ -145,7 +147,20 @@ fn parse_role(cx: &mut Ctx<'_, '_>, value: &S<String>) -> Option<Role> {
 pub(crate) fn validate_access_log(cx: &mut Ctx<'_, '_>, raw: &S<RawAccessLog>) -> AccessLog {
     let raw = raw.get_ref();
     let d = AccessLog::default();
-    let target = raw.path.as_ref().map_or(d.target, |p| log_target(cx, p));
+    let target = match (&raw.path, &raw.syslog) {
+        (Some(path), Some(syslog)) => {
+            let hint = "an access log goes to one place: remove `path` or `syslog`";
+            cx.r.error_hint(&syslog.span(), "`path` and `syslog` both given", hint);
+            validate_syslog(cx, syslog, raw.facility.as_ref(), ACCESS_FACILITY);
+            log_target(cx, path)
+        }
+        (Some(path), None) => log_target(cx, path),
+        (None, Some(syslog)) => LogTarget::Syslog(validate_syslog(cx, syslog, raw.facility.as_ref(), ACCESS_FACILITY)),
+        (None, None) => d.target,
+    };
+    if let (Some(f), None) = (&raw.facility, &raw.syslog) {
+        cx.r.error_hint(&f.span(), "`facility` without `syslog`", "a facility applies to syslog messages only");
+    }
     let format = match &raw.format {
         None => d.format,
         Some(f) => match f.get_ref().as_str() {
@@ -159,6 +174,18 @@ pub(crate) fn validate_access_log(cx: &mut Ctx<'_, '_>, raw: &S<RawAccessLog>) -
         },
     };
     AccessLog { target, format }
+}
+
+/// Validates `[event_log]`: `syslog` is required.
+pub(crate) fn validate_event_log(cx: &mut Ctx<'_, '_>, raw: &S<RawEventLog>) -> Option<EventLog> {
+    let span = raw.span();
+    let raw = raw.get_ref();
+    let Some(address) = &raw.syslog else {
+        let hint = "add `syslog = \"/dev/log\"` (or \"udp://HOST:PORT\"), or remove the table";
+        cx.r.error_hint(&span, "[event_log] without `syslog`", hint);
+        return None;
+    };
+    Some(EventLog { syslog: validate_syslog(cx, address, raw.facility.as_ref(), EVENT_FACILITY) })
 }
 
 fn log_target(cx: &mut Ctx<'_, '_>, path: &S<String>) -> LogTarget {

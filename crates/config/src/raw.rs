@@ -29,6 +29,8 @@ pub struct RawConfig {
     pub admin: Option<S<RawAdmin>>,
     /// `[access_log]`
     pub access_log: Option<S<RawAccessLog>>,
+    /// `[event_log]`
+    pub event_log: Option<S<RawEventLog>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells. Validation does not also report
     /// these as missing.
@@ -374,6 +376,19 @@ pub struct RawAccessLog {
     pub path: Option<S<String>>,
     /// `format`
     pub format: Option<S<String>>,
+    /// `syslog`: `/dev/log`-style socket path or `udp://HOST:PORT`.
+    pub syslog: Option<S<String>>,
+    /// `facility` of the syslog messages.
+    pub facility: Option<S<String>>,
+}
+
+/// The `[event_log]` table.
+#[derive(Debug, Clone, Default)]
+pub struct RawEventLog {
+    /// `syslog`, as in `[access_log]`.
+    pub syslog: Option<S<String>>,
+    /// `facility`
+    pub facility: Option<S<String>>,
 }
 
 /// A pool's `persistence` table: one kind key and that kind's options.

@@ -34,7 +34,7 @@ use tls::{read_hsts, read_http2, read_server_tls, read_upstream_tls, redirect_ht
 type Value<'i> = Spanned<DeValue<'i>>;
 type Key<'i> = Spanned<Cow<'i, str>>;
 
-const TOP_KEYS: &[&str] = &["workers", "drain_timeout", "service", "pool", "admin", "access_log"];
+const TOP_KEYS: &[&str] = &["workers", "drain_timeout", "service", "pool", "admin", "access_log", "event_log"];
 const SERVICE_KEYS: &[&str] = &[
     "name",
     "mode",
@@ -102,7 +102,8 @@ const PASSIVE_KEYS: &[&str] = &["failures", "eject"];
 const SERVER_KEYS: &[&str] = &["address", "name", "weight", "backup", "max_connections", "check_address", "slow_start"];
 const ADMIN_KEYS: &[&str] = &["listen", "tokens"];
 const TOKEN_KEYS: &[&str] = &["token", "role"];
-const ACCESS_LOG_KEYS: &[&str] = &["path", "format"];
+const ACCESS_LOG_KEYS: &[&str] = &["path", "format", "syslog", "facility"];
+const EVENT_LOG_KEYS: &[&str] = &["syslog", "facility"];
 /// Keys of `persistence`: the kinds, then the options of each.
 const PERSISTENCE_KEYS: &[&str] = &[
     "cookie",
@@ -178,6 +179,7 @@ pub(crate) fn read_config(r: &mut Report<'_>, root: &DeTable<'_>) -> RawConfig {
             "access_log" => {
                 raw.access_log = table_of(r, name, value).map(|t| S::new(value.span(), read_access_log(r, t)))
             }
+            "event_log" => raw.event_log = table_of(r, name, value).map(|t| S::new(value.span(), read_event_log(r, t))),
             _ => raw.broken.extend(unknown_key(r, key, TOP_KEYS, "at the top level")),
         }
         if r.error_count() > errors_before {
@@ -541,8 +543,25 @@ fn read_access_log(r: &mut Report<'_>, table: &DeTable<'_>) -> RawAccessLog {
         match name {
             "path" => raw.path = string(r, name, value),
             "format" => raw.format = string(r, name, value),
+            "syslog" => raw.syslog = string(r, name, value),
+            "facility" => raw.facility = string(r, name, value),
             _ => {
                 unknown_key(r, key, ACCESS_LOG_KEYS, "in [access_log]");
+            }
+        }
+    }
+    raw
+}
+
+fn read_event_log(r: &mut Report<'_>, table: &DeTable<'_>) -> RawEventLog {
+    let mut raw = RawEventLog::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        match name {
+            "syslog" => raw.syslog = string(r, name, value),
+            "facility" => raw.facility = string(r, name, value),
+            _ => {
+                unknown_key(r, key, EVENT_LOG_KEYS, "in [event_log]");
             }
         }
     }

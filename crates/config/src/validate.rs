@@ -20,7 +20,7 @@ use crate::diagnostic::Report;
 use crate::health::{slow_start, validate_health_check, validate_passive};
 use crate::l4::{check_udp_pools, parse_mode, parse_send_proxy, validate_layer4};
 use crate::model::*;
-use crate::ops::{validate_access_log, validate_admin};
+use crate::ops::{validate_access_log, validate_admin, validate_event_log};
 use crate::pem::Files;
 use crate::persistence::{check_persistence_modes, validate_persistence};
 use crate::raw::*;
@@ -151,6 +151,7 @@ pub(crate) fn validate(r: &mut Report<'_>, raw: &RawConfig, files: &Files) -> Co
     check_persistence_modes(&mut cx, &raw.pools, &pools, &services);
     let admin = raw.admin.as_ref().map(|a| validate_admin(&mut cx, a, &listeners));
     let access_log = raw.access_log.as_ref().map(|l| validate_access_log(&mut cx, l));
+    let event_log = raw.event_log.as_ref().and_then(|l| validate_event_log(&mut cx, l));
 
     for (i, raw_pool) in raw.pools.iter().enumerate() {
         if cx.used.get(i) == Some(&false) {
@@ -165,7 +166,7 @@ pub(crate) fn validate(r: &mut Report<'_>, raw: &RawConfig, files: &Files) -> Co
             }
         }
     }
-    Config { workers, drain_timeout, services, pools, admin, access_log }
+    Config { workers, drain_timeout, services, pools, admin, access_log, event_log }
 }
 
 fn validate_service(cx: &mut Ctx<'_, '_>, service: &S<RawService>, listeners: &mut Vec<Listener>) -> Service {

@@ -240,8 +240,11 @@ impl Control {
         let old = self.generation();
         let diff = switchyard_config::diff(&old.config, &config);
         let mut warnings = Vec::new();
-        if diff.needs_restart() {
+        if diff.workers_changed {
             warnings.push("`workers` changed: the worker count applies at the next restart".to_string());
+        }
+        if diff.event_log_changed {
+            warnings.push("`[event_log]` changed: the event log applies at the next restart".to_string());
         }
         if diff.admin_changed {
             warnings.push("`[admin]` changed: the admin listener applies at the next restart".to_string());

@@ -22,6 +22,7 @@ pub mod persist;
 pub mod protection;
 pub mod relay;
 pub mod runtime;
+pub mod syslog;
 pub mod tls;
 pub mod transport;
 pub mod upstream;
@@ -74,10 +75,10 @@ pub struct Handle {
 }
 
 impl Handle {
-    /// Every (service name, bound address) pair of the running generation, in configuration order.
-    pub fn listening(&self) -> Vec<(String, SocketAddr)> {
+    /// Every listener: its service's name and mode, and its address.
+    pub fn listening(&self) -> Vec<(String, switchyard_config::Mode, SocketAddr)> {
         let gen = self.control.generation();
-        gen.config.services.iter().flat_map(|s| s.listeners.iter().map(|a| (s.name.clone(), *a))).collect()
+        gen.config.services.iter().flat_map(|s| s.listeners.iter().map(|a| (s.name.clone(), s.mode, *a))).collect()
     }
 
     /// The control plane: apply changes, read the running generation.

@@ -11,8 +11,8 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use switchyard_admin::{
-    ApiError, Backend, ClassCounts, HealthView, HistogramView, PersistenceEntryView, PersistenceView, PoolView,
-    ReloadView, ServerOp, ServerView, ServiceView, StatsView,
+    ApiError, Backend, ClassCounts, HealthView, HistogramView, MetricsFormat, PersistenceEntryView, PersistenceView,
+    PoolView, ReloadView, ServerOp, ServerView, ServiceView, StatsView,
 };
 use switchyard_config::{AdminToken, Role};
 use tower::ServiceExt;
@@ -161,11 +161,12 @@ impl Backend for Fake {
                 sum_us: ticks * 15_000,
                 count: ticks * 10,
             },
+            datagrams: None,
         };
         StatsView { services: vec![service], pools: state.pools.clone() }
     }
 
-    fn metrics(&self) -> String {
+    fn metrics(&self, _format: MetricsFormat) -> String {
         "# TYPE switchyard_requests_total counter\nswitchyard_requests_total{service=\"demo\"} 42\n".into()
     }
 

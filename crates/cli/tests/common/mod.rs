@@ -9,6 +9,7 @@
 
 pub mod grpc;
 pub mod pki;
+pub mod prometheus;
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

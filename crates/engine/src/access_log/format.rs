@@ -37,7 +37,7 @@ impl Clock {
 
     /// Seconds and milliseconds since the epoch of `t` (0 before the epoch),
     /// with the cached texts made current for that second.
-    fn at(&mut self, t: SystemTime) -> (&[u8; 19], &[u8; 20], u32) {
+    pub(crate) fn at(&mut self, t: SystemTime) -> (&[u8; 19], &[u8; 20], u32) {
         let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
         let second = d.as_secs();
         if second != self.second {
@@ -126,6 +126,8 @@ pub(crate) fn json(out: &mut Vec<u8>, r: &Record, clock: &mut Clock) {
     num(out, r.bytes_in);
     out.extend_from_slice(b",\"bytes_out\":");
     num(out, r.bytes_out);
+    out.extend_from_slice(b",\"body_bytes_out\":");
+    num(out, r.body_bytes_out);
     match &r.upstream {
         Some(u) => {
             out.extend_from_slice(b",\"pool\":");
@@ -217,7 +219,7 @@ fn unicode_escape(out: &mut Vec<u8>, b: u8) {
 }
 
 /// Appends one combined-format line and a newline:
-/// `client - - [time] "request" status bytes "referer" "user-agent"` then
+/// `client - - [time] "request" status body-bytes "referer" "user-agent"` then
 /// ` service=… server=pool/server total_us=… reason=…`.
 pub(crate) fn combined(out: &mut Vec<u8>, r: &Record, clock: &mut Clock) {
     let (_, clf, _) = clock.at(r.start);
@@ -228,16 +230,24 @@ pub(crate) fn combined(out: &mut Vec<u8>, r: &Record, clock: &mut Clock) {
     if r.method.is_empty() {
         out.push(b'-');
     } else {
+        // What the request line carried: an unparseable one may lack its
+        // target or a version we know (`-`).
         clf_escaped(out, r.method);
-        out.push(b' ');
-        clf_escaped(out, r.target);
-        out.push(b' ');
-        out.extend_from_slice(r.version.as_bytes());
+        if !r.target.is_empty() {
+            out.push(b' ');
+            clf_escaped(out, r.target);
+        }
+        if r.version != "-" {
+            out.push(b' ');
+            out.extend_from_slice(r.version.as_bytes());
+        }
     }
     out.extend_from_slice(b"\" ");
     num(out, u64::from(r.status));
+    // The body's bytes, as Apache's `%b` and NGINX's `$body_bytes_sent`
+    // (log analysers sum this field as bandwidth).
     out.push(b' ');
-    num(out, r.bytes_out);
+    num(out, r.body_bytes_out);
     out.extend_from_slice(b" \"");
     clf_escaped(out, r.referer.unwrap_or(b"-"));
     out.extend_from_slice(b"\" \"");

@@ -19,8 +19,12 @@
 //!   them after), so rotation by rename loses nothing.
 //!
 //! Formatting allocates nothing per line beyond buffer growth ([`format`]).
+//!
+//! A syslog target ([`crate::syslog`]) gets one RFC 5424 message per line,
+//! sent by the writer thread; a line the receiver does not take within the
+//! send timeout is dropped and counted like any other.
 
-mod format;
+pub(crate) mod format;
 
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
@@ -119,6 +123,7 @@ impl AccessLog {
         let sink = match &config.target {
             LogTarget::Stdout => Sink::Stdout,
             LogTarget::File(path) => Sink::File { file: open_file(path)?, path: path.clone() },
+            LogTarget::Syslog(syslog) => Sink::Syslog(crate::syslog::Sender::connect(syslog, "switchyard", true)?),
         };
         AccessLog::start(sink, config.format, options)
     }
@@ -323,6 +328,7 @@ enum Sink {
         path: PathBuf,
         file: File,
     },
+    Syslog(crate::syslog::Sender),
     #[cfg(test)]
     Custom(Box<dyn Write + Send>),
 }
@@ -332,6 +338,24 @@ fn open_file(path: &std::path::Path) -> io::Result<File> {
 }
 
 impl Sink {
+    /// Writes a batch of `lines` lines; on failure, the error and how many
+    /// of the lines were lost.
+    fn write_batch(&mut self, buf: &[u8], lines: u64) -> Result<(), (io::Error, u64)> {
+        let Sink::Syslog(sender) = self else {
+            return self.write_all(buf).map_err(|e| (e, lines));
+        };
+        let mut failed = (None, 0);
+        for line in buf.split_inclusive(|&b| b == b'\n') {
+            if let Err(e) = sender.send(crate::syslog::INFO, "access", line) {
+                failed = (Some(e), failed.1 + 1);
+            }
+        }
+        match failed {
+            (Some(e), lost) => Err((e, lost)),
+            _ => Ok(()),
+        }
+    }
+
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
         match self {
             Sink::Stdout => {
@@ -340,6 +364,7 @@ impl Sink {
                 out.flush()
             }
             Sink::File { file, .. } => file.write_all(buf),
+            Sink::Syslog(_) => Ok(()),
             #[cfg(test)]
             Sink::Custom(w) => w.write_all(buf),
         }
@@ -382,13 +407,14 @@ fn write_loop(shared: &Shared, mut sink: Sink) {
             sink.reopen();
         }
         for (mut buf, lines) in batches.drain(..) {
-            match sink.write_all(&buf) {
+            match sink.write_batch(&buf, lines) {
                 Ok(()) => {
                     shared.written.fetch_add(lines, Ordering::Relaxed);
                     failing = false;
                 }
-                Err(e) => {
-                    shared.dropped.fetch_add(lines, Ordering::Relaxed);
+                Err((e, lost)) => {
+                    shared.written.fetch_add(lines - lost.min(lines), Ordering::Relaxed);
+                    shared.dropped.fetch_add(lost.min(lines), Ordering::Relaxed);
                     if !failing {
                         tracing::warn!(error = %e, "access log write failed; lines are dropped until it works again");
                     }

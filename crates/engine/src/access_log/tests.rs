@@ -20,6 +20,8 @@ fn record(target: &'static [u8]) -> Record<'static> {
         status: 200,
         bytes_in: 78,
         bytes_out: 2326,
+        body_bytes_out: 2048,
+        streamed: (0, 0),
         upstream: Some(Upstream { pool: "main", server: "a", addr: "127.0.0.1:9001".parse().expect("addr") }),
         timings: Timings { head_us: 12, connect_us: None, response_us: Some(850), total_us: 1020 },
         reason: None,
@@ -41,6 +43,7 @@ fn failed() -> Record<'static> {
         status: 502,
         bytes_in: 10,
         bytes_out: 0,
+        body_bytes_out: 0,
         upstream: None,
         timings: Timings { head_us: 3, connect_us: Some(40), response_us: None, total_us: 45 },
         reason: Some("server connect failed"),
@@ -68,7 +71,7 @@ fn json_lines_are_golden_and_parse() {
         ok,
         "{\"time\":\"2000-10-10T13:55:36.007Z\",\"service\":\"web\",\"client\":\"192.0.2.7:40000\",\
          \"method\":\"GET\",\"uri\":\"/index.html?a=1&b=2\",\"version\":\"HTTP/1.1\",\"host\":\"example.test\",\
-         \"status\":200,\"bytes_in\":78,\"bytes_out\":2326,\"pool\":\"main\",\"server\":\"a\",\
+         \"status\":200,\"bytes_in\":78,\"bytes_out\":2326,\"body_bytes_out\":2048,\"pool\":\"main\",\"server\":\"a\",\
          \"server_addr\":\"127.0.0.1:9001\",\"head_us\":12,\"connect_us\":null,\"response_us\":850,\
          \"total_us\":1020,\"reason\":null,\"side\":null,\"user_agent\":\"curl/8.5\",\"referer\":null}\n"
     );
@@ -89,7 +92,7 @@ fn json_lines_are_golden_and_parse() {
 fn combined_lines_are_golden() {
     assert_eq!(
         line(LogFormat::Combined, &record(b"/x")),
-        "192.0.2.7 - - [10/Oct/2000:13:55:36 +0000] \"GET /x HTTP/1.1\" 200 2326 \"-\" \"curl/8.5\" \
+        "192.0.2.7 - - [10/Oct/2000:13:55:36 +0000] \"GET /x HTTP/1.1\" 200 2048 \"-\" \"curl/8.5\" \
          service=web server=main/a total_us=1020 reason=-\n"
     );
     assert_eq!(
@@ -100,6 +103,11 @@ fn combined_lines_are_golden() {
     );
     let unparsed = Record { method: b"", target: b"", status: 400, ..record(b"") };
     assert!(line(LogFormat::Combined, &unparsed).contains("] \"-\" 400 "));
+    // A request line that did not parse, as received.
+    let garbled = Record { method: b"GET", target: b"/a\x01", version: "-", status: 400, ..record(b"") };
+    assert!(line(LogFormat::Combined, &garbled).contains("] \"GET /a\\x01\" 400 2048 "));
+    let alone = Record { method: b"HELLO", target: b"", version: "-", status: 400, ..record(b"") };
+    assert!(line(LogFormat::Combined, &alone).contains("] \"HELLO\" 400 "));
 }
 
 /// A fresh folder under the system temp folder, removed when dropped.

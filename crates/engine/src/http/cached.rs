@@ -257,6 +257,7 @@ async fn gateway_timeout<S: ClientStream>(
     switchyard_http::rewrite::local_response(&mut client.out, 504, None, "text/plain", body, connection);
     let ok = super::body::write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();
     client.trace.bytes_out = client.out.len() as u64;
+    client.trace.body_out = body.len() as u64;
     client.trace.cache = Some("miss");
     client.trace.cache_status = 504;
     keep && ok
@@ -378,6 +379,7 @@ async fn serve<S: ClientStream>(
     let body = if info.head_method || status == 304 || status == 204 { &[][..] } else { &entry.body[..] };
     let ok = write_all_two(&mut client.stream, &client.out, body, service.timeouts.client_idle).await.is_ok();
     client.trace.bytes_out = (client.out.len() + body.len()) as u64;
+    client.trace.body_out = body.len() as u64;
     client.trace.cache = Some(how);
     client.trace.cache_status = status;
     keep && ok

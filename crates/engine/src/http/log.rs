@@ -25,6 +25,14 @@ pub(super) struct Trace {
     pub(super) response_us: Option<u64>,
     pub(super) bytes_in: u64,
     pub(super) bytes_out: u64,
+    /// Of `bytes_out`, the response body's (head excluded).
+    pub(super) body_out: u64,
+    /// Of (`bytes_in`, `bytes_out`), what a tunnel already counted in the
+    /// metrics while open.
+    pub(super) streamed: (u64, u64),
+    /// The protocol version of a request line that never parsed, as the
+    /// client wrote it when it is one we know (`-` otherwise).
+    pub(super) unparsed: Option<&'static str>,
     /// (pool, server) indices in the request's generation.
     pub(super) upstream: Option<(usize, usize)>,
     pub(super) http10: bool,
@@ -86,15 +94,18 @@ pub(super) fn log<S>(client: &Client<S>, service: &Service, status: u16, error: 
         client: client.peer,
         method: method.as_bytes(),
         target: target.as_bytes(),
-        version: match (client.transport.http2, t.http10) {
-            (true, _) => "HTTP/2",
-            (false, true) => "HTTP/1.0",
-            (false, false) => "HTTP/1.1",
+        version: match (t.unparsed, client.transport.http2, t.http10) {
+            (Some(version), _, _) => version,
+            (None, true, _) => "HTTP/2",
+            (None, false, true) => "HTTP/1.0",
+            (None, false, false) => "HTTP/1.1",
         },
         host: meta(client, META_HOST),
         status,
         bytes_in: t.bytes_in,
         bytes_out: t.bytes_out,
+        body_bytes_out: t.body_out,
+        streamed: t.streamed,
         upstream: server.map(|(pool, live)| Upstream { pool, server: &live.name, addr: live.addr }),
         timings: Timings { head_us: t.head_us, connect_us: t.connect_us, response_us: t.response_us, total_us },
         reason: error.map(|e| REASONS[reason_index(e.reason(), Some(side_name(e.side())))]),
@@ -117,6 +128,65 @@ pub(super) fn log<S>(client: &Client<S>, service: &Service, status: u16, error: 
     if let Some(line) = logging {
         line.log(&record);
     }
+}
+
+/// Most bytes of an unparseable request line kept for its log line.
+const UNPARSED_LINE: usize = 1024;
+
+/// Before logging a request whose head never parsed: what the client really
+/// sent — the bytes received, and the method, target and version of its
+/// first line as far as they go (lossy UTF-8, at most [`UNPARSED_LINE`]
+/// bytes) — instead of what a previous request on the connection left.
+pub(super) fn keep_unparsed<S>(client: &mut Client<S>) {
+    client.trace.bytes_in = client.buf.len() as u64;
+    let first = client.buf[..].split(|&b| b == b'\n').next().unwrap_or(&[]);
+    let first = first.strip_suffix(b"\r").unwrap_or(first);
+    let first = String::from_utf8_lossy(&first[..first.len().min(UNPARSED_LINE)]).into_owned();
+    let mut words = first.split(' ').filter(|w| !w.is_empty());
+    let (method, target, version) = (words.next(), words.next(), words.next());
+    client.line.clear();
+    client.line.push_str(method.unwrap_or(""));
+    client.line.push(' ');
+    client.line.push_str(target.unwrap_or(""));
+    client.trace.unparsed = Some(match version {
+        Some("HTTP/1.1") => "HTTP/1.1",
+        Some("HTTP/1.0") => "HTTP/1.0",
+        _ => "-",
+    });
+}
+
+/// After a relayed protocol switch: copies bytes both ways between the
+/// client and `server` until either side ends, counting them in the
+/// service's and the server's metrics as they pass (so a long WebSocket
+/// shows its traffic while open), then in the request's trace for its log
+/// line. `pre`: bytes already passed in (to the server, to the client)
+/// before the copy began (read along with the heads).
+pub(super) async fn counted_tunnel<S, U>(client: &mut Client<S>, server: &mut U, pre: (u64, u64))
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let local = client.local.clone();
+    let w = client.worker;
+    let service = local.gen.services.get(client.service);
+    let chosen = client.trace.upstream.and_then(|(p, s)| local.gen.pools.get(p)?.servers.get(s));
+    let tally = |bytes_in: u64, bytes_out: u64| {
+        if let Some(m) = service {
+            m.streamed(w, bytes_in, bytes_out);
+        }
+        if let Some(live) = chosen {
+            live.metrics.streamed(w, bytes_in, bytes_out);
+        }
+    };
+    tally(pre.0, pre.1);
+    let mut counted = crate::relay::counted::Counted::new(&mut client.stream, tally);
+    let _ = tokio::io::copy_bidirectional(&mut counted, server).await;
+    let (read, written) = (counted.read + pre.0, counted.written + pre.1);
+    let t = &mut client.trace;
+    t.bytes_in += read;
+    t.bytes_out += written;
+    t.body_out += written;
+    t.streamed = (t.streamed.0 + read, t.streamed.1 + written);
 }
 
 /// Copies the header values the access log reports into `client.meta`,

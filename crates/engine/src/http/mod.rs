@@ -222,6 +222,7 @@ async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, 
             Ok(Some(head)) => head,
             Ok(None) => return,
             Err(error) => {
+                self::log::keep_unparsed(client);
                 fail(client, &local.gen.config.services[index], &error, Instant::now()).await;
                 return;
             }
@@ -304,6 +305,7 @@ async fn refuse<S: ClientStream>(
     add_retry_after(&mut client.out, &error);
     let ok = write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();
     client.trace.bytes_out = client.out.len() as u64;
+    client.trace.body_out = body.len() as u64;
     log(client, service, status, Some(&error), started);
     ok
 }
@@ -908,6 +910,7 @@ async fn exchange<S: ClientStream>(
         };
         client.trace.response_us = Some(done.head_us);
         client.trace.bytes_out = done.bytes_out;
+        client.trace.body_out = done.bytes_out.saturating_sub(client.out.len() as u64);
         count_compressed(client, worker, &done);
         if done.switched {
             tunnel(client, conn).await;
@@ -954,6 +957,7 @@ async fn exchange<S: ClientStream>(
     };
     client.trace.response_us = Some(done.head_us);
     client.trace.bytes_out = done.bytes_out;
+    client.trace.body_out = done.bytes_out.saturating_sub(client.out.len() as u64);
     client.trace.bytes_in += upload.total();
     count_compressed(client, worker, &done);
     let outcome = Outcome { client_keep_alive: done.outcome.client_keep_alive && complete, ..done.outcome };
@@ -990,6 +994,7 @@ fn proxy_header<S: ClientStream>(pool: &switchyard_config::Pool, client: &Client
 /// closes (its FIN is passed on) or fails. No HTTP framing applies any more.
 async fn tunnel<S: ClientStream>(client: &mut Client<S>, conn: &mut UpstreamConn) {
     use tokio::io::AsyncWriteExt;
+    let pre = (client.buf.len() as u64, conn.buf.len() as u64);
     // The flush matters for TLS (records buffered in rustls); a socket's is a no-op.
     if !conn.buf.is_empty()
         && (client.stream.write_all(&conn.buf).await.is_err() || client.stream.flush().await.is_err())
@@ -1001,7 +1006,7 @@ async fn tunnel<S: ClientStream>(client: &mut Client<S>, conn: &mut UpstreamConn
         return;
     }
     client.buf.clear();
-    let _ = tokio::io::copy_bidirectional(&mut client.stream, &mut conn.stream).await;
+    self::log::counted_tunnel(client, &mut conn.stream, pre).await;
 }
 
 /// Where the response phases write: the client's reused head buffer and field index.
@@ -1291,6 +1296,7 @@ async fn answer<S: ClientStream>(
     rewrite::local_response(&mut client.out, reply.status, reply.location, reply.content_type, body, connection);
     let ok = write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();
     client.trace.bytes_out = client.out.len() as u64;
+    client.trace.body_out = body.len() as u64;
     log(client, service, reply.status, None, started);
     keep && ok
 }
@@ -1305,6 +1311,7 @@ async fn fail<S: ClientStream>(client: &mut Client<S>, service: &Service, error:
         add_retry_after(&mut client.out, error);
         if write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok() {
             client.trace.bytes_out = client.out.len() as u64;
+            client.trace.body_out = body.len() as u64;
         }
     }
     log(client, service, error.status().unwrap_or(0), Some(error), started);

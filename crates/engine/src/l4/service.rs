@@ -80,8 +80,17 @@ pub async fn serve_stream(stream: TcpStream, peer: SocketAddr, local: Rc<Local>,
     match svc.mode {
         Mode::Http => crate::front::serve_http(stream, client, pre, local, service, worker, refused).await,
         Mode::Https => Box::pin(crate::front::serve_https(stream, client, pre, local, service, worker, refused)).await,
-        Mode::Tcp => Box::pin(relay_to_pool(stream, client, pre, &local, service, &worker, None, None)).await,
-        Mode::TlsPassthrough => Box::pin(passthrough(stream, client, pre, &local, service, &worker)).await,
+        Mode::Tcp | Mode::TlsPassthrough => {
+            // A layer-4 session is one client connection: open while it relays.
+            let metrics = local.gen.services[service].clone();
+            metrics.connection_opened(worker.id);
+            let _closed = crate::http::ConnectionGuard::new(&metrics, worker.id);
+            if svc.mode == Mode::Tcp {
+                Box::pin(relay_to_pool(stream, client, pre, &local, service, &worker, None, None)).await
+            } else {
+                Box::pin(passthrough(stream, client, pre, &local, service, &worker)).await
+            }
+        }
         Mode::Udp => {}
     }
 }
@@ -296,6 +305,8 @@ fn record(
         status: 0,
         bytes_in,
         bytes_out,
+        body_bytes_out: bytes_out,
+        streamed: (0, 0),
         upstream: server.map(|(pool, live)| Upstream { pool, server: &live.name, addr: live.addr }),
         timings: Timings { total_us, ..Timings::default() },
         reason,

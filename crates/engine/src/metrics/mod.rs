@@ -20,6 +20,7 @@
 //! The finished request is described once as a [`Record`], which the access
 //! log ([`crate::access_log`]) formats too.
 
+mod exposition;
 mod histogram;
 mod prometheus;
 
@@ -34,8 +35,9 @@ use switchyard_config::Encoding;
 
 use switchyard_http::error::Side;
 
+pub use exposition::Format;
 pub use histogram::{index_of, lower_bound, percentile, upper_bound, HistogramSnapshot, BUCKETS, OVERFLOW_US};
-pub use prometheus::{encode, ExpositionView, ProcessGauges, ServerRow, CONTENT_TYPE, SERVER_STATES};
+pub use prometheus::{encode, ExpositionView, ProcessGauges, ServerRow, SERVER_STATES};
 
 use histogram::HistogramSlot;
 
@@ -73,6 +75,12 @@ pub struct Record<'a> {
     pub bytes_in: u64,
     /// Bytes sent to the client (head and body).
     pub bytes_out: u64,
+    /// Response body bytes sent to the client, head excluded (Apache's `%b`,
+    /// NGINX's `$body_bytes_sent`); a layer-4 session's bytes sent.
+    pub body_bytes_out: u64,
+    /// The part of (`bytes_in`, `bytes_out`) already added to the metrics
+    /// while the request ran (a tunnel counts as it goes): not added again.
+    pub streamed: (u64, u64),
     /// The server the request went to, if one was chosen.
     pub upstream: Option<Upstream<'a>>,
     /// Durations of the request's phases.
@@ -378,6 +386,21 @@ pub struct ServiceTotals {
     pub compression: ByAlgorithm,
 }
 
+impl ServiceTotals {
+    /// Adds a `udp` service's flow counters, whose relay keeps its own:
+    /// flows count as connections, datagrams relayed to servers as
+    /// requests (a datagram is a udp service's unit of work: a DNS query, a
+    /// syslog message), payload bytes as bytes.
+    pub fn add_flows(&mut self, f: &crate::relay::FlowStats) {
+        self.connections_current += f.active;
+        self.connections_opened += f.created;
+        self.connections_closed += f.expired;
+        self.requests += f.datagrams_to_server;
+        self.bytes_in += f.bytes_to_server;
+        self.bytes_out += f.bytes_to_client;
+    }
+}
+
 impl ServiceMetrics {
     /// Metrics for `workers` workers (at least one slot).
     pub fn new(workers: usize) -> Self {
@@ -421,12 +444,21 @@ impl ServiceMetrics {
         let s = self.slots.get(w);
         bump(&s.requests, 1);
         bump(&s.responses[class_index(r.status)], 1);
-        bump(&s.bytes_in, r.bytes_in);
-        bump(&s.bytes_out, r.bytes_out);
+        bump(&s.bytes_in, r.bytes_in.saturating_sub(r.streamed.0));
+        bump(&s.bytes_out, r.bytes_out.saturating_sub(r.streamed.1));
         s.latency.record(r.timings.total_us);
         if let Some(reason) = r.reason {
             bump(&s.errors[reason_index(reason, r.side)], 1);
         }
+    }
+
+    /// Worker `w` passed bytes through a request still running (a tunnel):
+    /// counted now, and in the request's [`Record::streamed`] at its end.
+    #[inline]
+    pub fn streamed(&self, w: usize, bytes_in: u64, bytes_out: u64) {
+        let s = self.slots.get(w);
+        bump(&s.bytes_in, bytes_in);
+        bump(&s.bytes_out, bytes_out);
     }
 
     /// Worker `w` ended a client connection for `reason` outside any
@@ -517,8 +549,8 @@ impl ServerMetrics {
         let s = self.slots.get(w);
         bump(&s.requests, 1);
         bump(&s.responses[class_index(r.status)], 1);
-        bump(&s.bytes_in, r.bytes_in);
-        bump(&s.bytes_out, r.bytes_out);
+        bump(&s.bytes_in, r.bytes_in.saturating_sub(r.streamed.0));
+        bump(&s.bytes_out, r.bytes_out.saturating_sub(r.streamed.1));
         if let Some(us) = r.timings.connect_us {
             s.connect.record(us);
         }
@@ -531,6 +563,15 @@ impl ServerMetrics {
                 bump(&s.failures[i], 1);
             }
         }
+    }
+
+    /// Worker `w` passed bytes through a request to this server still
+    /// running (a tunnel); as [`ServiceMetrics::streamed`].
+    #[inline]
+    pub fn streamed(&self, w: usize, bytes_in: u64, bytes_out: u64) {
+        let s = self.slots.get(w);
+        bump(&s.bytes_in, bytes_in);
+        bump(&s.bytes_out, bytes_out);
     }
 
     /// Worker `w`'s request failed on this server and may go elsewhere (a

@@ -1,29 +1,24 @@
-//! Prometheus exposition of the metrics, in the OpenMetrics text format that
-//! the `prometheus-client` crate writes (Prometheus scrapes it natively).
+//! Prometheus exposition of the metrics: the families, their names, labels
+//! and help texts, in either text format ([`Format`]; the admin API picks one
+//! from the scraper's `Accept`).
 //!
 //! Nothing is mirrored into a registry while requests run: at scrape time the
 //! caller lists what exists now ([`ExpositionView`]), [`encode`] sums every
-//! object's worker slots once, and a one-shot collector writes the families
-//! from those sums. Latency histograms are exposed with a subset of the fine
+//! object's worker slots once, and writes the families from those sums.
+//! Names follow Prometheus conventions: base units (seconds, bytes) as the
+//! last word before `_total`, counters ending in `_total` as scraped. Latency histograms are exposed with a subset of the fine
 //! bucket bounds (each power of two and 1.5 × each power of two from 16 µs to
 //! ≈ 67 s): a subset, so the exposed cumulative counts are exact.
 
-use std::fmt;
 use std::net::SocketAddr;
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::{Registry, Unit};
+use super::exposition::{Format, Labels, Type, Writer};
 
 use super::histogram::{upper_bound, HistogramSnapshot, BUCKETS};
 use super::{
     is_server_reason, ServerMetrics, ServerTotals, ServiceMetrics, ServiceTotals, TlsMetrics, TlsTotals, ALGORITHMS,
     CLASSES, REASONS,
 };
-
-/// The `Content-Type` of [`encode`]'s output.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Server states, as the values of the `state` label of `switchyard_server_state`.
 pub const SERVER_STATES: [&str; 4] = ["up", "draining", "maintenance", "down"];
@@ -82,22 +77,15 @@ pub struct ProcessGauges {
     pub access_log_dropped: u64,
 }
 
-/// The text exposition of `view` (ends with `# EOF`); serve it with [`CONTENT_TYPE`].
-pub fn encode(view: &ExpositionView) -> String {
-    let scrape = Scrape::read(view);
-    let mut registry = Registry::with_prefix("switchyard");
-    registry.register_collector(Box::new(scrape));
-    let mut out = String::with_capacity(16 * 1024);
-    // Writing into a String cannot fail, and the collector only fails on an
-    // empty bucket list, which exposed_buckets never produces.
-    if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
-        tracing::error!("metrics exposition failed to encode");
-    }
-    out
+/// The exposition of `view` in `format`; serve it with
+/// [`Format::content_type`].
+pub fn encode(view: &ExpositionView, format: Format) -> String {
+    let mut w = Writer::new(format, "switchyard");
+    Scrape::read(view).write(&mut w);
+    w.finish()
 }
 
-/// The view's sums, read once, owned: the collector the registry needs must
-/// be `'static`.
+/// The view's sums, read once.
 #[derive(Debug)]
 struct Scrape {
     services: Vec<(String, ServiceTotals)>,
@@ -124,7 +112,17 @@ struct ServerScrape {
 impl Scrape {
     fn read(view: &ExpositionView) -> Scrape {
         Scrape {
-            services: view.services.iter().map(|(name, m)| (name.to_string(), m.snapshot())).collect(),
+            services: view
+                .services
+                .iter()
+                .map(|(name, m)| {
+                    let mut totals = m.snapshot();
+                    for (_, flows) in view.udp.iter().filter(|(udp, _)| udp == name) {
+                        totals.add_flows(flows);
+                    }
+                    (name.to_string(), totals)
+                })
+                .collect(),
             servers: view
                 .servers
                 .iter()
@@ -155,87 +153,94 @@ impl Scrape {
     }
 }
 
-impl Collector for Scrape {
-    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
-        self.process(&mut enc)?;
-        self.services(&mut enc)?;
-        self.servers(&mut enc)?;
-        let waiting = self.queues.iter().map(|(n, w)| ([("pool", n.as_str())], u64::from(*w)));
-        gauge(&mut enc, "pool_queue_waiting", "Requests waiting in the pool's queue now.", waiting)?;
-        self.udp(&mut enc)?;
-        self.caches(&mut enc)?;
+impl Scrape {
+    fn write(&self, w: &mut Writer) {
+        self.process(w);
+        self.services(w);
+        self.servers(w);
+        let waiting = self.queues.iter().map(|(n, q)| ([("pool", n.as_str())], u64::from(*q)));
+        w.family("pool_queue_waiting", "Requests waiting in the pool's queue now.", Type::Gauge, None, waiting);
+        self.udp(w);
+        self.caches(w);
         let t = &self.tls;
         let rows = [("full", t.full), ("resumed", t.resumed), ("failed", t.failed)];
-        counter(&mut enc, "tls_handshakes", "TLS handshakes by kind.", rows.map(|(k, v)| ([("kind", k)], v)))
+        w.family(
+            "tls_handshakes",
+            "TLS handshakes by kind.",
+            Type::Counter,
+            None,
+            rows.map(|(k, v)| ([("kind", k)], v)),
+        );
     }
-}
 
-impl Scrape {
-    fn process(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+    fn process(&self, w: &mut Writer) {
         let p = &self.process;
-        enc.encode_descriptor("workers", "Worker threads.", None, MetricType::Gauge)?.encode_gauge(&p.workers)?;
+        let none: [(&str, &str); 0] = [];
+        w.family("workers", "Worker threads.", Type::Gauge, None, [(none, p.workers)]);
         let help = "Generation of the running configuration.";
-        enc.encode_descriptor("config_generation", help, None, MetricType::Gauge)?
-            .encode_gauge(&p.config_generation)?;
+        w.family("config_generation", help, Type::Gauge, None, [(none, p.config_generation)]);
         let reloads = [([("result", "ok")], p.reloads_ok), ([("result", "failed")], p.reloads_failed)];
-        counter(enc, "reloads", "Configuration reloads by result.", reloads)?;
+        w.family("reloads", "Configuration reloads by result.", Type::Counter, None, reloads);
         let help = "Access log lines dropped because the writer fell behind.";
-        enc.encode_descriptor("access_log_dropped_lines", help, None, MetricType::Counter)?
-            .encode_counter::<NoLabelSet, u64, u64>(&p.access_log_dropped, None)
+        w.family("access_log_dropped_lines", help, Type::Counter, None, [(none, p.access_log_dropped)]);
     }
 
-    fn udp(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+    fn udp(&self, w: &mut Writer) {
         let u = &self.udp;
         let active = u.iter().map(|(n, s)| ([("service", n.as_str())], s.active));
-        gauge(enc, "udp_flows_active", "UDP flows in the flow table now.", active)?;
+        w.family("udp_flows_active", "UDP flows in the flow table now.", Type::Gauge, None, active);
         let events = u.iter().flat_map(|(n, s)| {
             [("created", s.created), ("expired", s.expired), ("refused", s.refused)]
                 .map(|(e, v)| ([("service", n.as_str()), ("event", e)], v))
         });
-        counter(enc, "udp_flows", "UDP flows created, expired, and refused because the table was full.", events)?;
+        let help = "UDP flows created, expired, and refused because the table was full.";
+        w.family("udp_flows", help, Type::Counter, None, events);
         let datagrams = u.iter().flat_map(|(n, s)| {
             [("to_server", s.datagrams_to_server), ("to_client", s.datagrams_to_client)]
                 .map(|(d, v)| ([("service", n.as_str()), ("direction", d)], v))
         });
-        counter(enc, "udp_datagrams", "UDP datagrams relayed, per direction.", datagrams)?;
+        w.family("udp_datagrams", "UDP datagrams relayed, per direction.", Type::Counter, None, datagrams);
         let dropped = u.iter().map(|(n, s)| ([("service", n.as_str())], s.dropped));
-        counter(enc, "udp_dropped", "UDP datagrams dropped (no server, send failure).", dropped)
+        let help = "UDP datagrams dropped (no server, send failure).";
+        w.family("udp_dropped_datagrams", help, Type::Counter, None, dropped);
     }
 
-    fn caches(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+    fn caches(&self, w: &mut Writer) {
         let c = &self.caches;
         let one = |i: usize| c.iter().map(move |(n, v)| ([("service", n.as_str())], v[i]));
-        counter(enc, "cache_hits", "Requests answered from a fresh cache entry.", one(0))?;
-        counter(enc, "cache_misses", "Cacheable requests forwarded with nothing usable stored.", one(1))?;
-        counter(
-            enc,
-            "cache_stale",
-            "Requests answered from a stale entry (stale-while-revalidate, stale-if-error).",
-            one(2),
-        )?;
-        counter(enc, "cache_revalidated", "Stale entries a server confirmed with 304.", one(3))?;
-        counter(enc, "cache_evictions", "Cache entries evicted to make room.", one(4))?;
-        gauge(enc, "cache_bytes", "Bytes stored in the cache now.", one(5))
+        w.family("cache_hits", "Requests answered from a fresh cache entry.", Type::Counter, None, one(0));
+        let help = "Cacheable requests forwarded with nothing usable stored.";
+        w.family("cache_misses", help, Type::Counter, None, one(1));
+        let help = "Requests answered from a stale entry (stale-while-revalidate, stale-if-error).";
+        w.family("cache_stale", help, Type::Counter, None, one(2));
+        w.family("cache_revalidated", "Stale entries a server confirmed with 304.", Type::Counter, None, one(3));
+        w.family("cache_evictions", "Cache entries evicted to make room.", Type::Counter, None, one(4));
+        w.family("cache_bytes", "Bytes stored in the cache now.", Type::Gauge, Some("bytes"), one(5))
     }
 
-    fn services(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+    fn services(&self, w: &mut Writer) {
         let s = &self.services;
         let one = |f: fn(&ServiceTotals) -> u64| s.iter().map(move |(n, t)| ([("service", n.as_str())], f(t)));
-        counter(enc, "requests", "Requests finished, per service.", one(|t| t.requests))?;
+        w.family("requests", "Requests finished, per service.", Type::Counter, None, one(|t| t.requests));
         let by_class = s.iter().flat_map(|(n, t)| {
             CLASSES.iter().zip(t.responses.0).map(move |(c, v)| ([("service", n.as_str()), ("class", *c)], v))
         });
-        counter(enc, "responses", "Requests per response status class (none: no response sent).", by_class)?;
-        gauge(enc, "connections_current", "Client connections open now.", one(|t| t.connections_current))?;
-        counter(enc, "connections", "Client connections accepted.", one(|t| t.connections_opened))?;
-        counter(enc, "bytes_received", "Bytes received from clients.", one(|t| t.bytes_in))?;
-        counter(enc, "bytes_sent", "Bytes sent to clients.", one(|t| t.bytes_out))?;
+        let help = "Requests per response status class (none: no response sent).";
+        w.family("responses", help, Type::Counter, None, by_class);
+        let help = "Client connections open now.";
+        w.family("connections_current", help, Type::Gauge, None, one(|t| t.connections_current));
+        let help = "Client connections accepted.";
+        w.family("connections", help, Type::Counter, None, one(|t| t.connections_opened));
+        let help = "Bytes received from clients.";
+        w.family("received_bytes", help, Type::Counter, Some("bytes"), one(|t| t.bytes_in));
+        w.family("sent_bytes", "Bytes sent to clients.", Type::Counter, Some("bytes"), one(|t| t.bytes_out));
         let latency = s.iter().map(|(n, t)| ([("service", n.as_str())], &t.latency));
-        histogram(enc, "request_duration", "Request duration, head received to last byte sent.", latency)?;
+        let help = "Request duration, head received to last byte sent.";
+        histogram(w, "request_duration_seconds", help, latency);
         let errors = s.iter().flat_map(|(n, t)| {
             REASONS.iter().zip(t.errors.0).map(move |(r, v)| ([("service", n.as_str()), ("reason", *r)], v))
         });
-        counter(enc, "errors", "Requests that ended early, per reason.", errors)?;
+        w.family("errors", "Requests that ended early, per reason.", Type::Counter, None, errors);
         let compression = |which: fn((u64, u64)) -> u64| {
             s.iter().flat_map(move |(n, t)| {
                 ALGORITHMS
@@ -244,55 +249,39 @@ impl Scrape {
                     .map(move |(a, v)| ([("service", n.as_str()), ("algorithm", a.token())], which(v)))
             })
         };
-        counter(
-            enc,
-            "compression_bytes_in",
-            "Response payload bytes fed to compression, per algorithm.",
-            compression(|(i, _)| i),
-        )?;
-        counter(
-            enc,
-            "compression_bytes_out",
-            "Compressed response payload bytes, per algorithm.",
-            compression(|(_, o)| o),
-        )
+        let help = "Response payload bytes fed to compression, per algorithm.";
+        w.family("compression_input_bytes", help, Type::Counter, Some("bytes"), compression(|(i, _)| i));
+        let help = "Compressed response payload bytes, per algorithm.";
+        w.family("compression_output_bytes", help, Type::Counter, Some("bytes"), compression(|(_, o)| o));
     }
 
-    fn servers(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+    fn servers(&self, w: &mut Writer) {
         let s = &self.servers;
-        let info = enc.encode_descriptor("server", "Servers of the pools, with their address.", None, MetricType::Info);
-        let mut info = info?;
-        for r in s {
-            info.encode_info(&[("pool", r.pool.as_str()), ("server", &r.server), ("address", &r.address)])?;
-        }
+        let info = s.iter().map(|r| ([("pool", r.pool.as_str()), ("server", &r.server), ("address", &r.address)], 1));
+        w.family("server", "Servers of the pools, with their address.", Type::Info, None, info);
         let one = |f: fn(&ServerScrape) -> u64| s.iter().map(move |r| (r.labels(), f(r)));
-        counter(enc, "server_requests", "Requests sent to the server.", one(|r| r.totals.requests))?;
+        w.family("server_requests", "Requests sent to the server.", Type::Counter, None, one(|r| r.totals.requests));
         let by_class = s
             .iter()
             .flat_map(|r| CLASSES.iter().zip(r.totals.responses.0).map(move |(c, v)| (r.labels_with("class", c), v)));
-        counter(enc, "server_responses", "Server's requests per status class sent to the client.", by_class)?;
-        counter(
-            enc,
-            "server_bytes_received",
-            "Bytes received from clients in the server's requests.",
-            one(|r| r.totals.bytes_in),
-        )?;
-        counter(
-            enc,
-            "server_bytes_sent",
-            "Bytes sent to clients in the server's requests.",
-            one(|r| r.totals.bytes_out),
-        )?;
+        let help = "Server's requests per status class sent to the client.";
+        w.family("server_responses", help, Type::Counter, None, by_class);
+        let help = "Bytes received from clients in the server's requests.";
+        w.family("server_received_bytes", help, Type::Counter, Some("bytes"), one(|r| r.totals.bytes_in));
+        let help = "Bytes sent to clients in the server's requests.";
+        w.family("server_sent_bytes", help, Type::Counter, Some("bytes"), one(|r| r.totals.bytes_out));
         let connect = s.iter().map(|r| (r.labels(), &r.totals.connect_latency));
-        histogram(enc, "server_connect_duration", "Time to connect to the server (new connections).", connect)?;
+        let help = "Time to connect to the server (new connections).";
+        histogram(w, "server_connect_duration_seconds", help, connect);
         let response = s.iter().map(|r| (r.labels(), &r.totals.response_latency));
-        histogram(enc, "server_response_duration", "Request sent to response head received.", response)?;
-        gauge(enc, "server_active", "Requests in flight on the server.", one(|r| u64::from(r.active)))?;
-        gauge(enc, "server_weight", "Current weight of the server.", one(|r| u64::from(r.weight)))?;
+        histogram(w, "server_response_duration_seconds", "Request sent to response head received.", response);
+        let help = "Requests in flight on the server now.";
+        w.family("server_active_requests", help, Type::Gauge, None, one(|r| u64::from(r.active)));
+        w.family("server_weight", "Current weight of the server.", Type::Gauge, None, one(|r| u64::from(r.weight)));
         let states = s
             .iter()
             .flat_map(|r| SERVER_STATES.iter().map(move |st| (r.labels_with("state", st), u64::from(r.state == *st))));
-        gauge(enc, "server_state", "1 for the server's current state, 0 for the others.", states)?;
+        w.family("server_state", "1 for the server's current state, 0 for the others.", Type::Gauge, None, states);
         // Server-side reasons always (stable series); others only when they occurred.
         let failures = s.iter().flat_map(|r| {
             let f = r.totals.failures.0;
@@ -302,12 +291,8 @@ impl Scrape {
                 .filter(move |(i, _)| is_server_reason(*i) || f[*i] > 0)
                 .map(move |(i, reason)| (r.labels_with("reason", reason), f[i]))
         });
-        counter(
-            enc,
-            "server_failures",
-            "Server failures per reason (requests retried on another server included).",
-            failures,
-        )
+        let help = "Server failures per reason (requests retried on another server included).";
+        w.family("server_failures", help, Type::Counter, None, failures)
     }
 }
 
@@ -321,45 +306,19 @@ impl ServerScrape {
     }
 }
 
-fn counter<L: EncodeLabelSet>(
-    enc: &mut DescriptorEncoder,
+/// A latency histogram family (`name` ends in `_seconds`).
+fn histogram<'l, 'h, L: Labels<'l>>(
+    w: &mut Writer,
     name: &str,
     help: &str,
-    rows: impl IntoIterator<Item = (L, u64)>,
-) -> fmt::Result {
-    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-    for (labels, v) in rows {
-        m.encode_family(&labels)?.encode_counter::<NoLabelSet, u64, u64>(&v, None)?;
-    }
-    Ok(())
-}
-
-fn gauge<L: EncodeLabelSet>(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    rows: impl IntoIterator<Item = (L, u64)>,
-) -> fmt::Result {
-    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (labels, v) in rows {
-        m.encode_family(&labels)?.encode_gauge(&v)?;
-    }
-    Ok(())
-}
-
-fn histogram<'h, L: EncodeLabelSet>(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    rows: impl IntoIterator<Item = (L, &'h HistogramSnapshot)>,
-) -> fmt::Result {
-    let mut m = enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
-    let mut buckets = Vec::new();
-    for (labels, h) in rows {
+    rows: impl Iterator<Item = (L, &'h HistogramSnapshot)>,
+) {
+    let rows = rows.map(|(labels, h)| {
+        let mut buckets = Vec::new();
         exposed_buckets(h, &mut buckets);
-        m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(h.sum_us as f64 / 1e6, h.count, &buckets, None)?;
-    }
-    Ok(())
+        (labels, buckets, h.sum_us as f64 / 1e6, h.count)
+    });
+    w.histogram(name, help, "seconds", rows);
 }
 
 /// Whether the upper bound of fine bucket `i` is an exposed bound: 2^k or

@@ -17,6 +17,25 @@ struct Sample {
 /// Checks every line's syntax and returns the samples. A sample must belong
 /// to the family of the closest `# TYPE` line above it.
 fn parse(text: &str) -> Vec<Sample> {
+    parse_as(text, Format::OpenMetrics)
+}
+
+/// [`parse`] for either format: the classic one has no `# EOF`, no `# UNIT`
+/// and no info type, and declares counters with their `_total` name.
+fn parse_as(text: &str, format: Format) -> Vec<Sample> {
+    if format == Format::Text {
+        assert!(!text.contains("# EOF") && !text.contains("# UNIT "), "OpenMetrics lines in classic text");
+        let text = format!("{text}# EOF\n");
+        let samples = parse_lines(&text, &["counter", "gauge", "histogram"]);
+        for line in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+            assert!(!line.ends_with(" counter") || line.contains("_total "), "{line}");
+        }
+        return samples;
+    }
+    parse_lines(text, &["counter", "gauge", "histogram", "info"])
+}
+
+fn parse_lines(text: &str, types: &[&str]) -> Vec<Sample> {
     let sample = regex::Regex::new(r#"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? ([^ ]+)$"#).expect("regex");
     let label = regex::Regex::new(r#"^([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(,|$)"#).expect("regex");
     assert!(text.ends_with("# EOF\n"), "no EOF marker");
@@ -26,7 +45,7 @@ fn parse(text: &str) -> Vec<Sample> {
     for line in text.lines().filter(|l| *l != "# EOF") {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
             let (name, kind) = rest.split_once(' ').expect("TYPE name kind");
-            assert!(["counter", "gauge", "histogram", "info"].contains(&kind), "{line}");
+            assert!(types.contains(&kind), "{line}");
             assert!(declared.insert(name.to_string()), "family {name} declared twice");
             family = name.to_string();
             continue;
@@ -123,51 +142,66 @@ fn view<'a>(
 #[test]
 fn exposition_has_descriptors_labels_and_values() {
     let (web, api, a, b, tls) = fixture();
-    let text = encode(&view(&web, &api, &a, &b, &tls));
-    assert!(!text.contains("{}"), "an unlabelled sample has no braces");
-    for line in [
+    let open_metrics = [
         "# HELP switchyard_requests Requests finished, per service.",
         "# TYPE switchyard_requests counter",
-        "# TYPE switchyard_request_duration_seconds histogram",
         "# UNIT switchyard_request_duration_seconds seconds",
-        "# TYPE switchyard_connections_current gauge",
         "# TYPE switchyard_server info",
-        "# TYPE switchyard_server_state gauge",
-        "switchyard_server_info{pool=\"main\",server=\"a\",address=\"127.0.0.1:9001\"} 1",
-        "switchyard_requests_total{service=\"a\\\"p\\\\i\"} 0",
-        "switchyard_workers 2",
-    ] {
-        assert!(text.lines().any(|l| l == line), "missing `{line}` in\n{text}");
+        "# TYPE switchyard_received_bytes counter",
+        "# UNIT switchyard_received_bytes bytes",
+    ];
+    let classic = [
+        "# HELP switchyard_requests_total Requests finished, per service.",
+        "# TYPE switchyard_requests_total counter",
+        "# TYPE switchyard_server_info gauge",
+        "# TYPE switchyard_received_bytes_total counter",
+    ];
+    for (format, declared) in [(Format::OpenMetrics, &open_metrics[..]), (Format::Text, &classic[..])] {
+        let text = encode(&view(&web, &api, &a, &b, &tls), format);
+        assert!(!text.contains("{}"), "an unlabelled sample has no braces");
+        for line in declared.iter().chain(&[
+            "# TYPE switchyard_request_duration_seconds histogram",
+            "# TYPE switchyard_connections_current gauge",
+            "# TYPE switchyard_server_state gauge",
+            "switchyard_server_info{pool=\"main\",server=\"a\",address=\"127.0.0.1:9001\"} 1",
+            "switchyard_requests_total{service=\"a\\\"p\\\\i\"} 0",
+            "switchyard_workers 2",
+        ]) {
+            assert!(text.lines().any(|l| l == *line), "{format:?}: missing `{line}` in\n{text}");
+        }
+        check_values(&parse_as(&text, format));
     }
-    let s = parse(&text);
+}
+
+fn check_values(s: &[Sample]) {
     let web_l = [("service", "web")];
-    assert_eq!(value(&s, "switchyard_requests_total", &web_l), 4.0);
-    assert_eq!(value(&s, "switchyard_responses_total", &[("service", "web"), ("class", "2xx")]), 3.0);
-    assert_eq!(value(&s, "switchyard_responses_total", &[("service", "web"), ("class", "5xx")]), 1.0);
-    assert_eq!(value(&s, "switchyard_connections_current", &web_l), 1.0);
-    assert_eq!(value(&s, "switchyard_connections_total", &web_l), 2.0);
-    assert_eq!(value(&s, "switchyard_bytes_received_total", &web_l), 400.0);
-    assert_eq!(value(&s, "switchyard_bytes_sent_total", &web_l), 4000.0);
-    assert_eq!(value(&s, "switchyard_errors_total", &[("service", "web"), ("reason", "connect-failed")]), 1.0);
-    assert_eq!(find(&s, "switchyard_errors_total", &web_l).len(), REASONS.len(), "every reason, zeros included");
+    assert_eq!(value(s, "switchyard_requests_total", &web_l), 4.0);
+    assert_eq!(value(s, "switchyard_responses_total", &[("service", "web"), ("class", "2xx")]), 3.0);
+    assert_eq!(value(s, "switchyard_responses_total", &[("service", "web"), ("class", "5xx")]), 1.0);
+    assert_eq!(value(s, "switchyard_connections_current", &web_l), 1.0);
+    assert_eq!(value(s, "switchyard_connections_total", &web_l), 2.0);
+    assert_eq!(value(s, "switchyard_received_bytes_total", &web_l), 400.0);
+    assert_eq!(value(s, "switchyard_sent_bytes_total", &web_l), 4000.0);
+    assert_eq!(value(s, "switchyard_errors_total", &[("service", "web"), ("reason", "connect-failed")]), 1.0);
+    assert_eq!(find(s, "switchyard_errors_total", &web_l).len(), REASONS.len(), "every reason, zeros included");
     let main_a = [("pool", "main"), ("server", "a")];
     let main_b = [("pool", "main"), ("server", "b")];
-    assert_eq!(value(&s, "switchyard_server_requests_total", &main_a), 2.0);
-    assert_eq!(value(&s, "switchyard_server_failures_total", &[("server", "a"), ("reason", "server-timeout")]), 1.0);
-    assert_eq!(value(&s, "switchyard_server_failures_total", &[("server", "b"), ("reason", "connect-failed")]), 1.0);
-    assert!(find(&s, "switchyard_server_failures_total", &[("reason", "bad-request")]).is_empty());
-    assert_eq!(value(&s, "switchyard_server_weight", &main_a), 3.0);
-    assert_eq!(value(&s, "switchyard_server_active", &main_b), 2.0);
-    assert_eq!(value(&s, "switchyard_server_state", &[("server", "b"), ("state", "draining")]), 1.0);
-    assert_eq!(value(&s, "switchyard_pool_queue_waiting", &[("pool", "main")]), 3.0);
-    assert_eq!(value(&s, "switchyard_server_state", &[("server", "b"), ("state", "up")]), 0.0);
-    assert_eq!(find(&s, "switchyard_server_state", &main_a).iter().map(|x| x.value).sum::<f64>(), 1.0);
-    assert_eq!(value(&s, "switchyard_tls_handshakes_total", &[("kind", "resumed")]), 1.0);
-    assert_eq!(value(&s, "switchyard_tls_handshakes_total", &[("kind", "full")]), 0.0);
-    assert_eq!(value(&s, "switchyard_workers", &[]), 2.0);
-    assert_eq!(value(&s, "switchyard_config_generation", &[]), 7.0);
-    assert_eq!(value(&s, "switchyard_reloads_total", &[("result", "failed")]), 1.0);
-    assert_eq!(value(&s, "switchyard_access_log_dropped_lines_total", &[]), 42.0);
+    assert_eq!(value(s, "switchyard_server_requests_total", &main_a), 2.0);
+    assert_eq!(value(s, "switchyard_server_failures_total", &[("server", "a"), ("reason", "server-timeout")]), 1.0);
+    assert_eq!(value(s, "switchyard_server_failures_total", &[("server", "b"), ("reason", "connect-failed")]), 1.0);
+    assert!(find(s, "switchyard_server_failures_total", &[("reason", "bad-request")]).is_empty());
+    assert_eq!(value(s, "switchyard_server_weight", &main_a), 3.0);
+    assert_eq!(value(s, "switchyard_server_active_requests", &main_b), 2.0);
+    assert_eq!(value(s, "switchyard_server_state", &[("server", "b"), ("state", "draining")]), 1.0);
+    assert_eq!(value(s, "switchyard_pool_queue_waiting", &[("pool", "main")]), 3.0);
+    assert_eq!(value(s, "switchyard_server_state", &[("server", "b"), ("state", "up")]), 0.0);
+    assert_eq!(find(s, "switchyard_server_state", &main_a).iter().map(|x| x.value).sum::<f64>(), 1.0);
+    assert_eq!(value(s, "switchyard_tls_handshakes_total", &[("kind", "resumed")]), 1.0);
+    assert_eq!(value(s, "switchyard_tls_handshakes_total", &[("kind", "full")]), 0.0);
+    assert_eq!(value(s, "switchyard_workers", &[]), 2.0);
+    assert_eq!(value(s, "switchyard_config_generation", &[]), 7.0);
+    assert_eq!(value(s, "switchyard_reloads_total", &[("result", "failed")]), 1.0);
+    assert_eq!(value(s, "switchyard_access_log_dropped_lines_total", &[]), 42.0);
 }
 
 /// Buckets are cumulative, `le` increasing, and `+Inf` equals `_count`.
@@ -191,7 +225,7 @@ fn check_histogram(s: &[Sample], name: &str, labels: &[(&str, &str)], count: f64
 #[test]
 fn histograms_are_cumulative_with_inf_equal_to_count() {
     let (web, api, a, b, tls) = fixture();
-    let s = parse(&encode(&view(&web, &api, &a, &b, &tls)));
+    let s = parse(&encode(&view(&web, &api, &a, &b, &tls), Format::OpenMetrics));
     let web_sum = (3.0 * 1200.0 + (OVERFLOW_US * 2) as f64) / 1e6;
     check_histogram(&s, "switchyard_request_duration_seconds", &[("service", "web")], 4.0, web_sum);
     let first = find(&s, "switchyard_request_duration_seconds_bucket", &[("service", "web")])[0];
@@ -210,7 +244,7 @@ fn histograms_are_cumulative_with_inf_equal_to_count() {
 
 #[test]
 fn an_empty_view_still_parses() {
-    let text = encode(&ExpositionView::default());
+    let text = encode(&ExpositionView::default(), Format::OpenMetrics);
     let s = parse(&text);
     assert_eq!(value(&s, "switchyard_tls_handshakes_total", &[("kind", "failed")]), 0.0);
     assert!(find(&s, "switchyard_requests_total", &[]).is_empty());
@@ -224,7 +258,7 @@ fn cache_counters_are_exposed_per_service() {
     stats.bytes.store(1234, Ordering::Relaxed);
     stats.evictions.store(2, Ordering::Relaxed);
     let view = ExpositionView { caches: vec![("web", &stats)], ..ExpositionView::default() };
-    let text = encode(&view);
+    let text = encode(&view, Format::Text);
     assert!(text.contains("switchyard_cache_hits_total{service=\"web\"} 5\n"), "{text}");
     assert!(text.contains("switchyard_cache_bytes{service=\"web\"} 1234\n"), "{text}");
     assert!(text.contains("switchyard_cache_evictions_total{service=\"web\"} 2\n"), "{text}");

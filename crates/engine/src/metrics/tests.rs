@@ -15,6 +15,8 @@ pub(crate) fn record(status: u16, error: Option<ProxyError>) -> Record<'static> 
         status,
         bytes_in: 100,
         bytes_out: 1000,
+        body_bytes_out: 900,
+        streamed: (0, 0),
         upstream: Some(Upstream { pool: "main", server: "a", addr: "127.0.0.1:9001".parse().expect("addr") }),
         timings: Timings { head_us: 5, connect_us: Some(150), response_us: Some(900), total_us: 1200 },
         reason: error.map(|e| e.reason()),

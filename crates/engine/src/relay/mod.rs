@@ -10,6 +10,8 @@
 //!   maps each client address to its flow (the server it sticks to and a
 //!   connected upstream socket per server), bounded and idle-expired, and a
 //!   task per upstream socket carries replies back to its client.
+//! - [`counted::Counted`] wraps a stream to report its bytes as they pass
+//!   (the byte tunnel after a relayed WebSocket switch).
 //!
 //! Invariants: everything here runs on one worker's current-thread runtime
 //! (`spawn_local`, `Rc`, `Cell`), nothing is shared across threads; no
@@ -20,6 +22,7 @@
 //! raises it when splice(2) writes to a socket whose peer has gone, because
 //! that path has no `MSG_NOSIGNAL`.
 
+pub mod counted;
 pub mod tcp;
 pub mod udp;
 

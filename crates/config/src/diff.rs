@@ -78,6 +78,8 @@ pub struct Diff {
     pub admin_changed: bool,
     /// `[access_log]` differs.
     pub access_log_changed: bool,
+    /// `[cluster]` differs (peers, key, queue...).
+    pub cluster_changed: bool,
 }
 
 impl Diff {
@@ -91,6 +93,7 @@ impl Diff {
             && !self.drain_timeout_changed
             && !self.admin_changed
             && !self.access_log_changed
+            && !self.cluster_changed
     }
 
     /// True when part of the change can only take effect after a restart
@@ -122,6 +125,7 @@ impl fmt::Display for Diff {
             (self.drain_timeout_changed, "drain_timeout changed"),
             (self.admin_changed, "admin changed"),
             (self.access_log_changed, "access_log changed"),
+            (self.cluster_changed, "cluster changed"),
         ];
         for (_, text) in flags.iter().filter(|(set, _)| *set) {
             write!(f, "; {text}")?;
@@ -157,6 +161,7 @@ pub fn diff(old: &Config, new: &Config) -> Diff {
         drain_timeout_changed: old.drain_timeout != new.drain_timeout,
         admin_changed: old.admin != new.admin,
         access_log_changed: old.access_log != new.access_log,
+        cluster_changed: old.cluster != new.cluster,
     }
 }
 

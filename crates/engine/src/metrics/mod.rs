@@ -35,7 +35,7 @@ use switchyard_config::Encoding;
 use crate::error::Side;
 
 pub use histogram::{index_of, lower_bound, percentile, upper_bound, HistogramSnapshot, BUCKETS, OVERFLOW_US};
-pub use prometheus::{encode, ExpositionView, ProcessGauges, ServerRow, CONTENT_TYPE, SERVER_STATES};
+pub use prometheus::{encode, ExpositionView, PeerRow, ProcessGauges, ServerRow, CONTENT_TYPE, SERVER_STATES};
 
 use histogram::HistogramSlot;
 

@@ -46,6 +46,29 @@ pub struct ExpositionView<'a> {
     pub caches: Vec<(&'a str, &'a crate::cache::CacheStats)>,
     /// Process-wide values.
     pub process: ProcessGauges,
+    /// Cluster peers (high availability); empty on a single node.
+    pub peers: Vec<PeerRow>,
+}
+
+/// One cluster peer as seen at scrape time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PeerRow {
+    /// Peer name.
+    pub peer: String,
+    /// Our connection to it is up and authenticated.
+    pub connected: bool,
+    /// Its connection to us is up and authenticated.
+    pub inbound: bool,
+    /// Updates sent to it.
+    pub sent: u64,
+    /// Updates received from it.
+    pub received: u64,
+    /// Updates dropped because its queue was full.
+    pub dropped: u64,
+    /// Updates waiting in its queue now.
+    pub queued: u64,
+    /// From learning an entry to the peer's acknowledgement, last batch, in seconds.
+    pub lag_seconds: f64,
 }
 
 /// One server as seen at scrape time.
@@ -108,6 +131,7 @@ struct Scrape {
     process: ProcessGauges,
     /// Per service with a cache: hits, misses, stale, revalidated, evictions, bytes.
     caches: Vec<(String, [u64; 6])>,
+    peers: Vec<PeerRow>,
 }
 
 #[derive(Debug)]
@@ -151,6 +175,7 @@ impl Scrape {
                     (n.to_string(), v)
                 })
                 .collect(),
+            peers: view.peers.clone(),
         }
     }
 }
@@ -164,6 +189,7 @@ impl Collector for Scrape {
         gauge(&mut enc, "pool_queue_waiting", "Requests waiting in the pool's queue now.", waiting)?;
         self.udp(&mut enc)?;
         self.caches(&mut enc)?;
+        self.peers(&mut enc)?;
         let t = &self.tls;
         let rows = [("full", t.full), ("resumed", t.resumed), ("failed", t.failed)];
         counter(&mut enc, "tls_handshakes", "TLS handshakes by kind.", rows.map(|(k, v)| ([("kind", k)], v)))
@@ -182,6 +208,30 @@ impl Scrape {
         let help = "Access log lines dropped because the writer fell behind.";
         enc.encode_descriptor("access_log_dropped_lines", help, None, MetricType::Counter)?
             .encode_counter::<NoLabelSet, u64, u64>(&p.access_log_dropped, None)
+    }
+
+    fn peers(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+        if self.peers.is_empty() {
+            return Ok(());
+        }
+        let p = &self.peers;
+        let up = p.iter().flat_map(|r| {
+            [("out", r.connected), ("in", r.inbound)].map(|(d, v)| ([("peer", r.peer.as_str()), ("direction", d)], u64::from(v)))
+        });
+        gauge(enc, "cluster_peer_connected", "1 when the replication connection with the peer is up, per direction.", up)?;
+        let updates = p.iter().flat_map(|r| {
+            [("sent", r.sent), ("received", r.received), ("dropped", r.dropped)]
+                .map(|(e, v)| ([("peer", r.peer.as_str()), ("event", e)], v))
+        });
+        counter(enc, "cluster_peer_updates", "Replicated updates sent, received, and dropped on a full queue.", updates)?;
+        let queued = p.iter().map(|r| ([("peer", r.peer.as_str())], r.queued));
+        gauge(enc, "cluster_peer_queue", "Updates waiting to be sent to the peer.", queued)?;
+        let help = "Seconds from learning an entry to the peer's acknowledgement (last batch).";
+        let mut m = enc.encode_descriptor("cluster_peer_lag_seconds", help, None, MetricType::Gauge)?;
+        for r in p {
+            m.encode_family(&[("peer", r.peer.as_str())])?.encode_gauge(&r.lag_seconds)?;
+        }
+        Ok(())
     }
 
     fn udp(&self, enc: &mut DescriptorEncoder) -> fmt::Result {

@@ -315,7 +315,7 @@ impl PoolPersistence {
     /// Gives one change of this table to the peers; `server: None` is a removal.
     fn hand_over(&self, key: Box<[u8]>, server: Option<Arc<str>>, now: Instant) {
         let (Some(outbox), Some(kind)) = (&self.outbox, self.table_kind()) else { return };
-        outbox.push(Update { pool: self.pool_name.clone(), kind, key, server, at: now });
+        outbox.push(Update { pool: self.pool_name.clone(), kind, key, server, at: now, queued: Instant::now() });
     }
 
     /// The cookie whose `Set-Cookie` in responses is to be learned (cookie learn only).

@@ -219,7 +219,7 @@ impl Sender<'_> {
 
     async fn updates(&mut self, batch: Vec<Update>) -> Result<(), SessionError> {
         let now = Instant::now();
-        let learned = batch.iter().map(|u| u.at).min();
+        let learned = batch.iter().map(|u| u.queued).min();
         let records: Vec<Record> = batch.into_iter().map(|u| record(u, now)).collect();
         let n = records.len() as u64;
         self.frame(&records, learned).await?;

@@ -53,8 +53,10 @@ pub struct Update {
     pub key: Box<[u8]>,
     /// The server it now sticks to; `None` when the entry was removed.
     pub server: Option<Arc<str>>,
-    /// When it happened (the entry's last use); the lag is measured from here.
+    /// When it happened (the entry's last use, by the worker's coarse clock).
     pub at: Instant,
+    /// When it was handed over (a precise clock): the lag is measured from here.
+    pub queued: Instant,
 }
 
 /// Counters and state of one peer, for the admin API and metrics.
@@ -247,4 +249,4 @@ pub fn spawn(
 /// Default pause between connection attempts to a peer (doubles up to [`MAX_BACKOFF`]).
 const BACKOFF: Duration = Duration::from_millis(100);
 /// Longest pause between connection attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_millis(250);

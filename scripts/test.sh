@@ -20,6 +20,8 @@ PACKAGES=(
   "curl:curl"
   "iproute2:ss"
   "chromium:chromium"
+  "keepalived:keepalived"
+  "python3:python3"
 )
 
 step() {

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use switchyard_admin::backend::{
-    ApiError, Backend, ClassCounts, ClusterView, HealthView, PeerView, HistogramView, PersistenceEntryView, PersistenceView, PoolView,
-    ReloadView, ServerOp, ServerView, ServiceView, StatsView,
+    ApiError, Backend, ClassCounts, ClusterView, HealthView, HistogramView, PeerView, PersistenceEntryView,
+    PersistenceView, PoolView, ReloadView, ServerOp, ServerView, ServiceView, StatsView,
 };
 use switchyard_config::{Algorithm, Mode, Persistence};
 use switchyard_engine::metrics::{self, ByClass, ExpositionView, HistogramSnapshot, PeerRow, ProcessGauges, ServerRow};

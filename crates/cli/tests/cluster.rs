@@ -31,7 +31,15 @@ impl Node {
 
 /// Node `name` (listening as `me`) with peer `peer_name` at `peer`, header persistence
 /// on `x-user` over `servers`, and `extra` lines in `[cluster]`.
-fn config(name: &str, me: &Node, peer_name: &str, peer: &Node, key: &str, servers: [&Origin; 2], extra: &str) -> String {
+fn config(
+    name: &str,
+    me: &Node,
+    peer_name: &str,
+    peer: &Node,
+    key: &str,
+    servers: [&Origin; 2],
+    extra: &str,
+) -> String {
     format!(
         "workers = 2\ndrain_timeout = \"2s\"\n\n[admin]\nlisten = \"{admin}\"\n\n\
          [cluster]\nname = \"{name}\"\nlisten = \"{cl}\"\nkey = \"{key}\"\n{extra}\n\

@@ -48,9 +48,9 @@ fn have(cmd: &str, arg: &str) -> bool {
 
 /// Why this machine cannot run the test, if it cannot.
 fn unavailable() -> Option<String> {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1).unwrap_or("").to_string()));
+    let uid = std::fs::read_to_string("/proc/self/status").ok().and_then(|s| {
+        s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1).unwrap_or("").to_string())
+    });
     if uid.as_deref() != Some("0") {
         return Some("not root".into());
     }
@@ -211,7 +211,18 @@ impl Ha {
     /// A node's persistence table: client address → server.
     fn table(&self, node: &str) -> HashMap<String, String> {
         let out = Command::new("ip")
-            .args(["netns", "exec", &self.ns(node), binary(), "ctl", "--json", "persistence", "main", "--limit", "10000"])
+            .args([
+                "netns",
+                "exec",
+                &self.ns(node),
+                binary(),
+                "ctl",
+                "--json",
+                "persistence",
+                "main",
+                "--limit",
+                "10000",
+            ])
             .output()
             .expect("ctl persistence");
         let view: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
@@ -220,7 +231,9 @@ impl Ha {
             .map(|entries| {
                 entries
                     .iter()
-                    .map(|e| (e["key"].as_str().unwrap_or("").to_string(), e["server"].as_str().unwrap_or("").to_string()))
+                    .map(|e| {
+                        (e["key"].as_str().unwrap_or("").to_string(), e["server"].as_str().unwrap_or("").to_string())
+                    })
                     .collect()
             })
             .unwrap_or_default()
@@ -229,7 +242,8 @@ impl Ha {
     fn start_lb1(&mut self) {
         let config = workspace_root().join("examples/ha/lb1.toml");
         let log = self.dir.join(format!("lb1-{}.log", now()));
-        self.lb1 = Some(Proc::spawn(&self.ns("l1"), &[binary(), "run", "-c", config.to_str().unwrap_or_default()], log));
+        self.lb1 =
+            Some(Proc::spawn(&self.ns("l1"), &[binary(), "run", "-c", config.to_str().unwrap_or_default()], log));
     }
 
     /// Starts a probe from `src` (attempts of `timeout` seconds); returns the stop file,
@@ -282,7 +296,14 @@ fn setup() -> Option<Ha> {
     for role in ["l1", "l2"] {
         sh(&["ip", "netns", "exec", &net.name(role), "sysctl", "-qw", "net.ipv4.conf.all.arp_announce=2"]);
     }
-    for (role, addr) in [("r", "10.77.0.254"), ("l1", "10.77.0.1"), ("l2", "10.77.0.2"), ("s", "10.77.0.11"), ("s", "10.77.0.12"), ("s", "10.77.0.13")] {
+    for (role, addr) in [
+        ("r", "10.77.0.254"),
+        ("l1", "10.77.0.1"),
+        ("l2", "10.77.0.2"),
+        ("s", "10.77.0.11"),
+        ("s", "10.77.0.12"),
+        ("s", "10.77.0.13"),
+    ] {
         sh(&["ip", "-n", &net.name(role), "addr", "add", &format!("{addr}/16"), "dev", "eth0"]);
     }
     for role in ["l1", "l2", "s"] {
@@ -328,14 +349,35 @@ fn setup() -> Option<Ha> {
         let vrrp = dir.join(format!("vrrp-{node}.pid"));
         let ns = net.name(if node == "lb1" { "l1" } else { "l2" });
         let args = [
-            "keepalived", "-P", "-n", "-l", "-D", "-f", conf.to_str().unwrap_or_default(),
-            "-p", pid.to_str().unwrap_or_default(), "-r", vrrp.to_str().unwrap_or_default(),
+            "keepalived",
+            "-P",
+            "-n",
+            "-l",
+            "-D",
+            "-f",
+            conf.to_str().unwrap_or_default(),
+            "-p",
+            pid.to_str().unwrap_or_default(),
+            "-r",
+            vrrp.to_str().unwrap_or_default(),
         ];
         Proc::spawn(&ns, &args, dir.join(format!("keepalived-{node}.log")))
     };
     let lb2_config = workspace_root().join("examples/ha/lb2.toml");
-    let lb2 = Proc::spawn(&net.name("l2"), &[binary(), "run", "-c", lb2_config.to_str().unwrap_or_default()], dir.join("lb2.log"));
-    let mut ha = Ha { dir: dir.clone(), lb1: None, ka1: keepalived("lb1"), _lb2: lb2, _ka2: keepalived("lb2"), _origins: origins, net };
+    let lb2 = Proc::spawn(
+        &net.name("l2"),
+        &[binary(), "run", "-c", lb2_config.to_str().unwrap_or_default()],
+        dir.join("lb2.log"),
+    );
+    let mut ha = Ha {
+        dir: dir.clone(),
+        lb1: None,
+        ka1: keepalived("lb1"),
+        _lb2: lb2,
+        _ka2: keepalived("lb2"),
+        _origins: origins,
+        net,
+    };
     ha.start_lb1();
     Some(ha)
 }
@@ -344,7 +386,10 @@ fn client_addresses(from: usize, count: usize) -> Vec<String> {
     (from..from + count).map(|i| format!("10.78.{}.{}", 1 + i / 250, 1 + i % 250)).collect()
 }
 
-fn kept(before: &BTreeMap<String, (String, String, String)>, after: &BTreeMap<String, (String, String, String)>) -> usize {
+fn kept(
+    before: &BTreeMap<String, (String, String, String)>,
+    after: &BTreeMap<String, (String, String, String)>,
+) -> usize {
     let same = |a: &String, server: &String| after.get(a).is_some_and(|(st, s, _)| st == "200" && s == server);
     let moved: Vec<_> = before.iter().filter(|(a, (_, s, _))| !same(a, s)).take(5).collect();
     if !moved.is_empty() {

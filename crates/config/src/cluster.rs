@@ -143,16 +143,28 @@ fn validate_peers(
         let p = entry.get_ref();
         let name = match &p.name {
             Some(n) if !is_node_name(n.get_ref()) => {
-                cx.r.error_hint(&n.span(), "a peer name must be 1 to 64 letters, digits, `-`, `_` or `.`", "the peer's own [cluster] name");
+                cx.r.error_hint(
+                    &n.span(),
+                    "a peer name must be 1 to 64 letters, digits, `-`, `_` or `.`",
+                    "the peer's own [cluster] name",
+                );
                 continue;
             }
             Some(n) if n.get_ref() == node => {
-                cx.r.error_hint(&n.span(), format!("peer `{node}` has this node's own name"), "list the other nodes only");
+                cx.r.error_hint(
+                    &n.span(),
+                    format!("peer `{node}` has this node's own name"),
+                    "list the other nodes only",
+                );
                 continue;
             }
             Some(n) => {
                 if let Some(first) = seen.insert(n.get_ref().clone(), line) {
-                    cx.r.error_hint(&n.span(), format!("peer `{}` is listed twice (first at line {first})", n.get_ref()), "peer names must be unique");
+                    cx.r.error_hint(
+                        &n.span(),
+                        format!("peer `{}` is listed twice (first at line {first})", n.get_ref()),
+                        "peer names must be unique",
+                    );
                     continue;
                 }
                 n.get_ref().clone()
@@ -165,7 +177,11 @@ fn validate_peers(
         let address = match &p.address {
             Some(a) => match parse_socket_addr(a.get_ref()) {
                 Ok(addr) if Some(addr) == listen => {
-                    cx.r.error_hint(&a.span(), format!("peer `{name}` has this node's own listen address"), "give the peer's [cluster] listen address");
+                    cx.r.error_hint(
+                        &a.span(),
+                        format!("peer `{name}` has this node's own listen address"),
+                        "give the peer's [cluster] listen address",
+                    );
                     continue;
                 }
                 Ok(addr) => addr,
@@ -175,7 +191,11 @@ fn validate_peers(
                 }
             },
             None => {
-                cx.r.error_hint(&entry.span(), format!("peer `{name}` has no `address`"), "address = \"10.0.0.2:7400\"");
+                cx.r.error_hint(
+                    &entry.span(),
+                    format!("peer `{name}` has no `address`"),
+                    "address = \"10.0.0.2:7400\"",
+                );
                 continue;
             }
         };

@@ -271,11 +271,8 @@ impl Control {
                 if bound.contains(&(proto, addr)) {
                     continue;
                 }
-                let sockets = bind_all(proto, addr, self.worker_count, freebind).map_err(|source| ApplyError::Listen {
-                    service: service.name.clone(),
-                    addr,
-                    source,
-                })?;
+                let sockets = bind_all(proto, addr, self.worker_count, freebind)
+                    .map_err(|source| ApplyError::Listen { service: service.name.clone(), addr, source })?;
                 for (list, socket) in fresh.iter_mut().zip(sockets) {
                     list.push(socket);
                 }
@@ -368,7 +365,10 @@ impl Control {
 }
 
 /// What a reload cannot change in `[cluster]` without a restart.
-fn cluster_warning(old: Option<&switchyard_config::Cluster>, new: Option<&switchyard_config::Cluster>) -> Option<String> {
+fn cluster_warning(
+    old: Option<&switchyard_config::Cluster>,
+    new: Option<&switchyard_config::Cluster>,
+) -> Option<String> {
     match (old, new) {
         (None, None) => None,
         (None, Some(_)) | (Some(_), None) => {

@@ -158,7 +158,8 @@ pub fn start(config: Config, workers: Option<usize>) -> Result<Handle, StartErro
         threads.push(thread);
     }
     tracing::info!(workers, "engine started");
-    let control = Arc::new(Control::new(generation, senders, bound, stop, key, cluster.as_ref().map(|(c, _)| c.clone())));
+    let control =
+        Arc::new(Control::new(generation, senders, bound, stop, key, cluster.as_ref().map(|(c, _)| c.clone())));
     // Weak: the prober must not keep the control plane (and its stop sender) alive.
     let weak = Arc::downgrade(&control);
     let generations: peers::Generations = Arc::new(move || weak.upgrade().map(|c| c.generation()));
@@ -169,4 +170,3 @@ pub fn start(config: Config, workers: Option<usize>) -> Result<Handle, StartErro
     threads.push(health::spawn(move || generations(), stop_rx).map_err(StartError::Thread)?);
     Ok(Handle { control, threads })
 }
-

@@ -216,14 +216,25 @@ impl Scrape {
         }
         let p = &self.peers;
         let up = p.iter().flat_map(|r| {
-            [("out", r.connected), ("in", r.inbound)].map(|(d, v)| ([("peer", r.peer.as_str()), ("direction", d)], u64::from(v)))
+            [("out", r.connected), ("in", r.inbound)]
+                .map(|(d, v)| ([("peer", r.peer.as_str()), ("direction", d)], u64::from(v)))
         });
-        gauge(enc, "cluster_peer_connected", "1 when the replication connection with the peer is up, per direction.", up)?;
+        gauge(
+            enc,
+            "cluster_peer_connected",
+            "1 when the replication connection with the peer is up, per direction.",
+            up,
+        )?;
         let updates = p.iter().flat_map(|r| {
             [("sent", r.sent), ("received", r.received), ("dropped", r.dropped)]
                 .map(|(e, v)| ([("peer", r.peer.as_str()), ("event", e)], v))
         });
-        counter(enc, "cluster_peer_updates", "Replicated updates sent, received, and dropped on a full queue.", updates)?;
+        counter(
+            enc,
+            "cluster_peer_updates",
+            "Replicated updates sent, received, and dropped on a full queue.",
+            updates,
+        )?;
         let queued = p.iter().map(|r| ([("peer", r.peer.as_str())], r.queued));
         gauge(enc, "cluster_peer_queue", "Updates waiting to be sent to the peer.", queued)?;
         let help = "Seconds from learning an entry to the peer's acknowledgement (last batch).";

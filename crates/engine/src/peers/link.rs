@@ -266,7 +266,11 @@ fn record(u: Update, now: Instant) -> Record {
 }
 
 /// Reads one frame body (payload and MAC) and checks it.
-async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R, open: &mut Sealer, buf: &mut Vec<u8>) -> Result<Payload, SessionError> {
+async fn read_frame<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    open: &mut Sealer,
+    buf: &mut Vec<u8>,
+) -> Result<Payload, SessionError> {
     let mut prefix = [0; 4];
     rd.read_exact(&mut prefix).await?;
     let len = wire::frame_len(prefix)?;

@@ -359,7 +359,13 @@ mod tests {
         let records = vec![
             Record::SyncStart,
             set("web", b"alice", "a"),
-            Record::Set { pool: "p".into(), kind: TableKind::Source, key: vec![10, 0, 0, 1], server: "b".into(), idle_ms: 0 },
+            Record::Set {
+                pool: "p".into(),
+                kind: TableKind::Source,
+                key: vec![10, 0, 0, 1],
+                server: "b".into(),
+                idle_ms: 0,
+            },
             Record::Remove { pool: "web".into(), kind: TableKind::CookieLearn, key: b"s1".to_vec() },
             Record::SyncDone,
         ];

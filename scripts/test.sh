@@ -27,6 +27,8 @@ PACKAGES=(
   "python3-prometheus-client:"
   "goaccess:goaccess"
   "rsyslog:rsyslogd"
+  "keepalived:keepalived"
+  "python3:python3"
 )
 
 step() {

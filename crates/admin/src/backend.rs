@@ -58,6 +58,57 @@ pub trait Backend: Send + Sync + 'static {
     /// [`ApiError::Invalid`] with diagnostics when the file is invalid (nothing
     /// is applied), [`ApiError::Conflict`] when there is no file (the demo).
     fn reload(&self) -> Result<ReloadView, ApiError>;
+    /// High availability: whether this node may hold the virtual address, and
+    /// its replication peers. The default is a single node, always ready.
+    fn cluster(&self) -> ClusterView {
+        ClusterView { ready: true, ..ClusterView::default() }
+    }
+}
+
+/// `GET /api/v1/cluster`: this node's readiness and its replication peers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterView {
+    /// The node may hold the virtual address: it is not stopping, and (with
+    /// `[cluster]`) it holds a full copy of a peer's state, has no peer, or
+    /// waited `sync_timeout` for one. `switchyard ctl health` exits 0 exactly when true.
+    pub ready: bool,
+    /// A graceful stop has begun.
+    pub stopping: bool,
+    /// This node's `[cluster] name`; `None` without `[cluster]`.
+    pub node: Option<String>,
+    /// A full copy arrived from a peer since start.
+    pub synced: bool,
+    /// Connections refused for failing authentication.
+    pub refused: u64,
+    /// The peers, in configuration order.
+    pub peers: Vec<PeerView>,
+}
+
+/// One replication peer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PeerView {
+    /// Peer name.
+    pub name: String,
+    /// Its replication address.
+    pub address: String,
+    /// Our connection to it is up and authenticated.
+    pub connected: bool,
+    /// Its connection to us is up and authenticated.
+    pub inbound: bool,
+    /// Updates sent (full copies included).
+    pub sent: u64,
+    /// Updates received (full copies included).
+    pub received: u64,
+    /// Updates dropped because its queue was full.
+    pub dropped: u64,
+    /// Updates waiting in its queue.
+    pub queued: u64,
+    /// From learning an entry to the peer's acknowledgement, last batch, in milliseconds.
+    pub lag_ms: f64,
+    /// Full copies sent to it.
+    pub syncs_sent: u64,
+    /// Full copies received from it.
+    pub syncs_received: u64,
 }
 
 /// A change to one server's administrative state.

@@ -67,6 +67,16 @@ pub(crate) async fn health(State(state): State<AdminState>) -> Response {
     }
 }
 
+/// `GET /api/v1/cluster`: 200 when this node is ready to hold the virtual
+/// address, 503 when not (so a plain HTTP check works too); the body says why.
+pub(crate) async fn cluster(State(state): State<AdminState>) -> Response {
+    match call(&state, |b| b.cluster()).await {
+        Ok(view) if view.ready => Json(view).into_response(),
+        Ok(view) => (StatusCode::SERVICE_UNAVAILABLE, Json(view)).into_response(),
+        Err(r) => r,
+    }
+}
+
 /// `GET /api/v1/config`: the running configuration as TOML.
 pub(crate) async fn config(State(state): State<AdminState>) -> Response {
     match call(&state, |b| b.config()).await {

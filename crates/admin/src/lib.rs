@@ -101,6 +101,7 @@ impl AdminState {
 pub fn router(state: AdminState) -> Router {
     let api = Router::new()
         .route("/api/v1/health", get(handlers::health))
+        .route("/api/v1/cluster", get(handlers::cluster))
         .route("/api/v1/config", get(handlers::config))
         .route("/api/v1/config/validate", post(handlers::validate))
         .route("/api/v1/stats", get(handlers::stats))

@@ -129,6 +129,40 @@ impl<K: Hash + Eq> StickTable<K> {
         self.insert_hashed(self.hasher.hash_one(&key), key, server, now);
     }
 
+    /// Like [`get`](Self::get), also saying how long the entry had been idle
+    /// before this use (for callers that pass refreshes on, e.g. to a peer).
+    pub fn get_idle<Q>(&mut self, key: &Q, now: Instant) -> Option<(Arc<str>, Duration)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.get_idle_hashed(self.hasher.hash_one(key), key, now)
+    }
+
+    /// Takes an entry written elsewhere (a peer): `key` stuck to `server` when it was
+    /// last used at `last_use`. Newest write wins: an entry of this table used at or
+    /// after `last_use` is kept as it is, and an entry already idle past the timeout
+    /// at `now` is not taken. Returns whether the table changed. The entry's last use
+    /// is `last_use`, or this table's newest last use when that is later (the recency
+    /// list stays ordered; a merged entry may live longer by that difference).
+    pub fn merge(&mut self, key: K, server: Arc<str>, last_use: Instant, now: Instant) -> bool {
+        let hash = self.hasher.hash_one(&key);
+        self.merge_hashed(hash, key, server, last_use, now)
+    }
+
+    fn merge_hashed(&mut self, hash: u64, key: K, server: Arc<str>, last_use: Instant, now: Instant) -> bool {
+        if now.saturating_duration_since(last_use) > self.idle_timeout {
+            return false;
+        }
+        if let Some(pos) = self.find(hash, &key) {
+            if self.nodes[pos as usize].last_use >= last_use {
+                return false;
+            }
+        }
+        self.insert_hashed(hash, key, server, last_use);
+        true
+    }
+
     /// Drops the entry of `key`; returns whether there was one.
     pub fn remove<Q>(&mut self, key: &Q) -> bool
     where
@@ -234,13 +268,22 @@ impl<K: Hash + Eq> StickTable<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        self.get_idle_hashed(hash, key, now).map(|(server, _)| server)
+    }
+
+    fn get_idle_hashed<Q>(&mut self, hash: u64, key: &Q, now: Instant) -> Option<(Arc<str>, Duration)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let pos = self.find(hash, key)?;
         if self.is_idle(pos, now) {
             self.remove_at(pos);
             return None;
         }
+        let idle = now.saturating_duration_since(self.nodes[pos as usize].last_use);
         self.touch(pos, now);
-        Some(self.nodes[pos as usize].server.clone())
+        Some((self.nodes[pos as usize].server.clone(), idle))
     }
 
     fn insert_hashed(&mut self, hash: u64, key: K, server: Arc<str>, now: Instant) {
@@ -414,6 +457,22 @@ impl<K: Hash + Eq> SharedStickTable<K> {
     pub fn insert(&self, key: K, server: Arc<str>, now: Instant) {
         let hash = self.hasher.hash_one(&key);
         self.shard(hash).insert_hashed(hash, key, server, now);
+    }
+
+    /// [`StickTable::get_idle`] on the key's shard.
+    pub fn get_idle<Q>(&self, key: &Q, now: Instant) -> Option<(Arc<str>, Duration)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        self.shard(hash).get_idle_hashed(hash, key, now)
+    }
+
+    /// [`StickTable::merge`] on the key's shard.
+    pub fn merge(&self, key: K, server: Arc<str>, last_use: Instant, now: Instant) -> bool {
+        let hash = self.hasher.hash_one(&key);
+        self.shard(hash).merge_hashed(hash, key, server, last_use, now)
     }
 
     /// [`StickTable::remove`] on the key's shard.

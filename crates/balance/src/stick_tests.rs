@@ -19,6 +19,37 @@ fn keys<K: Clone>(entries: &[StickEntry<K>]) -> Vec<K> {
 }
 
 #[test]
+fn merge_newest_write_wins() {
+    let t = clock();
+    let mut table: StickTable<u32> = StickTable::new(10, IDLE);
+    table.insert(1, name("a"), t(10));
+    // An older write from a peer loses to the local entry.
+    assert!(!table.merge(1, name("b"), t(5), t(10)));
+    assert_eq!(table.get(&1, t(10)).as_deref(), Some("a"));
+    // A newer one replaces it.
+    assert!(table.merge(1, name("b"), t(12), t(12)));
+    assert_eq!(table.get(&1, t(12)).as_deref(), Some("b"));
+    // A new key is taken; one already idle past the timeout is not.
+    assert!(table.merge(2, name("c"), t(11), t(12)));
+    assert!(!table.merge(3, name("c"), t(1), t(40)));
+    assert_eq!(table.get(&3, t(40)), None);
+    assert_eq!(table.len(), 2);
+}
+
+#[test]
+fn get_idle_reports_the_idle_time_before_the_use() {
+    let t = clock();
+    let table: SharedStickTable<u32> = SharedStickTable::new(100, IDLE);
+    table.insert(7, name("a"), t(0));
+    let (server, idle) = table.get_idle(&7, t(4)).expect("entry");
+    assert_eq!((&*server, idle), ("a", Duration::from_secs(4)));
+    assert_eq!(table.get_idle(&7, t(5)).map(|(_, idle)| idle), Some(Duration::from_secs(1)));
+    assert!(table.merge(8, name("b"), t(5), t(5)));
+    assert!(!table.merge(8, name("c"), t(3), t(5)));
+    assert_eq!(table.get(&8, t(6)).as_deref(), Some("b"));
+}
+
+#[test]
 fn get_returns_what_insert_stored_and_refreshes_it() {
     let t = clock();
     let mut table = StickTable::new(10, IDLE);

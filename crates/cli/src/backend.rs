@@ -7,12 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use switchyard_admin::backend::{
-    ApiError, Backend, ClassCounts, DatagramCounts, HealthView, HistogramView, PersistenceEntryView, PersistenceView,
-    PoolView, ReloadView, ServerOp, ServerView, ServiceView, StatsView,
+    ApiError, Backend, ClassCounts, ClusterView, DatagramCounts, HealthView, HistogramView, PeerView,
+    PersistenceEntryView, PersistenceView, PoolView, ReloadView, ServerOp, ServerView, ServiceView, StatsView,
 };
 use switchyard_admin::MetricsFormat;
 use switchyard_config::{Algorithm, Mode, Persistence};
-use switchyard_engine::metrics::{self, ByClass, ExpositionView, HistogramSnapshot, ProcessGauges, ServerRow};
+use switchyard_engine::metrics::{self, ByClass, ExpositionView, HistogramSnapshot, PeerRow, ProcessGauges, ServerRow};
 use switchyard_engine::{Applied, ApplyError, Change, Control, Generation};
 
 use crate::commands::{reload_file, ReloadError};
@@ -198,6 +198,21 @@ impl Backend for EngineBackend {
             tls: Some(&gen.tls_handshakes),
             ..ExpositionView::default()
         };
+        view.peers = self
+            .cluster()
+            .peers
+            .into_iter()
+            .map(|p| PeerRow {
+                peer: p.name,
+                connected: p.connected,
+                inbound: p.inbound,
+                sent: p.sent,
+                received: p.received,
+                dropped: p.dropped,
+                queued: p.queued,
+                lag_seconds: p.lag_ms / 1000.0,
+            })
+            .collect();
         view.services = gen.config.services.iter().zip(&gen.services).map(|(s, m)| (s.name.as_str(), &**m)).collect();
         view.caches = gen
             .config
@@ -286,6 +301,40 @@ impl Backend for EngineBackend {
         match config {
             Some(_) => Ok(lines),
             None => Err(lines),
+        }
+    }
+
+    fn cluster(&self) -> ClusterView {
+        let stopping = self.control.stopping();
+        let Some(cluster) = self.control.cluster() else {
+            return ClusterView { ready: !stopping, stopping, ..ClusterView::default() };
+        };
+        let read = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let flag = |a: &std::sync::atomic::AtomicBool| a.load(std::sync::atomic::Ordering::Relaxed);
+        let peers = cluster
+            .peers()
+            .iter()
+            .map(|l| PeerView {
+                name: l.name.clone(),
+                address: l.address.to_string(),
+                connected: flag(&l.stats.connected),
+                inbound: flag(&l.stats.inbound),
+                sent: read(&l.stats.sent),
+                received: read(&l.stats.received),
+                dropped: read(&l.stats.dropped),
+                queued: l.queued() as u64,
+                lag_ms: read(&l.stats.lag_us) as f64 / 1000.0,
+                syncs_sent: read(&l.stats.syncs_sent),
+                syncs_received: read(&l.stats.syncs_received),
+            })
+            .collect();
+        ClusterView {
+            ready: !stopping && cluster.ready(),
+            stopping,
+            node: Some(cluster.node.clone()),
+            synced: cluster.synced(),
+            refused: read(&cluster.refused),
+            peers,
         }
     }
 

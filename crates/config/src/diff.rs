@@ -80,6 +80,8 @@ pub struct Diff {
     pub access_log_changed: bool,
     /// `[event_log]` differs; it takes effect at the next start.
     pub event_log_changed: bool,
+    /// `[cluster]` differs (peers, key, queue...).
+    pub cluster_changed: bool,
 }
 
 impl Diff {
@@ -94,6 +96,7 @@ impl Diff {
             && !self.admin_changed
             && !self.access_log_changed
             && !self.event_log_changed
+            && !self.cluster_changed
     }
 
     /// True when part of the change can only take effect after a restart
@@ -126,6 +129,7 @@ impl fmt::Display for Diff {
             (self.admin_changed, "admin changed"),
             (self.access_log_changed, "access_log changed"),
             (self.event_log_changed, "event_log changed (restart needed)"),
+            (self.cluster_changed, "cluster changed"),
         ];
         for (_, text) in flags.iter().filter(|(set, _)| *set) {
             write!(f, "; {text}")?;
@@ -162,6 +166,7 @@ pub fn diff(old: &Config, new: &Config) -> Diff {
         admin_changed: old.admin != new.admin,
         access_log_changed: old.access_log != new.access_log,
         event_log_changed: old.event_log != new.event_log,
+        cluster_changed: old.cluster != new.cluster,
     }
 }
 

@@ -25,6 +25,7 @@
 //!   (the input of a reload; its `Display` is a one-line summary for logs).
 
 mod cache;
+mod cluster;
 mod compression;
 mod diagnostic;
 mod diff;

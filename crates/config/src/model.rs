@@ -31,6 +31,61 @@ pub struct Config {
     /// Where events (start-up, reloads, failures: the process's own log)
     /// go besides standard error; `None` without an `[event_log]` table.
     pub event_log: Option<EventLog>,
+    /// High availability: this node and the peers it replicates state with;
+    /// `None` when the file has no `[cluster]` table (a single node).
+    pub cluster: Option<Cluster>,
+}
+
+/// `[cluster]`: this node of an active/standby pair and its peers.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Cluster {
+    /// This node's name, unique in the cluster (in logs, the admin API, metrics).
+    pub name: String,
+    /// Where peers connect to send their updates.
+    pub listen: SocketAddr,
+    /// The shared secret both ends prove they hold (HMAC-SHA256), at least 16 bytes.
+    pub key: String,
+    /// Updates held for one peer while it is slow or away; more are dropped and counted.
+    pub queue: usize,
+    /// How long a starting node waits for a full copy from a peer before it
+    /// reports healthy anyway (the peer is then presumed dead).
+    pub sync_timeout: Duration,
+    /// Bind service listeners with IP_FREEBIND, so the standby listens on the
+    /// virtual address before it holds it.
+    pub freebind: bool,
+    /// The other nodes, in file order.
+    pub peers: Vec<ClusterPeer>,
+}
+
+impl Cluster {
+    /// Default of `queue`.
+    pub const DEFAULT_QUEUE: usize = 65_536;
+    /// Default of `sync_timeout`.
+    pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
+}
+
+// Hand-written: the key must never reach a log line.
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("name", &self.name)
+            .field("listen", &self.listen)
+            .field("key", &"<secret>")
+            .field("queue", &self.queue)
+            .field("sync_timeout", &self.sync_timeout)
+            .field("freebind", &self.freebind)
+            .field("peers", &self.peers)
+            .finish()
+    }
+}
+
+/// One `[[cluster.peers]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterPeer {
+    /// The peer's name (its own `[cluster] name`).
+    pub name: String,
+    /// Its `[cluster] listen` address.
+    pub address: SocketAddr,
 }
 
 /// The event log (`[event_log]`): the process's own log lines, also sent to

@@ -31,10 +31,42 @@ pub struct RawConfig {
     pub access_log: Option<S<RawAccessLog>>,
     /// `[event_log]`
     pub event_log: Option<S<RawEventLog>>,
+    /// `[cluster]`
+    pub cluster: Option<S<RawCluster>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells. Validation does not also report
     /// these as missing.
     pub broken: Vec<String>,
+}
+
+/// The `[cluster]` table: this node and its peers (high availability).
+#[derive(Debug, Clone, Default)]
+pub struct RawCluster {
+    /// `name`: this node's name.
+    pub name: Option<S<String>>,
+    /// `listen`: where peers connect.
+    pub listen: Option<S<String>>,
+    /// `key`: the shared secret.
+    pub key: Option<S<String>>,
+    /// `queue`: updates held per peer.
+    pub queue: Option<S<i64>>,
+    /// `sync_timeout`: a duration string.
+    pub sync_timeout: Option<S<String>>,
+    /// `freebind`
+    pub freebind: Option<S<bool>>,
+    /// `[[cluster.peers]]`, in file order.
+    pub peers: Vec<S<RawPeer>>,
+    /// Keys that were written but could not be read.
+    pub broken: Vec<String>,
+}
+
+/// One `[[cluster.peers]]` entry.
+#[derive(Debug, Clone, Default)]
+pub struct RawPeer {
+    /// `name`
+    pub name: Option<S<String>>,
+    /// `address`
+    pub address: Option<S<String>>,
 }
 
 /// One `[[service]]` table; its span is the table header.

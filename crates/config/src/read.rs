@@ -24,9 +24,11 @@ use crate::diagnostic::Report;
 use crate::raw::*;
 use crate::units::{closest, suggest};
 
+mod cluster;
 mod compression;
 mod protection;
 mod tls;
+use cluster::read_cluster;
 use compression::read_compression;
 use protection::read_protection;
 use tls::{read_hsts, read_http2, read_server_tls, read_upstream_tls, redirect_https, switch_or_table};
@@ -34,7 +36,8 @@ use tls::{read_hsts, read_http2, read_server_tls, read_upstream_tls, redirect_ht
 type Value<'i> = Spanned<DeValue<'i>>;
 type Key<'i> = Spanned<Cow<'i, str>>;
 
-const TOP_KEYS: &[&str] = &["workers", "drain_timeout", "service", "pool", "admin", "access_log", "event_log"];
+const TOP_KEYS: &[&str] =
+    &["workers", "drain_timeout", "service", "pool", "admin", "access_log", "event_log", "cluster"];
 const SERVICE_KEYS: &[&str] = &[
     "name",
     "mode",
@@ -180,6 +183,7 @@ pub(crate) fn read_config(r: &mut Report<'_>, root: &DeTable<'_>) -> RawConfig {
                 raw.access_log = table_of(r, name, value).map(|t| S::new(value.span(), read_access_log(r, t)))
             }
             "event_log" => raw.event_log = table_of(r, name, value).map(|t| S::new(value.span(), read_event_log(r, t))),
+            "cluster" => raw.cluster = table_of(r, name, value).map(|t| S::new(value.span(), read_cluster(r, t))),
             _ => raw.broken.extend(unknown_key(r, key, TOP_KEYS, "at the top level")),
         }
         if r.error_count() > errors_before {

@@ -159,6 +159,8 @@ pub struct Control {
     /// Signs persistence cookies; the same for the process's life, so
     /// cookies stay valid across reloads.
     cookie_key: CookieKey,
+    /// High availability state; `None` when started without `[cluster]`.
+    cluster: Option<Arc<crate::peers::Cluster>>,
 }
 
 impl Control {
@@ -168,9 +170,21 @@ impl Control {
         bound: HashSet<(Proto, SocketAddr)>,
         stop: watch::Sender<bool>,
         cookie_key: CookieKey,
+        cluster: Option<Arc<crate::peers::Cluster>>,
     ) -> Self {
         let worker_count = workers.len();
-        Control { current: ArcSwap::new(first), workers, worker_count, applying: Mutex::new(bound), stop, cookie_key }
+        let applying = Mutex::new(bound);
+        Control { current: ArcSwap::new(first), workers, worker_count, applying, stop, cookie_key, cluster }
+    }
+
+    /// The cluster state (high availability), when started with `[cluster]`.
+    pub fn cluster(&self) -> Option<&Arc<crate::peers::Cluster>> {
+        self.cluster.as_ref()
+    }
+
+    /// Whether a graceful stop has begun (the node must give its address up).
+    pub fn stopping(&self) -> bool {
+        *self.stop.borrow()
     }
 
     /// The generation being served.
@@ -249,6 +263,8 @@ impl Control {
         if diff.admin_changed {
             warnings.push("`[admin]` changed: the admin listener applies at the next restart".to_string());
         }
+        warnings.extend(cluster_warning(old.config.cluster.as_ref(), config.cluster.as_ref()));
+        let freebind = old.config.cluster.as_ref().is_some_and(|c| c.freebind);
         // Bind every new address first: a failure changes nothing.
         let mut fresh: Vec<Vec<Bound>> = (0..self.worker_count).map(|_| Vec::new()).collect();
         let mut added = Vec::new();
@@ -258,11 +274,8 @@ impl Control {
                 if bound.contains(&(proto, addr)) {
                     continue;
                 }
-                let sockets = bind_all(proto, addr, self.worker_count).map_err(|source| ApplyError::Listen {
-                    service: service.name.clone(),
-                    addr,
-                    source,
-                })?;
+                let sockets = bind_all(proto, addr, self.worker_count, freebind)
+                    .map_err(|source| ApplyError::Listen { service: service.name.clone(), addr, source })?;
                 for (list, socket) in fresh.iter_mut().zip(sockets) {
                     list.push(socket);
                 }
@@ -281,6 +294,7 @@ impl Control {
             self.worker_count,
             access_log,
             &self.cookie_key,
+            self.cluster.as_ref().map(|c| c.outbox()).as_ref(),
         )?);
         let removed: Vec<(Proto, SocketAddr)> =
             bound.iter().filter(|a| !gen.listeners.contains_key(a)).copied().collect();
@@ -303,6 +317,9 @@ impl Control {
             if !gen.access_log.as_ref().is_some_and(|new| new.same(old_log)) {
                 old_log.shutdown();
             }
+        }
+        if let (Some(cluster), Some(config)) = (&self.cluster, &gen.config.cluster) {
+            cluster.configure(config);
         }
         for addr in &removed {
             bound.remove(addr);
@@ -350,6 +367,23 @@ impl Control {
     }
 }
 
+/// What a reload cannot change in `[cluster]` without a restart.
+fn cluster_warning(
+    old: Option<&switchyard_config::Cluster>,
+    new: Option<&switchyard_config::Cluster>,
+) -> Option<String> {
+    match (old, new) {
+        (None, None) => None,
+        (None, Some(_)) | (Some(_), None) => {
+            Some("`[cluster]` added or removed: replication starts or stops at the next restart".into())
+        }
+        (Some(a), Some(b)) if (&a.name, a.listen, a.freebind) != (&b.name, b.listen, b.freebind) => {
+            Some("`[cluster]` name, listen or freebind changed: they apply at the next restart".into())
+        }
+        _ => None,
+    }
+}
+
 fn persistence_of<'g>(gen: &'g Generation, pool: &str) -> Result<&'g crate::persist::PoolPersistence, ApplyError> {
     let p = gen.pool_index(pool).ok_or_else(|| ApplyError::NotFound(format!("no pool named `{pool}`")))?;
     gen.persistence[p].as_ref().ok_or_else(|| ApplyError::NotFound(format!("pool `{pool}` has no persistence")))
@@ -365,12 +399,25 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// SO_REUSEPORT so the kernel spreads connections (and UDP clients, by
 /// address) across them; a probe bind without it first refuses a port some
 /// other process already uses, instead of silently sharing its traffic.
-pub(crate) fn bind_all(proto: Proto, addr: SocketAddr, workers: usize) -> std::io::Result<Vec<Bound>> {
-    drop(bind(proto, addr, false)?);
-    (0..workers).map(|_| bind(proto, addr, workers > 1)).collect()
+///
+/// With `freebind` (a node of a cluster) the sockets have IP_FREEBIND: they bind
+/// an address the node does not hold yet, so the standby already listens when
+/// keepalived moves the virtual address to it.
+pub(crate) fn bind_all(proto: Proto, addr: SocketAddr, workers: usize, freebind: bool) -> std::io::Result<Vec<Bound>> {
+    drop(bind(proto, addr, false, freebind)?);
+    (0..workers).map(|_| bind(proto, addr, workers > 1, freebind)).collect()
 }
 
-fn bind(proto: Proto, addr: SocketAddr, reuse_port: bool) -> std::io::Result<Bound> {
+/// Sets IP_FREEBIND (IPV6_FREEBIND for IPv6) on `socket`, which will bind `addr`.
+pub(crate) fn set_freebind(socket: &Socket, addr: SocketAddr) -> std::io::Result<()> {
+    if addr.is_ipv6() {
+        socket.set_freebind_v6(true)
+    } else {
+        socket.set_freebind_v4(true)
+    }
+}
+
+fn bind(proto: Proto, addr: SocketAddr, reuse_port: bool, freebind: bool) -> std::io::Result<Bound> {
     let (kind, protocol) = match proto {
         Proto::Tcp => (Type::STREAM, Protocol::TCP),
         Proto::Udp => (Type::DGRAM, Protocol::UDP),
@@ -382,6 +429,9 @@ fn bind(proto: Proto, addr: SocketAddr, reuse_port: bool) -> std::io::Result<Bou
     }
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
+    }
+    if freebind {
+        set_freebind(&socket, addr)?;
     }
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;

@@ -18,6 +18,7 @@ pub mod http2;
 pub mod l4;
 pub mod live;
 pub mod metrics;
+pub mod peers;
 pub mod persist;
 pub mod protection;
 pub mod relay;
@@ -66,6 +67,14 @@ pub enum StartError {
     /// A worker thread could not be spawned.
     #[error("cannot start worker thread: {0}")]
     Thread(std::io::Error),
+    /// The cluster (replication) listener could not be bound.
+    #[error("cluster: cannot listen on {addr}: {source}")]
+    Cluster {
+        /// `[cluster] listen`.
+        addr: SocketAddr,
+        /// The system's reason.
+        source: std::io::Error,
+    },
 }
 
 /// A running engine.
@@ -117,10 +126,11 @@ pub fn start(config: Config, workers: Option<usize>) -> Result<Handle, StartErro
         .max(1);
     let mut per_worker: Vec<Vec<worker::Bound>> = (0..workers).map(|_| Vec::new()).collect();
     let mut bound = HashSet::new();
+    let freebind = config.cluster.as_ref().is_some_and(|c| c.freebind);
     for service in &config.services {
         let proto = live::Proto::of(service);
         for &addr in &service.listeners {
-            let sockets = control::bind_all(proto, addr, workers).map_err(|source| StartError::Listen {
+            let sockets = control::bind_all(proto, addr, workers, freebind).map_err(|source| StartError::Listen {
                 service: service.name.clone(),
                 addr,
                 source,
@@ -136,7 +146,9 @@ pub fn start(config: Config, workers: Option<usize>) -> Result<Handle, StartErro
         None => None,
     };
     let key = switchyard_balance::cookie::CookieKey::generate().map_err(|e| StartError::Key(e.to_string()))?;
-    let generation = Arc::new(Generation::new(1, config, None, workers, access_log, &key)?);
+    let cluster = config.cluster.as_ref().map(|c| (peers::Cluster::new(c), c.listen));
+    let outbox = cluster.as_ref().map(|(c, _)| c.outbox());
+    let generation = Arc::new(Generation::new(1, config, None, workers, access_log, &key, outbox.as_ref())?);
     let (stop, stop_rx) = watch::channel(false);
     let mut senders = Vec::with_capacity(workers);
     let mut threads = Vec::with_capacity(workers);
@@ -152,9 +164,15 @@ pub fn start(config: Config, workers: Option<usize>) -> Result<Handle, StartErro
         threads.push(thread);
     }
     tracing::info!(workers, "engine started");
-    let control = Arc::new(Control::new(generation, senders, bound, stop, key));
+    let control =
+        Arc::new(Control::new(generation, senders, bound, stop, key, cluster.as_ref().map(|(c, _)| c.clone())));
     // Weak: the prober must not keep the control plane (and its stop sender) alive.
     let weak = Arc::downgrade(&control);
-    threads.push(health::spawn(move || weak.upgrade().map(|c| c.generation()), stop_rx).map_err(StartError::Thread)?);
+    let generations: peers::Generations = Arc::new(move || weak.upgrade().map(|c| c.generation()));
+    if let Some((cluster, addr)) = cluster {
+        let thread = peers::spawn(cluster, generations.clone(), stop_rx.clone());
+        threads.push(thread.map_err(|source| StartError::Cluster { addr, source })?);
+    }
+    threads.push(health::spawn(move || generations(), stop_rx).map_err(StartError::Thread)?);
     Ok(Handle { control, threads })
 }

@@ -569,6 +569,7 @@ impl Generation {
     /// Builds generation `number` for `config`, carrying the live state of
     /// `previous` over where services, pools and servers still exist.
     /// Fails, changing nothing, when TLS towards clients or servers cannot be set up.
+    /// `outbox` (high availability) receives what the persistence tables learn.
     pub fn new(
         number: u64,
         config: Config,
@@ -576,6 +577,7 @@ impl Generation {
         workers: usize,
         access_log: Option<AccessLog>,
         key: &CookieKey,
+        outbox: Option<&Arc<crate::peers::Outbox>>,
     ) -> Result<Self, GenerationError> {
         // First: the steps below adopt live objects of `previous`.
         let tls = crate::tls::terminators(&config, previous.map(|g| (&g.config, g.tls.as_slice())))?;
@@ -613,7 +615,7 @@ impl Generation {
             .map(|pool| {
                 let before =
                     previous.and_then(|g| g.pool_index(&pool.name)).and_then(|i| previous?.persistence[i].as_ref());
-                PoolPersistence::new(pool, key, before)
+                PoolPersistence::new(pool, key, before).map(|p| p.with_outbox(outbox.cloned()))
             })
             .collect();
         let listeners = config
@@ -739,17 +741,17 @@ mod tests {
     #[test]
     fn reload_keeps_live_servers_and_operator_state() {
         let key = CookieKey::from_bytes([7; 32]);
-        let first = Generation::new(1, config(&[("a", 1), ("b", 1)]), None, 1, None, &key).expect("generation");
+        let first = Generation::new(1, config(&[("a", 1), ("b", 1)]), None, 1, None, &key, None).expect("generation");
         first.pools[0].servers[0].set_state(AdminState::Draining);
         first.pools[0].servers[1].set_weight(7);
-        let second = Generation::new(2, config(&[("a", 1), ("b", 1), ("c", 1)]), Some(&first), 1, None, &key)
+        let second = Generation::new(2, config(&[("a", 1), ("b", 1), ("c", 1)]), Some(&first), 1, None, &key, None)
             .expect("generation");
         assert!(Arc::ptr_eq(&first.pools[0].servers[0], &second.pools[0].servers[0]));
         assert_eq!(second.pools[0].servers[0].state(), AdminState::Draining);
         assert_eq!(second.pools[0].servers[1].weight(), 7, "an override survives an unchanged configured weight");
         assert_eq!(second.pools[0].servers[2].state(), AdminState::Up);
         let third =
-            Generation::new(3, config(&[("a", 1), ("b", 5)]), Some(&second), 1, None, &key).expect("generation");
+            Generation::new(3, config(&[("a", 1), ("b", 5)]), Some(&second), 1, None, &key, None).expect("generation");
         assert_eq!(third.pools[0].servers[1].weight(), 5, "a configured weight change replaces the override");
     }
 }

@@ -37,8 +37,15 @@
 //! Tables store server *names*, so a reload that keeps the same kind and bounds reuses
 //! the previous table (see [`PoolPersistence::new`]) and clients keep their servers.
 //!
+//! With high availability (`[cluster]`), a table built [`with_outbox`](PoolPersistence::with_outbox)
+//! hands every learned entry, every removal and every refresh of an entry idle for
+//! more than a quarter of its timeout to [`crate::peers`], which sends them to the
+//! other node; that node takes them with [`merge_remote`](PoolPersistence::merge_remote)
+//! (newest write wins). Handing over never blocks: a full queue drops and counts.
+//!
 //! Invariants: nothing here panics on request bytes; the request path takes one shard
-//! lock per `lookup` or `learn` and allocates only when learning a new header key.
+//! lock per `lookup` or `learn` and allocates only when learning a new header key (and,
+//! replicated, once per update handed to a peer).
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -47,6 +54,8 @@ use std::time::{Duration, Instant};
 use switchyard_balance::cookie::{self, CookieKey};
 use switchyard_balance::SharedStickTable;
 use switchyard_config::{CookieInsert, Persistence, Pool, StickTableSpec};
+
+use crate::peers::{Outbox, TableKind, Update};
 
 /// Longest header value, cookie value or RDP cookie used as a stick-table key, in bytes.
 pub const MAX_HEADER_KEY: usize = 128;
@@ -88,9 +97,13 @@ pub struct EntryView {
 /// The persistence state of one pool.
 pub struct PoolPersistence {
     pool: String,
+    /// The pool name again, shared by the updates handed to peers.
+    pool_name: Arc<str>,
     /// Server names by index in the pool this was built from.
     servers: Vec<Arc<str>>,
     state: State,
+    /// Where learned entries go to reach the other nodes; `None` on a single node.
+    outbox: Option<Arc<Outbox>>,
 }
 
 enum State {
@@ -187,13 +200,21 @@ impl PoolPersistence {
                 State::Keyed { key, spec: *spec, table }
             }
         };
-        let this = PoolPersistence { pool: pool.name.clone(), servers, state };
+        let pool_name = Arc::from(pool.name.as_str());
+        let this = PoolPersistence { pool: pool.name.clone(), pool_name, servers, state, outbox: None };
         for gone in previous.iter().flat_map(|p| &p.servers) {
             if !this.servers.contains(gone) {
                 this.forget_server(gone);
             }
         }
         Some(this)
+    }
+
+    /// This table, handing what it learns to `outbox` (high availability).
+    #[must_use]
+    pub fn with_outbox(mut self, outbox: Option<Arc<Outbox>>) -> Self {
+        self.outbox = outbox;
+        self
     }
 
     /// The server this request sticks to: an index into the pool's servers, or `None`
@@ -211,11 +232,23 @@ impl PoolPersistence {
     /// key read from the request or connection (see [`request_key`](Self::request_key);
     /// the layer-4 relay passes the RDP cookie or server name). `None` for cookie insert.
     pub fn lookup_with(&self, client: IpAddr, key: Option<&[u8]>, now: Instant) -> Option<usize> {
-        let name = match &self.state {
+        let (name, refreshed) = match &self.state {
             State::Cookie { .. } => return None,
-            State::Source { table, .. } => table.get(&client.to_canonical(), now)?,
-            State::Keyed { key: kind, table, .. } => table.get(bounded(key?, kind)?, now)?,
+            State::Source { spec, table } => {
+                let client = client.to_canonical();
+                let (name, idle) = table.get_idle(&client, now)?;
+                let refreshed = stale(idle, spec).then(|| Box::from(ip_key(client).as_slice()));
+                (name, refreshed)
+            }
+            State::Keyed { key: kind, spec, table } => {
+                let key = bounded(key?, kind)?;
+                let (name, idle) = table.get_idle(key, now)?;
+                (name, stale(idle, spec).then(|| Box::from(key)))
+            }
         };
+        if let Some(key) = refreshed {
+            self.hand_over(key, Some(name.clone()), now);
+        }
         self.servers.iter().position(|s| *s == name)
     }
 
@@ -258,13 +291,24 @@ impl PoolPersistence {
         let Some(server) = self.servers.get(chosen) else { return };
         match &self.state {
             State::Cookie { .. } => {}
-            State::Source { table, .. } => table.insert(client.to_canonical(), server.clone(), now),
+            State::Source { table, .. } => {
+                let client = client.to_canonical();
+                table.insert(client, server.clone(), now);
+                self.hand_over(Box::from(ip_key(client).as_slice()), Some(server.clone()), now);
+            }
             State::Keyed { key: kind, table, .. } => {
                 if let Some(key) = key.and_then(|k| bounded(k, kind)) {
                     table.insert(Box::from(key), server.clone(), now);
+                    self.hand_over(Box::from(key), Some(server.clone()), now);
                 }
             }
         }
+    }
+
+    /// Gives one change of this table to the peers; `server: None` is a removal.
+    fn hand_over(&self, key: Box<[u8]>, server: Option<Arc<str>>, now: Instant) {
+        let (Some(outbox), Some(kind)) = (&self.outbox, self.table_kind()) else { return };
+        outbox.push(Update { pool: self.pool_name.clone(), kind, key, server, at: now, queued: Instant::now() });
     }
 
     /// The cookie whose `Set-Cookie` in responses is to be learned (cookie learn only).
@@ -295,10 +339,13 @@ impl PoolPersistence {
             });
         if deleted {
             for gone in [Some(value), presented].into_iter().flatten().filter_map(|k| bounded(k, key)) {
-                table.remove(gone);
+                if table.remove(gone) {
+                    self.hand_over(Box::from(gone), None, now);
+                }
             }
         } else if let Some(value) = bounded(value, key) {
             table.insert(Box::from(value), server.clone(), now);
+            self.hand_over(Box::from(value), Some(server.clone()), now);
         }
     }
 
@@ -379,6 +426,72 @@ impl PoolPersistence {
         }
     }
 
+    /// The wire kind of this stick table (`None` for cookie insert, which keeps no state).
+    pub fn table_kind(&self) -> Option<TableKind> {
+        match &self.state {
+            State::Cookie { .. } => None,
+            State::Source { .. } => Some(TableKind::Source),
+            State::Keyed { key: Key::Header(_), .. } => Some(TableKind::Header),
+            State::Keyed { key: Key::CookieLearn(_), .. } => Some(TableKind::CookieLearn),
+            State::Keyed { key: Key::Rdp, .. } => Some(TableKind::Rdp),
+            State::Keyed { key: Key::Sni, .. } => Some(TableKind::Sni),
+        }
+    }
+
+    /// Takes an entry from a peer: `key` (wire form: 4 or 16 address bytes for
+    /// source persistence) sticks to the server named `server`, last used `idle`
+    /// before `now`. Ignored when the kind differs from this table's, the key is
+    /// malformed or too long, or this pool has no such server; otherwise newest
+    /// write wins ([`SharedStickTable::merge`]). Returns whether the table changed.
+    pub fn merge_remote(&self, kind: TableKind, key: &[u8], server: &str, idle: Duration, now: Instant) -> bool {
+        if self.table_kind() != Some(kind) {
+            return false;
+        }
+        let Some(server) = self.servers.iter().find(|s| &***s == server) else { return false };
+        let last_use = now.checked_sub(idle).unwrap_or(now);
+        match &self.state {
+            State::Cookie { .. } => false,
+            State::Source { table, .. } => match ip_of(key) {
+                Some(ip) => table.merge(ip, server.clone(), last_use, now),
+                None => false,
+            },
+            State::Keyed { key: kind, table, .. } => match bounded(key, kind) {
+                Some(key) => table.merge(Box::from(key), server.clone(), last_use, now),
+                None => false,
+            },
+        }
+    }
+
+    /// Removes an entry a peer removed (cookie learn: the server deleted its cookie).
+    pub fn remove_remote(&self, kind: TableKind, key: &[u8]) -> bool {
+        if self.table_kind() != Some(kind) {
+            return false;
+        }
+        match &self.state {
+            State::Cookie { .. } => false,
+            State::Source { table, .. } => ip_of(key).is_some_and(|ip| table.remove(&ip)),
+            State::Keyed { table, .. } => table.remove(key),
+        }
+    }
+
+    /// Every live entry in wire form (key bytes, server, idle), oldest first: the
+    /// full copy sent to a peer that (re)connects.
+    pub fn dump(&self, now: Instant) -> Vec<(Box<[u8]>, Arc<str>, Duration)> {
+        let mut all: Vec<_> = match &self.state {
+            State::Cookie { .. } => Vec::new(),
+            State::Source { table, .. } => table
+                .entries(usize::MAX, now)
+                .into_iter()
+                .map(|e| (Box::from(ip_key(e.key).as_slice()), e.server, e.idle))
+                .collect(),
+            State::Keyed { table, .. } => {
+                table.entries(usize::MAX, now).into_iter().map(|e| (e.key, e.server, e.idle)).collect()
+            }
+        };
+        all.reverse();
+        all
+    }
+
     fn with_table(
         &self,
         source: impl FnOnce(&SharedStickTable<IpAddr>) -> usize,
@@ -389,6 +502,30 @@ impl PoolPersistence {
             State::Source { table, .. } => source(table),
             State::Keyed { table, .. } => keyed(table),
         }
+    }
+}
+
+/// Whether a lookup that found an entry idle for `idle` should tell the peers: the
+/// peer's copy ages from the last update it got, so it is refreshed once the entry
+/// has been idle for a quarter of its timeout, not on every request.
+fn stale(idle: Duration, spec: &StickTableSpec) -> bool {
+    idle > spec.idle_timeout / 4
+}
+
+/// An address as stick-table wire key: 4 bytes for IPv4, 16 for IPv6.
+fn ip_key(ip: IpAddr) -> Vec<u8> {
+    match ip {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => v6.octets().to_vec(),
+    }
+}
+
+/// The address of a wire key (see [`ip_key`]); `None` for any other length.
+fn ip_of(key: &[u8]) -> Option<IpAddr> {
+    match key.len() {
+        4 => <[u8; 4]>::try_from(key).ok().map(IpAddr::from),
+        16 => <[u8; 16]>::try_from(key).ok().map(|b| IpAddr::from(b).to_canonical()),
+        _ => None,
     }
 }
 

@@ -42,6 +42,9 @@ pub enum CtlError {
     /// A local problem: unreadable file, unknown pool, bad argument.
     #[error("{0}")]
     Usage(String),
+    /// `ctl health`: the node answered but must not hold the virtual address.
+    #[error("not ready: {0}")]
+    NotReady(String),
 }
 
 /// A client bound to one admin API address and token.
@@ -72,6 +75,20 @@ impl Client {
 
     /// Sends one request; returns the body of a 2xx answer, or the API's error.
     pub(crate) fn call(&self, method: Method, path: &str, body: Option<(&str, String)>) -> Result<String, CtlError> {
+        let (status, text) = self.call_any(method, path, body)?;
+        if (200..300).contains(&status) {
+            return Ok(text);
+        }
+        Err(self.refusal(status, &text))
+    }
+
+    /// Sends one request; returns the status and body of whatever answer came.
+    pub(crate) fn call_any(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(&str, String)>,
+    ) -> Result<(u16, String), CtlError> {
         let url = format!("{}{path}", self.base);
         let mut request = Request::builder().method(method).uri(&url);
         if let Some(token) = &self.token {
@@ -90,10 +107,7 @@ impl Client {
             .limit(MAX_BODY)
             .read_to_string()
             .map_err(|e| CtlError::Protocol { url: url.clone(), reason: e.to_string() })?;
-        if (200..300).contains(&status) {
-            return Ok(text);
-        }
-        Err(self.refusal(status, &text))
+        Ok((status, text))
     }
 
     /// The error for a non-2xx answer, with a hint for the common ones.

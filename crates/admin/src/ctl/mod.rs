@@ -19,7 +19,7 @@ use ureq::http::Method;
 pub use client::CtlError;
 use client::{encode_query_value, Client};
 
-use crate::backend::{HealthView, PersistenceView, ReloadView, ServerView, StatsView};
+use crate::backend::{ClusterView, HealthView, PersistenceView, ReloadView, ServerView, StatsView};
 
 /// `switchyard ctl`: arguments.
 #[derive(Debug, Clone, Args)]
@@ -43,6 +43,11 @@ pub struct CtlArgs {
 pub enum CtlCommand {
     /// Health: version, uptime, workers, configuration generation.
     Status,
+    /// Exit 0 when this node may hold the virtual address, 1 when not (stopping,
+    /// not yet synced with its cluster peer, or unreachable): keepalived's `track_script`.
+    Health,
+    /// This node's cluster peers: connections, updates sent/received/dropped, lag.
+    Cluster,
     /// Services and every pool's servers, with their counters.
     Stats,
     /// Servers of one pool, or of all pools.
@@ -134,6 +139,13 @@ pub fn execute(args: &CtlArgs, out: &mut dyn Write) -> Result<(), CtlError> {
     let client = Client::new(&args.admin, args.token.clone())?;
     let text = match &args.command {
         CtlCommand::Status => view(&client, args, "/api/v1/health", |h: HealthView| table::render_health(&h))?,
+        CtlCommand::Health => health(&client, args)?,
+        CtlCommand::Cluster => view(&client, args, "/api/v1/cluster", |c: ClusterView| table::render_cluster(&c))
+            .or_else(|e| match e {
+                // Not ready is still an answer worth showing.
+                CtlError::Refused { status: 503, .. } => cluster_anyway(&client, args),
+                other => Err(other),
+            })?,
         CtlCommand::Stats => view(&client, args, "/api/v1/stats", |s: StatsView| table::render_stats(&s))?,
         CtlCommand::Servers { pool } => servers(&client, args, pool.as_deref())?,
         CtlCommand::Enable(s) => server_change(&client, args, s, "enable")?,
@@ -165,6 +177,39 @@ pub fn execute(args: &CtlArgs, out: &mut dyn Write) -> Result<(), CtlError> {
         let _ = out.write_all(b"\n");
     }
     Ok(())
+}
+
+/// `ctl health`: `Ok` (exit 0) only when the node says it is ready.
+fn health(client: &Client, args: &CtlArgs) -> Result<String, CtlError> {
+    let path = "/api/v1/cluster";
+    let (status, answer) = client.call_any(Method::GET, path, None)?;
+    let view: ClusterView = match serde_json::from_str(&answer) {
+        Ok(v) => v,
+        Err(_) => return Err(client_refusal(status, &answer)),
+    };
+    let text = if args.json { answer.clone() } else { table::render_readiness(&view) };
+    if view.ready && status == 200 {
+        return Ok(text);
+    }
+    let reason = if view.stopping {
+        "switchyard is stopping".to_string()
+    } else {
+        "no full copy from a cluster peer yet (waiting up to sync_timeout)".to_string()
+    };
+    Err(CtlError::NotReady(reason))
+}
+
+fn client_refusal(status: u16, body: &str) -> CtlError {
+    CtlError::Refused { status, message: body.trim().to_owned(), diagnostics: Vec::new() }
+}
+
+fn cluster_anyway(client: &Client, args: &CtlArgs) -> Result<String, CtlError> {
+    let path = "/api/v1/cluster";
+    let (status, answer) = client.call_any(Method::GET, path, None)?;
+    if status != 503 {
+        return Err(client_refusal(status, &answer));
+    }
+    render(args, path, &answer, |c: ClusterView| table::render_cluster(&c))
 }
 
 /// GETs `path` and renders it (or returns it raw with `--json`).

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::backend::{HealthView, HistogramView, PersistenceView, PoolView, ServerView, StatsView};
+use crate::backend::{ClusterView, HealthView, HistogramView, PersistenceView, PoolView, ServerView, StatsView};
 use crate::sample::percentile;
 
 /// How a column's cells line up.
@@ -86,6 +86,59 @@ pub fn render_health(h: &HealthView) -> String {
     t.row(vec!["config".into(), h.config_source.clone()]);
     // The header row of a key/value table is empty: drop it.
     t.render().lines().skip(1).map(|l| format!("{l}\n")).collect()
+}
+
+/// `ctl health`: one line.
+pub fn render_readiness(c: &ClusterView) -> String {
+    match (&c.node, c.ready) {
+        (Some(node), true) => format!("ready: node {node}, {}\n", if c.synced { "synced" } else { "not synced" }),
+        (None, true) => "ready\n".to_string(),
+        (_, false) => "not ready\n".to_string(),
+    }
+}
+
+/// `ctl cluster`: the node's state, then one row per peer.
+pub fn render_cluster(c: &ClusterView) -> String {
+    use Align::{Left as L, Right as R};
+    let node = c.node.as_deref().unwrap_or("(no [cluster]: a single node)");
+    let mut text = format!(
+        "node {node}: {}, {}, {} refused connection(s)\n",
+        if c.ready { "ready" } else { "not ready" },
+        if c.synced { "synced" } else { "not synced" },
+        c.refused
+    );
+    if c.peers.is_empty() {
+        return text;
+    }
+    let mut t = Table::new(&[
+        ("PEER", L),
+        ("ADDRESS", L),
+        ("OUT", L),
+        ("IN", L),
+        ("SENT", R),
+        ("RECEIVED", R),
+        ("DROPPED", R),
+        ("QUEUED", R),
+        ("LAG", R),
+        ("SYNCS", R),
+    ]);
+    let yes = |b: bool| if b { "up" } else { "down" }.to_string();
+    for p in &c.peers {
+        t.row(vec![
+            p.name.clone(),
+            p.address.clone(),
+            yes(p.connected),
+            yes(p.inbound),
+            p.sent.to_string(),
+            p.received.to_string(),
+            p.dropped.to_string(),
+            p.queued.to_string(),
+            format!("{:.1} ms", p.lag_ms),
+            format!("{}/{}", p.syncs_sent, p.syncs_received),
+        ]);
+    }
+    text.push_str(&t.render());
+    text
 }
 
 /// `ctl stats`: the services table, then every pool's servers.

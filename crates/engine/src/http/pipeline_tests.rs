@@ -32,7 +32,7 @@ fn worker(config: &str) -> Rc<Worker> {
     let text = config.replace("{A}", SERVER_A).replace("{B}", SERVER_B);
     let config = switchyard_config::parse(&text, "test.toml").expect("valid configuration");
     let key = CookieKey::from_bytes([7; 32]);
-    let gen = Generation::new(1, config, None, 1, None, &key).expect("generation");
+    let gen = Generation::new(1, config, None, 1, None, &key, None).expect("generation");
     Rc::new(Worker::new(0, Arc::new(gen)))
 }
 

@@ -88,6 +88,24 @@ impl Writer {
         }
     }
 
+    /// Writes a gauge family of fractional values (`name` ends in its unit).
+    pub(crate) fn gauge_f64<'l>(
+        &mut self,
+        name: &str,
+        help: &str,
+        unit: Option<&str>,
+        rows: impl IntoIterator<Item = (impl Labels<'l>, f64)>,
+    ) {
+        let mut rows = rows.into_iter().peekable();
+        if rows.peek().is_none() {
+            return;
+        }
+        let sample = self.header(name, help, Type::Gauge, unit);
+        for (labels, v) in rows {
+            self.sample(&sample, labels.pairs(), None, &float(v));
+        }
+    }
+
     /// Writes a histogram family. Each row: labels, cumulative-ready buckets
     /// as (upper bound in the family's unit, count in that bucket alone; the
     /// last one `+Inf`), sum, count.

@@ -41,6 +41,29 @@ pub struct ExpositionView<'a> {
     pub caches: Vec<(&'a str, &'a crate::cache::CacheStats)>,
     /// Process-wide values.
     pub process: ProcessGauges,
+    /// Cluster peers (high availability); empty on a single node.
+    pub peers: Vec<PeerRow>,
+}
+
+/// One cluster peer as seen at scrape time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PeerRow {
+    /// Peer name.
+    pub peer: String,
+    /// Our connection to it is up and authenticated.
+    pub connected: bool,
+    /// Its connection to us is up and authenticated.
+    pub inbound: bool,
+    /// Updates sent to it.
+    pub sent: u64,
+    /// Updates received from it.
+    pub received: u64,
+    /// Updates dropped because its queue was full.
+    pub dropped: u64,
+    /// Updates waiting in its queue now.
+    pub queued: u64,
+    /// From learning an entry to the peer's acknowledgement, last batch, in seconds.
+    pub lag_seconds: f64,
 }
 
 /// One server as seen at scrape time.
@@ -96,6 +119,7 @@ struct Scrape {
     process: ProcessGauges,
     /// Per service with a cache: hits, misses, stale, revalidated, evictions, bytes.
     caches: Vec<(String, [u64; 6])>,
+    peers: Vec<PeerRow>,
 }
 
 #[derive(Debug)]
@@ -149,6 +173,7 @@ impl Scrape {
                     (n.to_string(), v)
                 })
                 .collect(),
+            peers: view.peers.clone(),
         }
     }
 }
@@ -162,6 +187,7 @@ impl Scrape {
         w.family("pool_queue_waiting", "Requests waiting in the pool's queue now.", Type::Gauge, None, waiting);
         self.udp(w);
         self.caches(w);
+        self.peers(w);
         let t = &self.tls;
         let rows = [("full", t.full), ("resumed", t.resumed), ("failed", t.failed)];
         w.family(
@@ -183,6 +209,27 @@ impl Scrape {
         w.family("reloads", "Configuration reloads by result.", Type::Counter, None, reloads);
         let help = "Access log lines dropped because the writer fell behind.";
         w.family("access_log_dropped_lines", help, Type::Counter, None, [(none, p.access_log_dropped)]);
+    }
+
+    fn peers(&self, w: &mut Writer) {
+        let p = &self.peers;
+        let up = p.iter().flat_map(|r| {
+            [("out", r.connected), ("in", r.inbound)]
+                .map(|(d, v)| ([("peer", r.peer.as_str()), ("direction", d)], u64::from(v)))
+        });
+        let help = "1 when the replication connection with the peer is up, per direction.";
+        w.family("cluster_peer_connected", help, Type::Gauge, None, up);
+        let updates = p.iter().flat_map(|r| {
+            [("sent", r.sent), ("received", r.received), ("dropped", r.dropped)]
+                .map(|(e, v)| ([("peer", r.peer.as_str()), ("event", e)], v))
+        });
+        let help = "Replicated updates sent, received, and dropped on a full queue.";
+        w.family("cluster_peer_updates", help, Type::Counter, None, updates);
+        let queued = p.iter().map(|r| ([("peer", r.peer.as_str())], r.queued));
+        w.family("cluster_peer_queued_updates", "Updates waiting to be sent to the peer.", Type::Gauge, None, queued);
+        let lag = p.iter().map(|r| ([("peer", r.peer.as_str())], r.lag_seconds));
+        let help = "Seconds from learning an entry to the peer's acknowledgement (last batch).";
+        w.gauge_f64("cluster_peer_lag_seconds", help, Some("seconds"), lag);
     }
 
     fn udp(&self, w: &mut Writer) {

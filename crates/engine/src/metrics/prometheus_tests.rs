@@ -136,7 +136,34 @@ fn view<'a>(
             reloads_failed: 1,
             access_log_dropped: 42,
         },
+        peers: Vec::new(),
     }
+}
+
+#[test]
+fn cluster_peers_are_exposed_per_peer() {
+    let peer = PeerRow {
+        peer: "lb2".into(),
+        connected: true,
+        inbound: false,
+        sent: 10,
+        received: 4,
+        dropped: 3,
+        queued: 2,
+        lag_seconds: 0.25,
+    };
+    let text = encode(&ExpositionView { peers: vec![peer], ..ExpositionView::default() }, Format::Text);
+    for line in [
+        "switchyard_cluster_peer_connected{peer=\"lb2\",direction=\"out\"} 1",
+        "switchyard_cluster_peer_connected{peer=\"lb2\",direction=\"in\"} 0",
+        "switchyard_cluster_peer_updates_total{peer=\"lb2\",event=\"dropped\"} 3",
+        "switchyard_cluster_peer_queued_updates{peer=\"lb2\"} 2",
+        "switchyard_cluster_peer_lag_seconds{peer=\"lb2\"} 0.25",
+    ] {
+        assert!(text.contains(line), "missing `{line}` in:\n{text}");
+    }
+    let single = encode(&ExpositionView::default(), Format::Text);
+    assert!(!single.contains("cluster_peer"));
 }
 
 #[test]

@@ -524,3 +524,19 @@ fn failover_keeps_persistent_clients() {
          lb1 restart -> first answer from lb1: {back:?} s with {preempt_failed} failed probe requests during the preemption"
     );
 }
+
+/// The pair's example configurations pass `switchyard check` without warnings (this
+/// part needs no privileges and always runs).
+#[test]
+fn example_pair_passes_check() {
+    for node in ["lb1", "lb2"] {
+        let file = workspace_root().join(format!("examples/ha/{node}.toml"));
+        let (code, stdout, stderr) = check(&file);
+        assert_eq!(code, 0, "{node}: {stdout}{stderr}");
+        assert!(!stderr.contains("warning:"), "{node}: {stderr}");
+        let text = std::fs::read_to_string(workspace_root().join(format!("examples/ha/keepalived-{node}.conf")))
+            .expect("keepalived example");
+        assert!(text.contains("ctl --admin http://127.0.0.1:9090 health"), "{node}'s track script runs ctl health");
+        assert!(text.contains("vrrp_version 3"), "100 ms adverts need VRRPv3");
+    }
+}

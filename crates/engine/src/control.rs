@@ -408,15 +408,6 @@ pub(crate) fn bind_all(proto: Proto, addr: SocketAddr, workers: usize, freebind:
     (0..workers).map(|_| bind(proto, addr, workers > 1, freebind)).collect()
 }
 
-/// Sets IP_FREEBIND (IPV6_FREEBIND for IPv6) on `socket`, which will bind `addr`.
-pub(crate) fn set_freebind(socket: &Socket, addr: SocketAddr) -> std::io::Result<()> {
-    if addr.is_ipv6() {
-        socket.set_freebind_v6(true)
-    } else {
-        socket.set_freebind_v4(true)
-    }
-}
-
 fn bind(proto: Proto, addr: SocketAddr, reuse_port: bool, freebind: bool) -> std::io::Result<Bound> {
     let (kind, protocol) = match proto {
         Proto::Tcp => (Type::STREAM, Protocol::TCP),
@@ -431,7 +422,7 @@ fn bind(proto: Proto, addr: SocketAddr, reuse_port: bool, freebind: bool) -> std
         socket.set_only_v6(true)?;
     }
     if freebind {
-        set_freebind(&socket, addr)?;
+        crate::transport::set_freebind(&socket, addr)?;
     }
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;

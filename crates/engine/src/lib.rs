@@ -23,7 +23,7 @@ pub mod persist;
 pub mod protection;
 pub mod relay;
 pub mod runtime;
-pub mod syslog;
+pub use access_log::syslog;
 pub mod tls;
 pub mod transport;
 pub mod upstream;

@@ -227,6 +227,15 @@ impl ClientStream for Pipe {
     }
 }
 
+/// Sets IP_FREEBIND (IPV6_FREEBIND for IPv6) on `socket`, which will bind `addr`.
+pub(crate) fn set_freebind(socket: &socket2::Socket, addr: SocketAddr) -> std::io::Result<()> {
+    if addr.is_ipv6() {
+        socket.set_freebind_v6(true)
+    } else {
+        socket.set_freebind_v4(true)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -20,11 +20,12 @@
 //!
 //! Formatting allocates nothing per line beyond buffer growth ([`format`]).
 //!
-//! A syslog target ([`crate::syslog`]) gets one RFC 5424 message per line,
+//! A syslog target ([`syslog`]) gets one RFC 5424 message per line,
 //! sent by the writer thread; a line the receiver does not take within the
 //! send timeout is dropped and counted like any other.
 
 pub(crate) mod format;
+pub mod syslog;
 
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
@@ -123,7 +124,7 @@ impl AccessLog {
         let sink = match &config.target {
             LogTarget::Stdout => Sink::Stdout,
             LogTarget::File(path) => Sink::File { file: open_file(path)?, path: path.clone() },
-            LogTarget::Syslog(syslog) => Sink::Syslog(crate::syslog::Sender::connect(syslog, "switchyard", true)?),
+            LogTarget::Syslog(syslog) => Sink::Syslog(self::syslog::Sender::connect(syslog, "switchyard", true)?),
         };
         AccessLog::start(sink, config.format, options)
     }
@@ -328,7 +329,7 @@ enum Sink {
         path: PathBuf,
         file: File,
     },
-    Syslog(crate::syslog::Sender),
+    Syslog(self::syslog::Sender),
     #[cfg(test)]
     Custom(Box<dyn Write + Send>),
 }
@@ -346,7 +347,7 @@ impl Sink {
         };
         let mut failed = (None, 0);
         for line in buf.split_inclusive(|&b| b == b'\n') {
-            if let Err(e) = sender.send(crate::syslog::INFO, "access", line) {
+            if let Err(e) = sender.send(self::syslog::INFO, "access", line) {
                 failed = (Some(e), failed.1 + 1);
             }
         }

@@ -48,7 +48,7 @@ enum SessionError {
 pub(super) fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     let socket = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
-    crate::control::set_freebind(&socket, addr)?;
+    crate::transport::set_freebind(&socket, addr)?;
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     socket.listen(64)?;

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 
 use switchyard_config::{Syslog, SyslogAddress};
 
-use crate::access_log::format::Clock;
+use super::format::Clock;
 
 /// Longest a blocking send waits for a slow receiver.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(1);

@@ -179,6 +179,12 @@ struct Received {
 fn get_until_closed(c: &mut Client) -> Received {
     c.send(b"GET / HTTP/1.1\r\nhost: test\r\n\r\n").expect("send");
     let mut bytes = Vec::new();
+    read_until_closed(c, &mut bytes);
+    judge(&bytes)
+}
+
+/// Appends what the proxy sends to `bytes` until it closes the connection (or resets it).
+fn read_until_closed(c: &mut Client, bytes: &mut Vec<u8>) {
     let mut buf = [0u8; 16384];
     loop {
         match c.stream.read(&mut buf) {
@@ -188,7 +194,6 @@ fn get_until_closed(c: &mut Client) -> Received {
             Err(e) => panic!("the proxy neither finished nor closed the response: {e}"),
         }
     }
-    judge(&bytes)
 }
 
 fn judge(bytes: &[u8]) -> Received {
@@ -440,14 +445,7 @@ fn a_bad_upload_after_the_response_began_cuts_the_response_without_a_second_stat
             }
         }
         c.send(b"zz\r\nnot a chunk\r\n").expect("send the bad chunk");
-        loop {
-            match c.stream.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => bytes.extend_from_slice(&buf[..n]),
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::ConnectionReset) => break,
-                Err(e) => panic!("the proxy neither finished nor closed the response: {e}"),
-            }
-        }
+        read_until_closed(&mut c, &mut bytes);
         let text = String::from_utf8_lossy(&bytes);
         assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "one status line only: {text:?}");
         let got = judge(&bytes);

@@ -51,6 +51,8 @@ struct Setup {
     proxy: Proxy,
     ca: PathBuf,
     route: Route,
+    /// The proxy's access log (JSON lines).
+    access_log: PathBuf,
 }
 
 impl Setup {
@@ -75,13 +77,15 @@ impl Setup {
             (server.h2c, String::new())
         };
         let listen = proxy_addr();
+        let access_log = dir.join("access.log");
         let config = format!(
-            "workers = 1\ndrain_timeout = \"1s\"\n\n[[service]]\nname = \"grpc\"\nlisten = [\"{listen}\"]\n\
-             pool = \"grpc\"\n{service}\n[[pool]]\nname = \"grpc\"\nprotocol = \"h2\"\n\
-             servers = [{{ address = \"{upstream}\" }}]\n{pool_tls}"
+            "workers = 1\ndrain_timeout = \"1s\"\n\n[access_log]\npath = \"{}\"\n\n[[service]]\nname = \"grpc\"\n\
+             listen = [\"{listen}\"]\npool = \"grpc\"\n{service}\n[[pool]]\nname = \"grpc\"\nprotocol = \"h2\"\n\
+             servers = [{{ address = \"{upstream}\" }}]\n{pool_tls}",
+            access_log.display()
         );
         let proxy = Proxy::start(&config, listen);
-        Setup { _server: server, proxy, ca, route }
+        Setup { _server: server, proxy, ca, route, access_log }
     }
 
     /// Runs the harness client through the proxy; panics listing the failed cases.
@@ -91,6 +95,14 @@ impl Setup {
         assert!(ok, "through switchyard ({:?}):\n{output}\nproxy log:\n{}", self.route, self.proxy.log());
         for case in CASES {
             assert!(output.lines().any(|l| l == format!("ok {case}")), "{case} did not pass:\n{output}");
+        }
+        // The access log names each answer's gRPC status: OK from the trailers of a
+        // call, FAILED_PRECONDITION (9) from the head of the error case's trailers-only answer.
+        for status in ["\"grpc_status\":0", "\"grpc_status\":9"] {
+            common::wait_for(&format!("an access log line with {status}"), || {
+                let log = std::fs::read_to_string(&self.access_log).unwrap_or_default();
+                log.lines().any(|l| l.contains(status)).then_some(())
+            });
         }
     }
 }
@@ -114,28 +126,24 @@ fn grpcio_harness_passes_directly() {
 }
 
 #[test]
-#[ignore = "needs the protocol-neutral core (issue 16)"]
 fn grpc_through_an_h2c_service_to_an_h2c_pool() {
     let Some(python) = Python::find() else { return };
     Setup::start(&python, Route { tls_front: false, tls_pool: false }, "").expect_all_cases_pass(&python);
 }
 
 #[test]
-#[ignore = "needs the protocol-neutral core (issue 16)"]
 fn grpc_through_an_h2c_service_to_a_tls_pool() {
     let Some(python) = Python::find() else { return };
     Setup::start(&python, Route { tls_front: false, tls_pool: true }, "").expect_all_cases_pass(&python);
 }
 
 #[test]
-#[ignore = "needs the protocol-neutral core (issue 16)"]
 fn grpc_through_an_https_service_to_an_h2c_pool() {
     let Some(python) = Python::find() else { return };
     Setup::start(&python, Route { tls_front: true, tls_pool: false }, "").expect_all_cases_pass(&python);
 }
 
 #[test]
-#[ignore = "needs the protocol-neutral core (issue 16)"]
 fn grpc_through_an_https_service_to_a_tls_pool() {
     let Some(python) = Python::find() else { return };
     Setup::start(&python, Route { tls_front: true, tls_pool: true }, "").expect_all_cases_pass(&python);
@@ -178,7 +186,6 @@ fn message(body: &[u8]) -> &[u8] {
 }
 
 #[test]
-#[ignore = "needs the protocol-neutral core (issue 16)"]
 fn grpc_answers_are_neither_compressed_nor_cached() {
     let Some(python) = Python::find() else { return };
     let extra = "compression = { types = [\"application/*\", \"text/*\"], min_size = 1 }\ncache = true";

@@ -37,6 +37,9 @@ pub struct ChunkedScanner {
     digits: u8,
     trailer_bytes: usize,
     data_bytes: u64,
+    /// The trailer section's field lines, each ending in `\n`, when asked for
+    /// ([`collecting_trailers`](Self::collecting_trailers)); bounded like the section.
+    trailers: Option<Vec<u8>>,
 }
 
 impl Default for ChunkedScanner {
@@ -48,7 +51,23 @@ impl Default for ChunkedScanner {
 impl ChunkedScanner {
     /// A scanner at the start of a chunked body.
     pub fn new() -> Self {
-        ChunkedScanner { state: State::Size, size: 0, digits: 0, trailer_bytes: 0, data_bytes: 0 }
+        ChunkedScanner { state: State::Size, size: 0, digits: 0, trailer_bytes: 0, data_bytes: 0, trailers: None }
+    }
+
+    /// A scanner that also keeps the trailer section's fields, for a relay
+    /// that must pass them on in another form (HTTP/2 trailers).
+    pub fn collecting_trailers() -> Self {
+        ChunkedScanner { trailers: Some(Vec::new()), ..Self::new() }
+    }
+
+    /// The trailer fields seen so far, as (name, value) with the value's
+    /// surrounding whitespace trimmed; none unless collecting.
+    pub fn trailers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let lines = self.trailers.as_deref().unwrap_or_default();
+        lines.split(|&b| b == b'\n').filter(|l| !l.is_empty()).filter_map(|line| {
+            let colon = line.iter().position(|&b| b == b':')?;
+            Some((&line[..colon], crate::parse::trim(&line[colon + 1..])))
+        })
     }
 
     /// Whether the terminating chunk and trailer section have been seen.
@@ -61,11 +80,15 @@ impl ChunkedScanner {
         self.data_bytes
     }
 
-    /// Counts one byte of the trailer section against its limit.
-    fn count_trailer(&mut self, next: State) -> Result<State, &'static str> {
+    /// Counts one byte of the trailer section against its limit (and keeps
+    /// it when collecting).
+    fn count_trailer(&mut self, b: u8, next: State) -> Result<State, &'static str> {
         self.trailer_bytes += 1;
         if self.trailer_bytes > MAX_TRAILER_BYTES {
             return Err("trailer section too large");
+        }
+        if let Some(kept) = self.trailers.as_mut() {
+            kept.push(b);
         }
         Ok(next)
     }
@@ -132,14 +155,14 @@ impl ChunkedScanner {
                 // a token, a colon, then a value without control characters.
                 // Whitespace before the name (obs-fold) or in it is refused.
                 (State::TrailerStart | State::TrailerName, b) if is_tchar(b) => {
-                    self.count_trailer(State::TrailerName)?
+                    self.count_trailer(b, State::TrailerName)?
                 }
-                (State::TrailerName, b':') => self.count_trailer(State::TrailerLine)?,
+                (State::TrailerName, b':') => self.count_trailer(b, State::TrailerLine)?,
                 (State::TrailerLine, b) if b == b'\t' || (b >= 0x20 && b != 0x7f) => {
-                    self.count_trailer(State::TrailerLine)?
+                    self.count_trailer(b, State::TrailerLine)?
                 }
                 (State::TrailerStart | State::TrailerName | State::TrailerLine, _) => return Err("invalid trailer"),
-                (State::TrailerLf, b'\n') => State::TrailerStart,
+                (State::TrailerLf, b'\n') => self.count_trailer(b, State::TrailerStart)?,
                 (State::TrailerLf, _) => return Err("invalid trailer line"),
                 (State::FinalLf, b'\n') => State::Done,
                 (State::FinalLf, _) => return Err("invalid end of chunked body"),
@@ -215,6 +238,22 @@ mod tests {
         for body in table {
             assert!(scan_all(body).is_err(), "{:?}", String::from_utf8_lossy(body));
         }
+    }
+
+    #[test]
+    fn collects_trailer_fields_across_reads() {
+        let body = b"3\r\nabc\r\n0\r\ngrpc-status: 0\r\ngrpc-message:  a b\t\r\nx-empty:\r\n\r\n";
+        let mut s = ChunkedScanner::collecting_trailers();
+        for b in body.iter() {
+            s.scan(std::slice::from_ref(b)).expect("valid");
+        }
+        assert!(s.is_done());
+        let got: Vec<(&[u8], &[u8])> = s.trailers().collect();
+        assert_eq!(got, [(&b"grpc-status"[..], &b"0"[..]), (b"grpc-message", b"a b"), (b"x-empty", b"")]);
+        // A plain scanner keeps nothing.
+        let mut plain = ChunkedScanner::new();
+        plain.scan(body).expect("valid");
+        assert_eq!(plain.trailers().count(), 0);
     }
 
     #[test]

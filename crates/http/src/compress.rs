@@ -223,7 +223,10 @@ pub fn decide(
         }
         None => {}
     }
-    if !config.matches_type(content_type) {
+    // gRPC frames its messages and compresses them itself (`grpc-encoding`);
+    // a coding over the whole stream would break every client. Never, even
+    // when the configured types include `application/*`.
+    if !config.matches_type(content_type) || is_grpc(content_type) {
         return Err(Skip::Ineligible);
     }
     if let Some(n) = length {
@@ -234,6 +237,11 @@ pub fn decide(
     }
     let algorithm = request.accepted.choose(&config.algorithms).ok_or(Skip::NotAccepted)?;
     Ok(Coding::Encode(algorithm, config.level(algorithm)))
+}
+
+/// `application/grpc`, `application/grpc+proto`, `application/grpc-web`...
+fn is_grpc(content_type: &[u8]) -> bool {
+    content_type.get(..16).is_some_and(|t| t.eq_ignore_ascii_case(b"application/grpc"))
 }
 
 /// Edits the response head in `out` (as [`crate::rewrite::response_head`]
@@ -414,6 +422,14 @@ mod tests {
         let prefix = Compression { types: vec!["text/*".into()], ..Compression::default() };
         let css = "HTTP/1.1 200 OK\r\ncontent-type: TEXT/CSS\r\ncontent-length: 1000\r\n\r\n";
         assert_eq!(plan_for(css, "gzip", &prefix), gzip);
+        // gRPC compresses its own messages: never a coding over the stream.
+        let any_app = Compression { types: vec!["application/*".into()], ..Compression::default() };
+        for grpc in ["application/grpc", "application/grpc+proto", "Application/GRPC-web"] {
+            let head = format!("HTTP/1.1 200 OK\r\ncontent-type: {grpc}\r\ntransfer-encoding: chunked\r\n\r\n");
+            assert_eq!(plan_for(&head, "gzip", &any_app), None, "{grpc}");
+        }
+        let json = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+        assert_eq!(plan_for(json, "gzip", &any_app), gzip);
         let gzipped = "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-encoding: gzip\r\n\r\n";
         let decompress = Compression { decompress: true, ..Compression::default() };
         assert_eq!(plan_for(gzipped, "br", &decompress), Some(Coding::Gunzip));

@@ -81,6 +81,9 @@ pub struct RequestHead {
     pub expect_continue: bool,
     /// Value of the `Upgrade` header, if any (e.g. `websocket`).
     pub upgrade: Option<Range<usize>>,
+    /// `TE` lists `trailers`: the client accepts trailer fields (gRPC
+    /// clients always send it), so the response's trailers are worth reading.
+    pub te_trailers: bool,
 }
 
 /// A parsed response head; all ranges index the buffer it was parsed from.
@@ -175,6 +178,7 @@ pub fn parse_request(
         connection: Connection::default(),
         expect_continue: false,
         upgrade: None,
+        te_trailers: false,
     };
     let mut length: Option<u64> = None;
     let mut chunked = false;
@@ -202,6 +206,11 @@ pub fn parse_request(
             head.connection = parse_connection(value, head.connection);
         } else if name.eq_ignore_ascii_case(b"upgrade") {
             head.upgrade = Some(offset(buf, value));
+        } else if name.eq_ignore_ascii_case(b"te") {
+            // `TE: trailers, gzip;q=0.5` (RFC 9110 10.1.4): a list of codings with parameters.
+            head.te_trailers |= value
+                .split(|&b| b == b',')
+                .any(|t| trim(t.split(|&b| b == b';').next().unwrap_or(t)).eq_ignore_ascii_case(b"trailers"));
         } else if name.eq_ignore_ascii_case(b"expect") {
             if !value.eq_ignore_ascii_case(b"100-continue") {
                 return Err(ProxyError::new(Kind::ExpectationFailed));

@@ -117,6 +117,26 @@ fn request_fields_are_located() {
 }
 
 #[test]
+fn te_trailers_is_found_among_codings() {
+    let table: [(&[u8], bool); 6] = [
+        (b"trailers", true),
+        (b"Trailers", true),
+        (b"gzip;q=0.5, trailers", true),
+        (b"trailers;q=1", true),
+        (b"gzip", false),
+        (b"x-trailers", false),
+    ];
+    for (value, want) in table {
+        let mut raw = b"POST /a HTTP/1.1\r\nHost: h\r\nTE: ".to_vec();
+        raw.extend_from_slice(value);
+        raw.extend_from_slice(b"\r\n\r\n");
+        let mut fields = Vec::new();
+        let head = parse_request(&raw, LIMITS, &mut fields).expect("ok").expect("complete");
+        assert_eq!(head.te_trailers, want, "{}", String::from_utf8_lossy(value));
+    }
+}
+
+#[test]
 fn response_framing_table() {
     let table: &[(&[u8], Framing)] = &[
         (b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n", Framing::Length(3)),

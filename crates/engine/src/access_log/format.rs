@@ -163,6 +163,11 @@ pub(crate) fn json(out: &mut Vec<u8>, r: &Record, clock: &mut Clock) {
         out.extend_from_slice(cache.as_bytes());
         out.push(b'"');
     }
+    if let Some(status) = r.grpc_status {
+        // Only on gRPC answers, likewise.
+        out.extend_from_slice(b",\"grpc_status\":");
+        num(out, u64::from(status));
+    }
     out.extend_from_slice(b"}\n");
 }
 

@@ -31,6 +31,7 @@ fn record(target: &'static [u8]) -> Record<'static> {
         // 2000-10-10T13:55:36.007Z
         start: UNIX_EPOCH + Duration::from_millis(971_186_136_007),
         cache: None,
+        grpc_status: None,
     }
 }
 
@@ -86,6 +87,10 @@ fn json_lines_are_golden_and_parse() {
     assert_eq!((v["connect_us"].as_u64(), v["response_us"].is_null()), (Some(40), true));
     assert_eq!((v["reason"].as_str(), v["side"].as_str()), (Some("server connect failed"), Some("server")));
     assert_eq!(v["status"], 502);
+    assert!(v.get("grpc_status").is_none(), "only gRPC answers have one: {bad}");
+    let grpc = line(LogFormat::Json, &Record { grpc_status: Some(14), ..record(b"/pkg.Svc/Call") });
+    let v: serde_json::Value = serde_json::from_str(&grpc).expect("valid JSON");
+    assert_eq!(v["grpc_status"], 14);
 }
 
 #[test]

@@ -88,6 +88,23 @@ impl Body {
         self
     }
 
+    /// Keeps a chunked body's trailer fields as they pass (still relayed
+    /// as they came), for [`trailer`](Self::trailer) to read at the end.
+    pub fn keeping_trailers(mut self) -> Self {
+        if let Remaining::Chunked(scanner) = &mut self.remaining {
+            *scanner = ChunkedScanner::collecting_trailers();
+        }
+        self
+    }
+
+    /// The value of trailer field `name`, when kept and present.
+    pub fn trailer(&self, name: &[u8]) -> Option<&[u8]> {
+        match &self.remaining {
+            Remaining::Chunked(scanner) => scanner.trailers().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|f| f.1),
+            _ => None,
+        }
+    }
+
     /// Whether every byte of the body has been relayed.
     pub fn is_finished(&self) -> bool {
         match &self.remaining {
@@ -215,11 +232,11 @@ pub async fn relay<R: AsyncRead + Unpin, W: Sink>(
     src: &mut R,
     buf: &mut BytesMut,
     dst: &mut W,
-    mut body: Body,
+    body: &mut Body,
     idle: Duration,
 ) -> Result<u64, RelayError> {
-    send_head(head, buf, dst, &mut body, idle).await?;
-    pump(src, buf, dst, &mut body, idle).await?;
+    send_head(head, buf, dst, body, idle).await?;
+    pump(src, buf, dst, body, idle).await?;
     Ok(body.total)
 }
 

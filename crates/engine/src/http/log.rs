@@ -40,6 +40,8 @@ pub(super) struct Trace {
     pub(super) cache: Option<&'static str>,
     /// The status of a response the cache wrote itself.
     pub(super) cache_status: u16,
+    /// The gRPC status of the response (`grpc-status`), when it had one.
+    pub(super) grpc_status: Option<u16>,
 }
 
 /// Indices into [`Client::meta_at`].
@@ -118,6 +120,7 @@ pub(super) fn log<S>(client: &Client<S>, service: &Service, status: u16, error: 
             None => SystemTime::UNIX_EPOCH,
         },
         cache: t.cache,
+        grpc_status: t.grpc_status,
     };
     if let Some(m) = gen.services.get(client.service) {
         m.request(client.worker, &record);

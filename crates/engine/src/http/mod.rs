@@ -137,6 +137,9 @@ struct RequestInfo {
     upgrade: bool,
     /// The request's `Accept-Encoding`, read only when the service compresses.
     accepted: compress::Accepted,
+    /// The client reads trailers (`TE: trailers`, as gRPC clients send):
+    /// the response's `grpc-status` is looked for, in its head or trailers.
+    trailers: bool,
 }
 
 /// How a forwarded request ended, when it did not fail.
@@ -470,6 +473,7 @@ async fn handle<S: ClientStream>(
             ),
             None => compress::Accepted::default(),
         },
+        trailers: head.te_trailers,
     };
     // Phase 2b: client protection.
     if let Err(why) = protect(client, &head, client.service, started) {
@@ -884,6 +888,7 @@ async fn exchange<S: ClientStream>(
         presented: &client.stick_key,
         now: worker.clock.get(),
         intercept: client.intercept,
+        grpc_status: None,
     };
     let draining = || worker.closing(gen, &service.name);
     if upload.is_finished() {
@@ -908,6 +913,7 @@ async fn exchange<S: ClientStream>(
                 .await?
             }
         };
+        client.trace.grpc_status = response.grpc_status;
         client.trace.response_us = Some(done.head_us);
         client.trace.bytes_out = done.bytes_out;
         client.trace.body_out = done.bytes_out.saturating_sub(client.out.len() as u64);
@@ -955,6 +961,7 @@ async fn exchange<S: ClientStream>(
         // out of step: neither connection can carry another message.
         (done, up_result == Some(true))
     };
+    client.trace.grpc_status = response.grpc_status;
     client.trace.response_us = Some(done.head_us);
     client.trace.bytes_out = done.bytes_out;
     client.trace.body_out = done.bytes_out.saturating_sub(client.out.len() as u64);
@@ -1026,6 +1033,9 @@ struct Response<'a> {
     now: Instant,
     /// Responses the cache answers instead of the client.
     intercept: cached::Intercept,
+    /// The gRPC status the response carried (in its head or trailers), when
+    /// the request asked for trailers.
+    grpc_status: Option<u16>,
 }
 
 /// Persistence at the response: a cookie to insert, or the pool whose servers'
@@ -1147,6 +1157,15 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
         return Ok(Responded { outcome, server_keeps, switched: false, head_us, bytes_out: 0, compressed: None });
     }
 
+    if info.trailers {
+        // A gRPC answer without a body ("trailers-only") has its status in the head.
+        response.grpc_status = response
+            .fields
+            .iter()
+            .find(|f| buf[f.name.clone()].eq_ignore_ascii_case(b"grpc-status"))
+            .and_then(|f| grpc_status(&buf[f.value.clone()]));
+    }
+
     // Phase 7: response rewrite.
     let body_framing =
         if parse::response_has_body(info.head_method, head.status) { head.framing } else { Framing::Empty };
@@ -1239,11 +1258,27 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
             Err(e) => Err(response_relay_error(e, head.status)),
         };
     }
-    let body = if dechunk { Body::unlimited(body_framing).decoded() } else { Body::unlimited(body_framing) };
-    match relay(response.out, server, buf, client, body, t.server_response).await {
+    let mut body = if dechunk { Body::unlimited(body_framing).decoded() } else { Body::unlimited(body_framing) };
+    if info.trailers {
+        body = body.keeping_trailers();
+    }
+    let relayed = relay(response.out, server, buf, client, &mut body, t.server_response).await;
+    if let Some(status) = body.trailer(b"grpc-status").and_then(grpc_status) {
+        response.grpc_status = Some(status);
+    }
+    match relayed {
         Ok(body_bytes) => Ok(done(response.out.len() as u64 + body_bytes, None)),
         Err(e) => Err(response_relay_error(e, head.status)),
     }
+}
+
+/// A `grpc-status` value: a decimal code (0–16 are defined; others are kept
+/// as sent, up to 999).
+fn grpc_status(value: &[u8]) -> Option<u16> {
+    if value.is_empty() || value.len() > 3 || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(value).ok()?.parse().ok()
 }
 
 /// Maps a failure while relaying the response (server → client) to its cause.

@@ -4,7 +4,11 @@
 //! ([`crate::upstream::h2`]).
 //!
 //! HTTP/1.1 framing (length or chunked) is removed on the way to DATA frames
-//! and added on the way back; trailers are not carried either way.
+//! and added on the way back. Trailers cross both ways: HTTP/2 trailers
+//! become the chunked body's trailer section, and a trailer section becomes
+//! HTTP/2 trailers (a body framed by a length cannot carry them: RFC 9112
+//! has trailers only in chunked coding). Fields that must not be trailers
+//! (framing, routing and connection fields, RFC 9110 6.5.1) are dropped.
 
 use std::future::Future;
 use std::task::{Context, Poll};
@@ -43,7 +47,7 @@ pub(crate) enum RecvFailed {
 /// Moves a body from DATA frames into the pipe, in chunked coding when
 /// `chunked`, releasing each frame's flow-control capacity once the pipe has
 /// taken it (so a slow reader slows the peer down, within its window).
-/// Trailers are not forwarded: a chunked body ends without them.
+/// A chunked body ends with the stream's trailers, if it has any.
 pub(crate) async fn recv_to_pipe(
     body: &mut RecvStream,
     pipe: &mut DuplexStream,
@@ -65,10 +69,56 @@ pub(crate) async fn recv_to_pipe(
         }
         let _ = body.flow_control().release_capacity(n);
     }
-    if chunked && pipe.write_all(b"0\r\n\r\n").await.is_err() {
-        return Err(RecvFailed::Stopped);
+    if !chunked {
+        return Ok(());
     }
-    Ok(())
+    let trailers = body.trailers().await.map_err(RecvFailed::Stream)?;
+    let mut end = Vec::with_capacity(64);
+    end.extend_from_slice(b"0\r\n");
+    for (name, value) in trailers.iter().flatten() {
+        if may_trail(name.as_str().as_bytes()) {
+            end.extend_from_slice(name.as_str().as_bytes());
+            end.extend_from_slice(b": ");
+            end.extend_from_slice(value.as_bytes());
+            end.extend_from_slice(b"\r\n");
+        }
+    }
+    end.extend_from_slice(b"\r\n");
+    pipe.write_all(&end).await.map_err(|_| RecvFailed::Stopped)
+}
+
+/// Whether a field may be relayed as a trailer: not one that frames, routes
+/// or controls the message or its connection (RFC 9110 6.5.1, RFC 9113 8.2.2).
+pub(crate) fn may_trail(name: &[u8]) -> bool {
+    const NOT: [&[u8]; 11] = [
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"transfer-encoding",
+        b"upgrade",
+        b"te",
+        b"content-length",
+        b"content-encoding",
+        b"content-type",
+        b"host",
+        b"trailer",
+    ];
+    !name.is_empty() && name[0] != b':' && !NOT.iter().any(|n| name.eq_ignore_ascii_case(n))
+}
+
+/// The HTTP/2 trailers for the trailer fields a chunked body ended with;
+/// none when it had none (or none HTTP/2 can carry).
+fn trailer_map(scanner: &ChunkedScanner) -> Option<http::HeaderMap> {
+    let mut map = http::HeaderMap::new();
+    for (name, value) in scanner.trailers() {
+        if !may_trail(name) {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (http::HeaderName::from_bytes(name), http::HeaderValue::from_bytes(value)) {
+            map.append(name, value);
+        }
+    }
+    (!map.is_empty()).then_some(map)
 }
 
 /// Streams an HTTP/1.1 message body of `framing` from the pipe (`buf` holds
@@ -85,7 +135,7 @@ pub(crate) async fn body(
         Framing::Length(n) => Some(n),
         _ => None,
     };
-    let mut chunked = (framing == Framing::Chunked).then(ChunkedScanner::new);
+    let mut chunked = (framing == Framing::Chunked).then(ChunkedScanner::collecting_trailers);
     loop {
         // Take the payload out of what was read.
         let payload = if let Some(scanner) = chunked.as_mut() {
@@ -103,8 +153,13 @@ pub(crate) async fn body(
             buf.split().freeze()
         };
         let finished = remaining == Some(0) || chunked.as_ref().is_some_and(ChunkedScanner::is_done);
-        if let Err(ended) = send_data(send, payload, finished, idle).await {
+        let trailers = if finished { chunked.as_ref().and_then(trailer_map) } else { None };
+        if let Err(ended) = send_data(send, payload, finished && trailers.is_none(), idle).await {
             return ended;
+        }
+        if let Some(trailers) = trailers {
+            // The trailers' HEADERS frame carries END_STREAM.
+            return if send.send_trailers(trailers).is_ok() { Ended::Done } else { Ended::Failed };
         }
         if finished {
             return Ended::Done;
@@ -175,4 +230,73 @@ pub(crate) async fn unless_reset<F: Future>(
         }
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An HTTP/2 client and server connected in memory; the server's first
+    /// stream and the client's handle to it.
+    async fn pair() -> (h2::client::SendRequest<Bytes>, h2::server::Connection<tokio::io::DuplexStream, Bytes>) {
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let server = tokio::spawn(h2::server::handshake(b));
+        let (client, conn) = h2::client::handshake(a).await.expect("client handshake");
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        (client, server.await.expect("task").expect("server handshake"))
+    }
+
+    #[tokio::test]
+    async fn trailers_cross_from_http2_into_chunked_coding_and_back() {
+        let (client, mut server) = pair().await;
+        let mut client = client.ready().await.expect("ready");
+        let request = http::Request::post("http://h/svc/Call").body(()).expect("request");
+        let (response, mut up) = client.send_request(request, false).expect("send");
+        up.send_data(Bytes::from_static(b"hello"), false).expect("data");
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("x-checksum", http::HeaderValue::from_static("abc"));
+        // Framing fields are not trailers: dropped on the way.
+        trailers.insert("content-length", http::HeaderValue::from_static("5"));
+        up.send_trailers(trailers).expect("trailers");
+        let (req, mut respond) = server.accept().await.expect("stream").expect("valid");
+        tokio::spawn(async move { while std::future::poll_fn(|cx| server.poll_closed(cx)).await.is_ok() {} });
+
+        // HTTP/2 → chunked: the trailer section carries the trailers.
+        let (mut to_pipe, mut from_pipe) = tokio::io::duplex(64 * 1024);
+        let mut upload = req.into_body();
+        recv_to_pipe(&mut upload, &mut to_pipe, true).await.expect("relayed");
+        drop(to_pipe);
+        let mut text = Vec::new();
+        from_pipe.read_to_end(&mut text).await.expect("read");
+        assert_eq!(String::from_utf8_lossy(&text), "5\r\nhello\r\n0\r\nx-checksum: abc\r\n\r\n");
+
+        // Chunked → HTTP/2: the trailer section becomes trailers, END_STREAM on them.
+        let mut send = respond.send_response(http::Response::new(()), false).expect("head");
+        let (mut pipe_in, mut pipe) = tokio::io::duplex(64 * 1024);
+        pipe_in.write_all(b"3\r\nabc\r\n0\r\ngrpc-status: 7\r\ngrpc-message: denied\r\n\r\n").await.expect("write");
+        let mut buf = BytesMut::new();
+        let ended = body(&mut pipe, &mut buf, &mut send, Framing::Chunked, Duration::from_secs(5)).await;
+        assert_eq!(ended, Ended::Done);
+        let mut down = response.await.expect("response").into_body();
+        let mut payload = Vec::new();
+        while let Some(data) = down.data().await {
+            payload.extend_from_slice(&data.expect("data"));
+        }
+        assert_eq!(payload, b"abc");
+        let trailers = down.trailers().await.expect("trailers").expect("some");
+        assert_eq!(trailers.get("grpc-status").map(|v| v.as_bytes()), Some(&b"7"[..]));
+        assert_eq!(trailers.get("grpc-message").map(|v| v.as_bytes()), Some(&b"denied"[..]));
+    }
+
+    #[test]
+    fn framing_and_routing_fields_never_trail() {
+        for name in ["content-length", "Transfer-Encoding", "host", "te", ":status", "connection", ""] {
+            assert!(!may_trail(name.as_bytes()), "{name}");
+        }
+        for name in ["grpc-status", "grpc-message", "x-checksum", "server-timing"] {
+            assert!(may_trail(name.as_bytes()), "{name}");
+        }
+    }
 }

@@ -4,14 +4,16 @@
 //! Request: `:method` and `:path` become the request line, `:authority` the
 //! `Host` field (it wins over a `host` field, RFC 9113 8.3.1), split `cookie`
 //! fields are joined with `; ` (8.2.3), connection-specific fields are
-//! dropped, and the body is framed by the client's `content-length` or else
-//! chunked. Every head ends with `connection: close`: one bridge, one request.
+//! dropped (but `te: trailers` is kept, for the pipeline to know the client
+//! reads trailers), and the body is framed by the client's `content-length`
+//! or else chunked. Every head ends with `connection: close`: one bridge, one request.
 //!
 //! Response: the status and every field but the connection-specific ones.
 //!
 //! Towards servers (pools with `protocol = "h2"`) the same rules run the
 //! other way: [`server_request`] turns the pipeline's rewritten HTTP/1.1
-//! request head into an HTTP/2 request (`Host` becomes `:authority`), and
+//! request head into an HTTP/2 request (`Host` becomes `:authority`, and
+//! `te: trailers` is sent because trailers are relayed), and
 //! [`server_response_head`] writes the server's HTTP/2 response as an
 //! HTTP/1.1 head the pipeline parses like any server's.
 
@@ -32,7 +34,8 @@ pub enum RequestBody {
 }
 
 /// Fields HTTP/2 forbids or HTTP/1.1 treats as hop-by-hop (RFC 9113 8.2.2).
-/// `te` goes too: the pipeline never forwards it, not even `te: trailers`.
+/// `te` goes too: it is hop-by-hop; the proxy sends its own `te: trailers`
+/// to HTTP/2 servers ([`server_request`]).
 fn connection_specific(name: &[u8]) -> bool {
     [&b"connection"[..], b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"te", b"http2-settings"]
         .iter()
@@ -76,6 +79,12 @@ pub fn request_head(
         let (name, value) = (name.as_str().as_bytes(), value.as_bytes());
         if breaks_line(value) {
             return Err("invalid header value");
+        }
+        if name == b"te" && value == b"trailers" {
+            // The one `te` HTTP/2 allows (RFC 9113 8.2.2): the client takes
+            // trailers, which tells the pipeline to read them (gRPC status).
+            field(out, name, value);
+            continue;
         }
         if connection_specific(name) || (authority.is_some() && name == b"host") {
             continue;
@@ -168,6 +177,9 @@ pub fn server_request(
             headers.append(name, value);
         }
     }
+    // The proxy relays trailers, so it says it accepts them (the one `te`
+    // value HTTP/2 allows, RFC 9113 8.2.2); gRPC servers require it.
+    headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
     Ok(request)
 }
 
@@ -277,13 +289,15 @@ mod tests {
             .header("proxy-connection", "keep-alive")
             .header("transfer-encoding", "gzip")
             .header("upgrade", "websocket")
-            .header("te", "trailers")
+            .header("te", "gzip")
             .header("x-kept", "yes");
         let (head, body) = head_of(req, false);
         assert_eq!(
             head,
             "POST / HTTP/1.1\r\nhost: h\r\nx-kept: yes\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
         );
+        let (head, _) = head_of(http::Request::post("http://h/").header("te", "trailers"), true);
+        assert_eq!(head, "POST / HTTP/1.1\r\nhost: h\r\nte: trailers\r\nconnection: close\r\n\r\n");
         assert_eq!(body, RequestBody::Chunked);
     }
 

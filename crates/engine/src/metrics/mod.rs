@@ -99,6 +99,9 @@ pub struct Record<'a> {
     /// What the response cache did: `hit`, `miss`, `stale`, `revalidated`;
     /// `None` when the request was not a cache candidate.
     pub cache: Option<&'static str>,
+    /// The gRPC status the response carried (`grpc-status`, in its head or
+    /// trailers); `None` for anything that is not a gRPC answer.
+    pub grpc_status: Option<u16>,
 }
 
 /// The server a request was sent to.
@@ -288,6 +291,58 @@ impl Serialize for ByClass {
     }
 }
 
+/// gRPC status codes as metric labels (their canonical names), by code.
+pub const GRPC_CODES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
+
+/// gRPC answers per status, in [`GRPC_CODES`] order (a code outside the
+/// defined ones counts as `UNKNOWN`, as a gRPC client reads it); serialized
+/// as a map of the non-zero ones (`{"OK": 10, "UNAVAILABLE": 1}`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ByGrpcStatus(pub [u64; 17]);
+
+impl ByGrpcStatus {
+    /// The count of a code name (`"OK"`...); 0 for unknown names.
+    pub fn get(&self, code: &str) -> u64 {
+        GRPC_CODES.iter().position(|c| *c == code).map_or(0, |i| self.0[i])
+    }
+
+    /// The counter index of a `grpc-status` value.
+    pub fn index(status: u16) -> usize {
+        match usize::from(status) {
+            code @ 0..=16 => code,
+            _ => 2,
+        }
+    }
+}
+
+impl Serialize for ByGrpcStatus {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        for (k, v) in GRPC_CODES.iter().zip(self.0).filter(|(_, v)| *v > 0) {
+            m.serialize_entry(k, &v)?;
+        }
+        m.end()
+    }
+}
+
 /// Counts per termination reason, in [`REASONS`] order; serialized as a map
 /// of the non-zero ones.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -322,6 +377,8 @@ struct ServiceSlot {
     latency: HistogramSlot,
     /// Payload bytes into and out of each compression algorithm, in [`ALGORITHMS`] order.
     compressed: [[AtomicU64; 2]; 3],
+    /// gRPC answers per status, in [`GRPC_CODES`] order.
+    grpc: [AtomicU64; 17],
 }
 
 /// Compression algorithms as metric labels, in the order of the counters.
@@ -384,6 +441,8 @@ pub struct ServiceTotals {
     pub errors: ByReason,
     /// Response payload bytes compressed, per algorithm.
     pub compression: ByAlgorithm,
+    /// gRPC answers per status (`grpc-status`).
+    pub grpc: ByGrpcStatus,
 }
 
 impl ServiceTotals {
@@ -415,6 +474,7 @@ impl ServiceMetrics {
                 errors: counters(),
                 latency: HistogramSlot::new(),
                 compressed: std::array::from_fn(|_| counters()),
+                grpc: counters(),
             }),
         }
     }
@@ -450,6 +510,9 @@ impl ServiceMetrics {
         if let Some(reason) = r.reason {
             bump(&s.errors[reason_index(reason, r.side)], 1);
         }
+        if let Some(status) = r.grpc_status {
+            bump(&s.grpc[ByGrpcStatus::index(status)], 1);
+        }
     }
 
     /// Worker `w` passed bytes through a request still running (a tunnel):
@@ -482,6 +545,7 @@ impl ServiceMetrics {
                 total.0 += c[0].load(Relaxed);
                 total.1 += c[1].load(Relaxed);
             }
+            sum(&mut t.grpc.0, &s.grpc);
         }
         // Closed is read after opened, so it may be ahead by a few connections
         // accepted and closed in between: never show a negative count.

@@ -17,7 +17,7 @@ use super::exposition::{Format, Labels, Type, Writer};
 use super::histogram::{upper_bound, HistogramSnapshot, BUCKETS};
 use super::{
     is_server_reason, ServerMetrics, ServerTotals, ServiceMetrics, ServiceTotals, TlsMetrics, TlsTotals, ALGORITHMS,
-    CLASSES, REASONS,
+    CLASSES, GRPC_CODES, REASONS,
 };
 
 /// Server states, as the values of the `state` label of `switchyard_server_state`.
@@ -288,6 +288,15 @@ impl Scrape {
             REASONS.iter().zip(t.errors.0).map(move |(r, v)| ([("service", n.as_str()), ("reason", *r)], v))
         });
         w.family("errors", "Requests that ended early, per reason.", Type::Counter, None, errors);
+        let grpc = s.iter().flat_map(|(n, t)| {
+            GRPC_CODES
+                .iter()
+                .zip(t.grpc.0)
+                .filter(|(_, v)| *v > 0)
+                .map(move |(c, v)| ([("service", n.as_str()), ("grpc_code", *c)], v))
+        });
+        let help = "gRPC answers per status (grpc-status, from the head or the trailers).";
+        w.family("grpc_responses", help, Type::Counter, None, grpc);
         let compression = |which: fn((u64, u64)) -> u64| {
             s.iter().flat_map(move |(n, t)| {
                 ALGORITHMS

@@ -97,6 +97,10 @@ fn fixture() -> (ServiceMetrics, ServiceMetrics, ServerMetrics, ServerMetrics, T
     slow.timings.total_us = OVERFLOW_US * 2;
     web.request(1, &slow);
     web.request(0, &record(502, Some(ProxyError::new(Kind::ConnectFailed))));
+    // Two gRPC answers: UNAVAILABLE, and a code past the defined ones (read as UNKNOWN).
+    for code in [14, 99] {
+        api.request(0, &crate::metrics::Record { grpc_status: Some(code), ..record(200, None) });
+    }
     let (a, b) = (ServerMetrics::new(2), ServerMetrics::new(2));
     a.request(0, &record(200, None));
     a.request(1, &record(504, Some(ProxyError::new(Kind::ServerTimeout))));
@@ -191,7 +195,7 @@ fn exposition_has_descriptors_labels_and_values() {
             "# TYPE switchyard_connections_current gauge",
             "# TYPE switchyard_server_state gauge",
             "switchyard_server_info{pool=\"main\",server=\"a\",address=\"127.0.0.1:9001\"} 1",
-            "switchyard_requests_total{service=\"a\\\"p\\\\i\"} 0",
+            "switchyard_requests_total{service=\"a\\\"p\\\\i\"} 2",
             "switchyard_workers 2",
         ]) {
             assert!(text.lines().any(|l| l == *line), "{format:?}: missing `{line}` in\n{text}");
@@ -211,6 +215,10 @@ fn check_values(s: &[Sample]) {
     assert_eq!(value(s, "switchyard_sent_bytes_total", &web_l), 4000.0);
     assert_eq!(value(s, "switchyard_errors_total", &[("service", "web"), ("reason", "connect-failed")]), 1.0);
     assert_eq!(find(s, "switchyard_errors_total", &web_l).len(), REASONS.len(), "every reason, zeros included");
+    let api_l = |code| [("service", "a\\\"p\\\\i"), ("grpc_code", code)];
+    assert_eq!(value(s, "switchyard_grpc_responses_total", &api_l("UNAVAILABLE")), 1.0);
+    assert_eq!(value(s, "switchyard_grpc_responses_total", &api_l("UNKNOWN")), 1.0);
+    assert!(find(s, "switchyard_grpc_responses_total", &web_l).is_empty(), "no gRPC on web, no series");
     let main_a = [("pool", "main"), ("server", "a")];
     let main_b = [("pool", "main"), ("server", "b")];
     assert_eq!(value(s, "switchyard_server_requests_total", &main_a), 2.0);
@@ -266,7 +274,7 @@ fn histograms_are_cumulative_with_inf_equal_to_count() {
     let main_a = [("pool", "main"), ("server", "a")];
     check_histogram(&s, "switchyard_server_connect_duration_seconds", &main_a, 2.0, 300e-6);
     check_histogram(&s, "switchyard_server_response_duration_seconds", &main_a, 2.0, 1800e-6);
-    check_histogram(&s, "switchyard_request_duration_seconds", &[("service", "a\\\"p\\\\i")], 0.0, 0.0);
+    check_histogram(&s, "switchyard_request_duration_seconds", &[("service", "a\\\"p\\\\i")], 2.0, 2.0 * 1200e-6);
 }
 
 #[test]

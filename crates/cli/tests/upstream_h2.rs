@@ -89,7 +89,10 @@ fn h2c_get_carries_bodies_byte_exactly_over_one_connection() {
     assert_eq!(json["version"], "HTTP/2", "{json}");
     let headers = json["headers"].to_string().to_ascii_lowercase();
     assert!(headers.contains("[\"host\",\"test\"]"), "{headers}");
-    assert!(!headers.contains("\"connection\"") && !headers.contains("\"te\""), "{headers}");
+    assert!(!headers.contains("\"connection\""), "{headers}");
+    // The client's `te` is hop-by-hop; switchyard sends its own `te: trailers` (it relays them).
+    assert_eq!(headers.matches("\"te\"").count(), 1, "{headers}");
+    assert!(headers.contains("[\"te\",\"trailers\"]"), "{headers}");
     // A HEAD keeps the length a GET would get, without a body.
     let r = client.request("HEAD", "/?size=5000", &[]);
     assert_eq!((r.status, r.header("content-length")), (200, Some("5000")));
@@ -292,4 +295,108 @@ fn a_websocket_upgrade_to_an_h2_pool_is_refused_with_502() {
     let r = proxy.connect().request("GET", "/", &h2c);
     assert_eq!((r.status, r.origin()), (200, "ws"));
     assert_eq!(origin.requests(), 1);
+}
+
+/// An h2c server for the reset tests: `/refuse` is refused (REFUSED_STREAM) before any
+/// response; `/cut` answers a head and 5 bytes, then resets with ENHANCE_YOUR_CALM; `/wait`
+/// reads its request body and reports on `seen` the code of the reset that ends it.
+fn resetting_server(seen: std::sync::mpsc::Sender<Option<h2::Reason>>) -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    listener.set_nonblocking(true).expect("nonblocking");
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            while let Ok((tcp, _)) = listener.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let Ok(mut conn) = h2::server::handshake(tcp).await else { return };
+                    while let Some(Ok((req, mut respond))) = conn.accept().await {
+                        let seen = seen.clone();
+                        tokio::spawn(async move {
+                            match req.uri().path() {
+                                "/refuse" => respond.send_reset(h2::Reason::REFUSED_STREAM),
+                                "/cut" => {
+                                    let Ok(mut send) = respond.send_response(http::Response::new(()), false) else {
+                                        return;
+                                    };
+                                    let _ = send.send_data(bytes::Bytes::from_static(b"hello"), false);
+                                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                                    send.send_reset(h2::Reason::ENHANCE_YOUR_CALM);
+                                }
+                                _ => {
+                                    let mut body = req.into_body();
+                                    let ended = loop {
+                                        match body.data().await {
+                                            Some(Ok(data)) => {
+                                                let _ = body.flow_control().release_capacity(data.len());
+                                            }
+                                            Some(Err(e)) => break e.reason(),
+                                            None => break None,
+                                        }
+                                    };
+                                    let _ = seen.send(ended);
+                                }
+                            }
+                        });
+                    }
+                });
+            }
+        });
+    });
+    addr
+}
+
+#[test]
+fn reset_codes_cross_between_http2_clients_and_http2_servers() {
+    let (seen_tx, seen) = std::sync::mpsc::channel();
+    let server = resetting_server(seen_tx);
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&h2_config(listen, &[server], "", ""), listen);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(listen).await.expect("connect");
+        let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+        tokio::spawn(conn);
+        let mut client = client.ready().await.expect("ready");
+        let request = |path: &str| http::Request::post(format!("http://t{path}")).body(()).expect("request");
+
+        // Refused before any response: the client learns it was not processed (retry-safe),
+        // not a 502. The request has a body, so switchyard cannot replay it itself.
+        let (response, mut up) = client.send_request(request("/refuse"), false).expect("send");
+        let _ = up.send_data(bytes::Bytes::from_static(b"x"), true);
+        let e = response.await.expect_err("refused");
+        assert_eq!(e.reason(), Some(h2::Reason::REFUSED_STREAM), "{e:?}\n{}", proxy.log());
+
+        // Reset mid-body: the client's stream ends with the server's code.
+        let (response, _) = client.send_request(request("/cut"), true).expect("send");
+        let mut body = response.await.expect("head").into_body();
+        let mut got = Vec::new();
+        let e = loop {
+            match body.data().await {
+                Some(Ok(data)) => got.extend_from_slice(&data),
+                Some(Err(e)) => break e,
+                None => panic!("the body ended normally after {got:?}"),
+            }
+        };
+        assert_eq!((got.as_slice(), e.reason()), (&b"hello"[..], Some(h2::Reason::ENHANCE_YOUR_CALM)), "{e:?}");
+
+        // The client resets its upload: the server's stream is reset with the client's code.
+        let (_response, mut up) = client.send_request(request("/wait"), false).expect("send");
+        up.send_data(bytes::Bytes::from_static(b"part"), false).expect("data");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        up.send_reset(h2::Reason::CONNECT_ERROR);
+        // The client's connection task must run for the reset to leave.
+        for _ in 0..500 {
+            match seen.try_recv() {
+                Ok(ended) => {
+                    assert_eq!(ended, Some(h2::Reason::CONNECT_ERROR), "{}", proxy.log());
+                    return;
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+            }
+        }
+        panic!("the server never saw the stream end:\n{}", proxy.log());
+    });
 }

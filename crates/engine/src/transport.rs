@@ -10,12 +10,14 @@
 //! [`crate::upstream`]. [`Pipe`] is an in-memory connection: the end of an
 //! HTTP/2 stream's bridge, and the in-process tests' clients and servers.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 
 use std::io::IoSlice;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 
@@ -69,6 +71,26 @@ pub trait ClientStream: AsyncRead + AsyncWrite + Sink + Unpin {
     fn close(&mut self) -> impl Future<Output = ()> {
         std::future::ready(())
     }
+
+    /// The stream's reset codes (RST_STREAM), when it is one HTTP/2 stream:
+    /// what the client reset it with, and what the pipeline asks it to be
+    /// reset with. `None` for a connection of its own.
+    fn resets(&self) -> Option<&Rc<Resets>> {
+        None
+    }
+}
+
+/// RST_STREAM codes crossing the bridge between an HTTP/2 stream and the
+/// pipeline, so a reset on one side is passed on with its code to the other
+/// (REFUSED_STREAM stays retry-safe for the client; a client's reset reaches
+/// the server as the client sent it).
+#[derive(Debug, Default)]
+pub struct Resets {
+    /// The code the client reset its stream with (set by the bridge).
+    pub by_client: Cell<Option<u32>>,
+    /// The code to reset the client's stream with instead of answering or
+    /// finishing the response (set by the pipeline: a server's reset).
+    pub to_client: Cell<Option<u32>>,
 }
 
 impl ClientStream for TcpStream {
@@ -140,6 +162,7 @@ pub struct Pipe {
     rd: DuplexStream,
     wr: DuplexStream,
     local: Option<SocketAddr>,
+    resets: Rc<Resets>,
 }
 
 /// The bridge's end of a [`Pipe`]: request bytes go into `to_pipeline`,
@@ -149,6 +172,8 @@ pub struct PipeEnd {
     pub to_pipeline: DuplexStream,
     /// Where the bridge reads the response.
     pub from_pipeline: DuplexStream,
+    /// Reset codes shared with the pipeline's end.
+    pub resets: Rc<Resets>,
 }
 
 impl Pipe {
@@ -156,7 +181,8 @@ impl Pipe {
     pub fn pair(local: Option<SocketAddr>) -> (Pipe, PipeEnd) {
         let (rd, to_pipeline) = tokio::io::duplex(PIPE_BUFFER);
         let (wr, from_pipeline) = tokio::io::duplex(PIPE_BUFFER);
-        (Pipe { rd, wr, local }, PipeEnd { to_pipeline, from_pipeline })
+        let resets = Rc::new(Resets::default());
+        (Pipe { rd, wr, local, resets: resets.clone() }, PipeEnd { to_pipeline, from_pipeline, resets })
     }
 }
 
@@ -224,6 +250,10 @@ impl ClientStream for Pipe {
 
     fn local(&self) -> io::Result<SocketAddr> {
         self.local.ok_or_else(|| io::ErrorKind::Unsupported.into())
+    }
+
+    fn resets(&self) -> Option<&Rc<Resets>> {
+        Some(&self.resets)
     }
 }
 

@@ -42,6 +42,8 @@ pub(super) struct Trace {
     pub(super) cache_status: u16,
     /// The gRPC status of the response (`grpc-status`), when it had one.
     pub(super) grpc_status: Option<u16>,
+    /// The RST_STREAM code an HTTP/2 server reset the request's stream with.
+    pub(super) server_reset: Option<u32>,
 }
 
 /// Indices into [`Client::meta_at`].

@@ -663,16 +663,35 @@ async fn handle<S: ClientStream>(
             outcome.client_keep_alive && !worker.closing(local.gen.number, &service.name)
         }
         Err(Failed { error, relayed: None }) => {
-            fail(client, service, &error, started).await;
+            // A stream the server refused was not processed (RFC 9113 8.7): an
+            // HTTP/2 client gets the refusal itself, which it may retry anywhere.
+            if client.trace.server_reset == Some(REFUSED_STREAM) && reset_client(client, REFUSED_STREAM) {
+                log(client, service, 0, Some(&error), started);
+            } else {
+                fail(client, service, &error, started).await;
+            }
             false
         }
         Err(Failed { error, relayed: Some(status) }) => {
             // Headers already went out: the only honest signal left is to
-            // close the connection before the body is complete.
+            // close the connection before the body is complete (an HTTP/2
+            // client's stream is reset with the server's own code, if it gave one).
+            if let Some(code) = client.trace.server_reset {
+                reset_client(client, code);
+            }
             log(client, service, status, Some(&error), started);
             false
         }
     }
+}
+
+/// RST_STREAM's REFUSED_STREAM code (RFC 9113 7).
+const REFUSED_STREAM: u32 = 0x7;
+
+/// Asks an HTTP/2 client's stream to be reset with `code` instead of being
+/// answered or finished; false when the client has no stream to reset.
+fn reset_client<S: ClientStream>(client: &Client<S>, code: u32) -> bool {
+    client.stream.resets().map(|r| r.to_client.set(Some(code))).is_some()
 }
 
 /// Phase 5 with its retry policy: pick a server (waiting in the pool's queue
@@ -755,7 +774,16 @@ async fn forward<S: ClientStream>(
                 let tls = local.gen.upstream_tls.get(pool.0).and_then(Option::as_ref);
                 let opened = if h2 {
                     let (connect, idle) = (service.timeouts.connect, service.timeouts.server_response);
-                    let target = upstream::h2::Target { addr, server, tls, connect, idle, proxy_header: &header };
+                    let client_stream = client.stream.resets();
+                    let target = upstream::h2::Target {
+                        addr,
+                        server,
+                        tls,
+                        connect,
+                        idle,
+                        proxy_header: &header,
+                        client: client_stream,
+                    };
                     pool_local.h2.stream(target, fresh_only).await
                 } else {
                     upstream::connect(addr, service.timeouts.connect, &header, tls, server).await.map(|c| (c, false))
@@ -796,6 +824,7 @@ async fn forward<S: ClientStream>(
                 return Ok(outcome);
             }
             Err(mut failed) => {
+                client.trace.server_reset = conn.stream.h2_reset();
                 if let (Kind::ServerClosed, Some(why)) = (failed.error.kind(), conn.stream.h2_failure()) {
                     // The HTTP/2 side knows more than "closed": a reset, a GOAWAY, bad frames.
                     let kind = Kind::BadResponse(why);

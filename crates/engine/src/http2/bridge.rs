@@ -10,9 +10,14 @@
 //!
 //! The pipeline's own error responses (400, 502, 504...) arrive on the pipe
 //! like any response and are translated the same way. A failure after the
-//! response head has gone out resets the stream with INTERNAL_ERROR.
+//! response head has gone out resets the stream: with the server's own
+//! RST_STREAM code when the pipeline passed one on ([`Resets`]; also a
+//! REFUSED_STREAM before any response), else INTERNAL_ERROR. A client's
+//! reset stops the pipeline and is passed on, with its code, to a server
+//! stream it opened.
 
 use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -23,7 +28,7 @@ use tokio::io::{AsyncReadExt, DuplexStream};
 use super::data::{body, recv_to_pipe, unless_reset, Ended, RecvFailed};
 use super::head::{self, RequestBody};
 use super::Shared;
-use crate::transport::Pipe;
+use crate::transport::{Pipe, Resets};
 use switchyard_http::parse::{self, Framing};
 
 /// Largest response head the pipeline writes on the pipe.
@@ -67,25 +72,37 @@ pub(super) async fn stream(
         }
         recv_to_pipe(&mut body, &mut end.to_pipeline, framing == RequestBody::Chunked).await
     };
-    let down = download(&mut end.from_pipeline, &mut respond, head_request, timeouts.server_response);
-    tokio::pin!(up, down);
-    let mut uploading = true;
-    let ended = loop {
-        tokio::select! {
-            r = &mut up, if uploading => {
-                uploading = false;
-                if let Err(RecvFailed::Stream(e)) = r {
-                    if e.is_reset() && e.is_remote() {
-                        break Ended::PeerReset;
+    let resets = end.resets.clone();
+    let down = download(&mut end.from_pipeline, &mut respond, head_request, timeouts.server_response, &resets);
+    let ended = {
+        tokio::pin!(up, down);
+        let mut uploading = true;
+        loop {
+            tokio::select! {
+                r = &mut up, if uploading => {
+                    uploading = false;
+                    if let Err(RecvFailed::Stream(e)) = r {
+                        if e.is_reset() && e.is_remote() {
+                            resets.by_client.set(e.reason().map(u32::from));
+                            break Ended::PeerReset;
+                        }
                     }
                 }
+                r = &mut down => break r,
             }
-            r = &mut down => break r,
         }
     };
     if ended == Ended::PeerReset {
-        // Nobody is left to answer: stop the request where it is, without a
-        // failure log line per reset stream (a reset flood would become a log flood).
+        if resets.by_client.get().is_none() {
+            // Seen while sending: the stream still knows the client's code.
+            let mut cx = Context::from_waker(Waker::noop());
+            if let Poll::Ready(Ok(reason)) = respond.poll_reset(&mut cx) {
+                resets.by_client.set(Some(u32::from(reason)));
+            }
+        }
+        // Nobody is left to answer: stop the request where it is (a server
+        // stream it opened is reset with the client's code), without a failure
+        // log line per reset stream (a reset flood would become a log flood).
         pipeline.abort();
     }
     ended
@@ -97,6 +114,7 @@ async fn download(
     respond: &mut SendResponse<Bytes>,
     head_request: bool,
     idle: Duration,
+    resets: &Resets,
 ) -> Ended {
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut fields = Vec::new();
@@ -113,18 +131,18 @@ async fn download(
             }
             Ok(Some(head)) if head.status >= 200 => break head,
             // The pipeline writes only heads it parsed itself; anything else is a bug.
-            Ok(Some(_)) | Err(_) => return reset_early(respond),
+            Ok(Some(_)) | Err(_) => return reset_early(respond, resets),
             Ok(None) => {}
         }
         buf.reserve(READ_CHUNK);
         match unless_reset(|cx| respond.poll_reset(cx), pipe.read_buf(&mut buf)).await {
             Err(ended) => return ended,
-            Ok(Ok(0)) | Ok(Err(_)) => return reset_early(respond),
+            Ok(Ok(0)) | Ok(Err(_)) => return reset_early(respond, resets),
             Ok(Ok(_)) => {}
         }
     };
     let Ok(response) = head::response_head(&buf, &head, &fields) else {
-        return reset_early(respond);
+        return reset_early(respond, resets);
     };
     let framing = if parse::response_has_body(head_request, head.status) { head.framing } else { Framing::Length(0) };
     let empty = framing == Framing::Length(0) || framing == Framing::Empty;
@@ -139,13 +157,19 @@ async fn download(
     buf.advance(head.len);
     let ended = body(pipe, &mut buf, &mut send, framing, idle).await;
     if ended == Ended::Failed {
-        send.send_reset(Reason::INTERNAL_ERROR);
+        send.send_reset(reset_reason(resets));
     }
     ended
 }
 
 /// The pipeline ended without a usable response: reset the stream.
-fn reset_early(respond: &mut SendResponse<Bytes>) -> Ended {
-    respond.send_reset(Reason::INTERNAL_ERROR);
+fn reset_early(respond: &mut SendResponse<Bytes>, resets: &Resets) -> Ended {
+    respond.send_reset(reset_reason(resets));
     Ended::Failed
+}
+
+/// The code a stream the pipeline could not finish is reset with: the
+/// server's own, when the pipeline passed one on, else INTERNAL_ERROR.
+fn reset_reason(resets: &Resets) -> Reason {
+    resets.to_client.get().map_or(Reason::INTERNAL_ERROR, Reason::from)
 }

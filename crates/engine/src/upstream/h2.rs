@@ -47,7 +47,7 @@ use super::tls::PoolTls;
 use super::UpstreamConn;
 use crate::http2::data::{self, RecvFailed};
 use crate::http2::head;
-use crate::transport::{Pipe, PipeEnd};
+use crate::transport::{Pipe, PipeEnd, Resets};
 use switchyard_http::error::{Kind, ProxyError};
 use switchyard_http::parse::{self, Framing, HeadLimits};
 
@@ -78,6 +78,9 @@ pub struct Target<'a> {
     /// PROXY header for a connection of this request alone; empty: none,
     /// and the connection is shared.
     pub proxy_header: &'a [u8],
+    /// The client's stream when the request came from an HTTP/2 client: a
+    /// reset by the client is passed on with its code.
+    pub client: Option<&'a Rc<Resets>>,
 }
 
 /// One worker's HTTP/2 connections to one pool's servers.
@@ -269,12 +272,13 @@ fn open_stream(shared: &Shared, scheme: &'static str, target: &Target<'_>) -> Up
     let state = &shared.state;
     state.streams.set(state.streams.get() + 1);
     let open = StreamGuard(state.clone());
-    let (pipe, PipeEnd { to_pipeline, from_pipeline }) = Pipe::pair(None);
+    let (pipe, PipeEnd { to_pipeline, from_pipeline, .. }) = Pipe::pair(None);
     let failure = Rc::new(Cell::new(None));
-    let ends = Ends { from_pipeline, to_pipeline, failure: failure.clone() };
+    let cancel = Rc::new(Cancel::default());
+    let ends = Ends { from_pipeline, to_pipeline, failure: failure.clone(), cancel: cancel.clone() };
     let authority = target.addr.to_string();
     let task = tokio::task::spawn_local(exchange(shared.send.clone(), ends, scheme, authority, target.idle, open));
-    let stream = H2Stream { pipe, task, failure };
+    let stream = H2Stream { pipe, task, failure, client: target.client.cloned(), cancel };
     UpstreamConn { stream: ServerStream::H2(Box::new(stream)), buf: BytesMut::with_capacity(16 * 1024), served: 0 }
 }
 
@@ -298,7 +302,25 @@ pub struct H2Stream {
     /// Reads the response, written by [`exchange`]; writes the request, read by it.
     pipe: Pipe,
     task: JoinHandle<()>,
-    failure: Rc<Cell<Option<&'static str>>>,
+    failure: Rc<Cell<Option<Failure>>>,
+    /// The client's HTTP/2 stream's reset codes, when there is one.
+    client: Option<Rc<Resets>>,
+    cancel: Rc<Cancel>,
+}
+
+/// Why a stream failed on the HTTP/2 side: for the log, and the server's
+/// RST_STREAM code when it reset the stream.
+#[derive(Debug, Clone, Copy)]
+struct Failure {
+    why: &'static str,
+    reset: Option<u32>,
+}
+
+/// Asks [`exchange`] to reset its stream with a code (the client's).
+#[derive(Default)]
+struct Cancel {
+    code: Cell<Option<u32>>,
+    wake: Notify,
 }
 
 impl std::fmt::Debug for H2Stream {
@@ -309,7 +331,16 @@ impl std::fmt::Debug for H2Stream {
 
 impl Drop for H2Stream {
     fn drop(&mut self) {
-        self.task.abort();
+        match self.client.as_ref().and_then(|r| r.by_client.get()) {
+            // The client reset its stream: the server's is reset with the same
+            // code (the task ends itself once it has sent it).
+            Some(code) => {
+                self.cancel.code.set(Some(code));
+                self.cancel.wake.notify_one();
+            }
+            // Done, timed out or failed: dropping the stream resets it (CANCEL) if still open.
+            None => self.task.abort(),
+        }
     }
 }
 
@@ -328,7 +359,12 @@ impl H2Stream {
     /// Why the stream failed on the HTTP/2 side, when that says more than
     /// "the server closed the connection" (a reset, a GOAWAY, a protocol error).
     pub fn failure(&self) -> Option<&'static str> {
-        self.failure.get()
+        self.failure.get().map(|f| f.why)
+    }
+
+    /// The RST_STREAM code the server reset the stream with, if it did.
+    pub fn reset(&self) -> Option<u32> {
+        self.failure.get().and_then(|f| f.reset)
     }
 }
 
@@ -338,7 +374,8 @@ struct Ends {
     from_pipeline: DuplexStream,
     /// The response, for the pipeline to read.
     to_pipeline: DuplexStream,
-    failure: Rc<Cell<Option<&'static str>>>,
+    failure: Rc<Cell<Option<Failure>>>,
+    cancel: Rc<Cancel>,
 }
 
 /// One request over HTTP/2: reads the pipeline's request head, opens the
@@ -353,6 +390,12 @@ async fn exchange(
     idle: Duration,
     _open: StreamGuard,
 ) {
+    let cancel = ends.cancel.clone();
+    let cancelled = async {
+        cancel.wake.notified().await;
+        cancel.code.get()
+    };
+    tokio::pin!(cancelled);
     let mut buf = BytesMut::with_capacity(4096);
     let mut fields = Vec::new();
     let head = loop {
@@ -371,7 +414,7 @@ async fn exchange(
     let request = match head::server_request(&buf, &head, &fields, scheme, &authority) {
         Ok(request) => request,
         Err(why) => {
-            ends.failure.set(Some(why));
+            ends.failure.set(Some(Failure { why, reset: None }));
             return;
         }
     };
@@ -381,7 +424,12 @@ async fn exchange(
         let mut send = send.ready().await?;
         send.send_request(request, bodiless)
     };
-    let (response, mut body) = match opened.await {
+    let opened = tokio::select! {
+        opened = opened => opened,
+        // The client went before the stream opened: nothing to reset.
+        _ = &mut cancelled => return,
+    };
+    let (response, mut body) = match opened {
         Ok(pair) => pair,
         Err(e) => {
             ends.failure.set(cause(&e));
@@ -395,13 +443,19 @@ async fn exchange(
         }
     };
     let down = download(response, to_pipeline, head_request, failure);
-    tokio::pin!(up, down);
-    let mut uploading = true;
-    loop {
-        tokio::select! {
-            () = &mut up, if uploading => uploading = false,
-            () = &mut down => break,
+    let reset = {
+        tokio::pin!(up, down);
+        let mut uploading = true;
+        loop {
+            tokio::select! {
+                () = &mut up, if uploading => uploading = false,
+                () = &mut down => break None,
+                code = &mut cancelled => break code,
+            }
         }
+    };
+    if let Some(code) = reset {
+        body.send_reset(Reason::from(code));
     }
 }
 
@@ -410,7 +464,7 @@ async fn download(
     response: ResponseFuture,
     pipe: &mut DuplexStream,
     head_request: bool,
-    failure: &Cell<Option<&'static str>>,
+    failure: &Cell<Option<Failure>>,
 ) {
     let response = match response.await {
         Ok(response) => response,
@@ -431,17 +485,20 @@ async fn download(
     }
 }
 
-/// What an HTTP/2 failure says about the server, for the log.
-fn cause(e: &h2::Error) -> Option<&'static str> {
+/// What an HTTP/2 failure says about the server, for the log, and the
+/// server's reset code when it reset the stream.
+fn cause(e: &h2::Error) -> Option<Failure> {
     if e.is_io() {
         return None;
     }
-    Some(match (e.is_remote(), e.is_go_away(), e.reason()) {
+    let why = match (e.is_remote(), e.is_go_away(), e.reason()) {
         (true, _, Some(Reason::REFUSED_STREAM)) => "server refused the HTTP/2 stream",
         (true, true, _) => "server went away (HTTP/2 GOAWAY)",
         (true, false, _) => "server reset the HTTP/2 stream",
         (false, _, _) => "invalid HTTP/2 from server",
-    })
+    };
+    let reset = (e.is_reset() && e.is_remote()).then(|| e.reason().map(u32::from)).flatten();
+    Some(Failure { why, reset })
 }
 
 #[cfg(test)]
@@ -452,6 +509,6 @@ mod tests {
     fn causes_name_the_side_and_the_frame() {
         let refused = h2::Error::from(Reason::REFUSED_STREAM);
         // A reason alone is a locally detected error.
-        assert_eq!(cause(&refused), Some("invalid HTTP/2 from server"));
+        assert_eq!(cause(&refused).map(|f| (f.why, f.reset)), Some(("invalid HTTP/2 from server", None)));
     }
 }

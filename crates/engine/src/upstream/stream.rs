@@ -90,6 +90,14 @@ impl ServerStream {
         }
     }
 
+    /// For an HTTP/2 stream the server reset, its RST_STREAM code.
+    pub fn h2_reset(&self) -> Option<u32> {
+        match self {
+            ServerStream::H2(s) => s.reset(),
+            _ => None,
+        }
+    }
+
     /// Whether the connection is TLS.
     pub fn is_tls(&self) -> bool {
         matches!(self, ServerStream::Tls(_))

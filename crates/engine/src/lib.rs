@@ -25,6 +25,7 @@ pub mod relay;
 pub mod runtime;
 pub use access_log::syslog;
 pub mod tls;
+pub mod translate;
 pub mod transport;
 pub mod upstream;
 pub mod wire;

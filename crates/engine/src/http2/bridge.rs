@@ -25,9 +25,9 @@ use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
 use tokio::io::{AsyncReadExt, DuplexStream};
 
-use super::data::{body, recv_to_pipe, unless_reset, Ended, RecvFailed};
-use super::head::{self, RequestBody};
 use super::Shared;
+use crate::translate::data::{body, recv_to_pipe, unless_reset, Ended, RecvFailed};
+use crate::translate::head::{self, RequestBody};
 use crate::transport::{Pipe, Resets};
 use switchyard_http::parse::{self, Framing};
 

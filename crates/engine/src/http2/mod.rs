@@ -22,9 +22,7 @@
 //! closes only itself.
 
 mod bridge;
-pub(crate) mod data;
 pub mod flood;
-pub mod head;
 pub mod io;
 
 use std::cell::{Cell, RefCell};
@@ -38,9 +36,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use self::data::Ended;
 use self::flood::Inspect;
 use self::io::Prefixed;
+use crate::translate::data::Ended;
 use crate::transport::Transport;
 use crate::worker::{Local, Worker};
 

@@ -3,7 +3,7 @@
 //! or being refused at once.
 //!
 //! One [`PoolQueue`] per pool, shared by every worker and carried across
-//! reloads with the pool's servers (each [`crate::live::ServerLive`] points
+//! reloads with the pool's servers (each `live::ServerLive` points
 //! at it). Workers are single-threaded runtimes, while in-flight counts are
 //! process-wide atomics, so a slot freed on one worker must be able to wake a
 //! request waiting on another: the queue is a count of waiters plus a
@@ -11,7 +11,7 @@
 //!
 //! - **Bounded size**: [`PoolQueue::join`] counts the waiter in, or refuses
 //!   when `size` requests already wait (the caller answers 503).
-//! - **Wake-up**: releasing a slot ([`crate::live::ActiveGuard`]'s drop)
+//! - **Wake-up**: releasing a slot (`live::ActiveGuard`'s drop)
 //!   calls [`PoolQueue::released`], which wakes one waiter only when someone
 //!   waits, so pools without waiters pay one atomic load per request.
 //!   A waiter registers for the wake-up *before* it looks for a free slot,

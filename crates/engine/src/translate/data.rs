@@ -1,7 +1,7 @@
 //! Moving message bodies between an in-memory HTTP/1.1 pipe and HTTP/2 DATA
 //! frames, within flow control. Used in both directions: by the front end's
 //! bridge (client streams) and by HTTP/2 towards servers
-//! ([`crate::upstream::h2`]).
+//! (`upstream::h2`).
 //!
 //! HTTP/1.1 framing (length or chunked) is removed on the way to DATA frames
 //! and added on the way back. Trailers cross both ways: HTTP/2 trailers

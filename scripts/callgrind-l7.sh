@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# callgrind-l7.sh: user-space instructions per request of switchyard builds, compared.
+#
+# On-demand measurement, not part of the test suite. Wall-clock and even CPU-time figures
+# drift on a shared machine; the number of instructions switchyard executes per request
+# under callgrind does not (to within a few tenths of a percent), so it is the figure for a
+# "no regression" check between two builds of the same code path. It counts user space
+# only: the kernel's share (about 80 % of a small request on loopback) is outside it, and
+# so are cache misses — it is a regression detector, not a throughput figure.
+#
+# For each binary: switchyard (one worker) under `valgrind --tool=callgrind` in front of
+# the origin simulator, with `h2load --h1` sending N keep-alive requests of 128 B over one
+# connection (the L7 keep-alive shape of PRODUCT.md section 3, `.png` rule included); then
+# the same with 0 requests. (instructions(N) - instructions(0)) / N is the cost of one
+# request, start-up and shutdown cancelled out.
+#
+# Usage: scripts/callgrind-l7.sh BINARY [BINARY...]
+# Environment: REQUESTS=2000, PER_CONN=0 (requests per connection; 0 = all on one),
+#              BASE_PORT=29000, OUT (default bench-out/callgrind-l7-<timestamp>).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+REQUESTS=${REQUESTS:-2000}
+PER_CONN=${PER_CONN:-0}
+BASE_PORT=${BASE_PORT:-29000}
+OUT=${OUT:-$ROOT/bench-out/callgrind-l7-$(date +%Y%m%d-%H%M%S)}
+[[ $# -ge 1 ]] || { echo "usage: $0 BINARY [BINARY...]" >&2; exit 2; }
+for tool in valgrind h2load curl; do
+    command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 2; }
+done
+mkdir -p "$OUT"
+
+ORIGIN="127.0.0.1:$((BASE_PORT + 1))"
+LISTEN="127.0.0.1:$((BASE_PORT + 11))"
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+wait_port() {
+    for _ in $(seq 1 300); do
+        curl -s -o /dev/null "http://$1/" && return 0
+        sleep 0.1
+    done
+    echo "nothing answers on $1" >&2
+    return 1
+}
+
+cat >"$OUT/switchyard.toml" <<EOF
+workers = 1
+
+[[service]]
+name = "web"
+listen = ["$LISTEN"]
+pool = "main"
+rules = [{ path_suffix = ".png", pool = "images" }]
+
+[[pool]]
+name = "main"
+servers = [{ address = "$ORIGIN" }]
+
+[[pool]]
+name = "images"
+servers = [{ address = "$ORIGIN" }]
+EOF
+
+"$1" origin --listen "$ORIGIN" >"$OUT/origin.log" 2>&1 &
+pids+=($!)
+wait_port "$ORIGIN"
+
+# Instructions of one run of BINARY serving COUNT requests.
+instructions() {
+    local bin=$1 count=$2 tag=$3
+    valgrind --tool=callgrind --callgrind-out-file="$OUT/$tag.$count.out" \
+        "$bin" run -c "$OUT/switchyard.toml" >"$OUT/$tag.$count.log" 2>&1 &
+    local pid=$!
+    wait_port "$LISTEN"
+    if [[ $count -gt 0 ]]; then
+        local conns=1
+        [[ $PER_CONN -gt 0 ]] && conns=$((count / PER_CONN))
+        h2load --h1 -n "$count" -c "$conns" -m 1 "http://$LISTEN/index.html?size=128" >"$OUT/$tag.$count.h2load" 2>&1
+    fi
+    kill -TERM "$pid"
+    wait "$pid" || true
+    # The probe of wait_port is one request too, in both runs: it cancels out.
+    sed -n 's/^summary: \([0-9]*\).*/\1/p' "$OUT/$tag.$count.out" | tail -1
+}
+
+printf '| binary | instructions per request |\n|---|---:|\n' | tee "$OUT/summary.md"
+for bin in "$@"; do
+    tag=$(basename "$(dirname "$(dirname "$bin")")")-$(basename "$bin")
+    full=$(instructions "$bin" "$REQUESTS" "$tag")
+    none=$(instructions "$bin" 0 "$tag")
+    per=$(( (full - none) / REQUESTS ))
+    printf '| %s | %s |\n' "$bin" "$per" | tee -a "$OUT/summary.md"
+done

@@ -88,8 +88,10 @@ instructions() {
 }
 
 printf '| binary | instructions per request |\n|---|---:|\n' | tee "$OUT/summary.md"
+i=0
 for bin in "$@"; do
-    tag=$(basename "$(dirname "$(dirname "$bin")")")-$(basename "$bin")
+    i=$((i + 1))
+    tag=bin$i
     full=$(instructions "$bin" "$REQUESTS" "$tag")
     none=$(instructions "$bin" 0 "$tag")
     per=$(( (full - none) / REQUESTS ))

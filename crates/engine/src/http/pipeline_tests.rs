@@ -373,3 +373,55 @@ fn early_hints_reach_an_http11_client_but_not_an_http10_one() {
         assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{text}");
     });
 }
+
+/// A server reading one chunked request to its end (trailer section included) and
+/// answering a chunked body whose trailers carry `grpc-status: 13` and the request's
+/// trailer section, echoed as `x-got-trailers`.
+fn trailing(mut end: PipeEnd, counts: Rc<Counts>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
+    Box::pin(async move {
+        let mut buf = Vec::new();
+        if read_head(&mut end, &mut buf).await.is_none() {
+            return;
+        }
+        counts.requests.set(counts.requests.get() + 1);
+        let mut chunk = [0u8; 4096];
+        // The body ends with the last chunk's trailer section and its empty line.
+        while !buf.ends_with(b"\r\n\r\n") {
+            match end.from_pipeline.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let got = text.split("0\r\n").nth(1).unwrap_or("").trim_end().replace("\r\n", "; ");
+        let reply = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/grpc\r\ntransfer-encoding: chunked\r\n\r\n\
+             2\r\nok\r\n0\r\ngrpc-status: 13\r\nx-got-trailers: {got}\r\n\r\n"
+        );
+        let _ = end.to_pipeline.write_all(reply.as_bytes()).await;
+    })
+}
+
+#[test]
+fn trailers_pass_both_ways_and_the_grpc_status_is_counted() {
+    run(|| async {
+        server(SERVER_A, trailing);
+        let w = worker(&one_service("{ address = \"{A}\" }", ""));
+        let mut client = connect(&w);
+        let request = "POST /pkg.Svc/Call HTTP/1.1\r\nhost: h\r\nte: trailers\r\ncontent-type: application/grpc\r\n\
+                       transfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nx-checksum: 1f\r\n\r\n";
+        client.to_pipeline.write_all(request.as_bytes()).await.expect("send");
+        let mut all = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while !(all.ends_with(b"\r\n\r\n") && String::from_utf8_lossy(&all).contains("x-got-trailers")) {
+            let n = client.from_pipeline.read(&mut chunk).await.expect("read");
+            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&all));
+            all.extend_from_slice(&chunk[..n]);
+        }
+        let text = String::from_utf8_lossy(&all);
+        // The chunked body reaches the client as sent, trailer section included.
+        assert!(text.ends_with("2\r\nok\r\n0\r\ngrpc-status: 13\r\nx-got-trailers: x-checksum: 1f\r\n\r\n"), "{text}");
+        let grpc = w.local().gen.services[0].snapshot().grpc;
+        assert_eq!((grpc.get("INTERNAL"), grpc.get("OK")), (1, 0));
+    });
+}

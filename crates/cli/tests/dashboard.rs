@@ -197,6 +197,7 @@ fn dashboard_shows_the_cluster_peers() {
     assert!(eval(&tab, "document.getElementById('cluster-node').textContent")
         .as_str()
         .is_some_and(|t| t.starts_with("lb1") && t.contains("synced")));
+    eval(&tab, "document.getElementById('cluster').scrollIntoView()");
     let png = tab.capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true).expect("screenshot");
     let _ = std::fs::write(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-cluster.png"), png);
 

@@ -455,4 +455,22 @@ mod tests {
         assert!(g.trusts(ip("10.9.9.9")));
         assert!(!g.trusts(ip("192.0.2.1")));
     }
+
+    #[test]
+    fn replicated_buckets_keep_the_later_arrival_time() {
+        let rate = Rate { count: 4, per: Duration::from_secs(3600) };
+        let g = Guard::new(&Protection { request_rate: Some(rate), ..config() });
+        let (now, client) = (Instant::now(), ip("10.0.0.9"));
+        g.merge_remote(client, Duration::ZERO, Duration::ZERO, now);
+        assert_eq!(g.tracked(), 0, "full buckets from a peer create no entry");
+        // A peer's client spent its four requests: the bucket is an hour ahead.
+        g.merge_remote(client, Duration::ZERO, Duration::from_secs(3600), now);
+        assert!(g.admit_request(client, now).is_err(), "the replicated empty bucket refuses here too");
+        // An older, emptier update never loosens it.
+        g.merge_remote(client, Duration::ZERO, Duration::from_secs(60), now);
+        assert!(g.admit_request(client, now).is_err());
+        assert_eq!(g.dump(now), vec![(client, Duration::ZERO, Duration::from_secs(3600))]);
+        let later = now + Duration::from_secs(15 * 60);
+        assert!(g.admit_request(client, later).is_ok(), "one request back after per / count");
+    }
 }

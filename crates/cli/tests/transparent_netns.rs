@@ -150,10 +150,9 @@ fn servers_see_the_clients_own_address_and_nat_works_beside_it() {
         &[binary(), "run", "-c", config_path.to_str().unwrap_or_default()],
         dir.join("switchyard.log"),
     );
-    let ready = wait_for("the balancer and the servers", || {
+    wait_for("the balancer and the servers", || {
         (http_twice(&c, 81).lines().count() == 2 && servers.log().contains("ready")).then_some(())
     });
-    let _ = ready;
     let shown = |what: &str, got: &str| format!("{what}: got {got:?}\nbalancer log:\n{}", balancer.log());
 
     let nat = http_twice(&c, 81);

@@ -44,10 +44,12 @@ start() { # name cpu
 start off 0; start on 0; start peer 1
 sleep 2
 cat > $D/new.lua <<'EOL'
+-- wrk does not seed Lua's generator: every run would repeat the same users.
+local prefix = string.format("u%d-%d", os.time(), math.floor(os.clock() * 1e6))
 local n = 0
 request = function()
   n = n + 1
-  return wrk.format("GET", "/?size=0", { ["x-user"] = string.format("u%d-%d", math.random(1, 1000000000), n) })
+  return wrk.format("GET", "/?size=0", { ["x-user"] = prefix .. "-" .. n })
 end
 EOL
 cat > $D/known.lua <<'EOL'
@@ -71,6 +73,7 @@ for round in $(seq 1 $ROUNDS); do
     done
   done
 done | tee $D/results.txt
+sleep 1
 v=$($B ctl --admin http://127.0.0.1:29191 --json cluster)
 echo "peer view of lb1 after the runs: $(echo "$v" | python3 -c 'import json,sys; p=json.load(sys.stdin)["peers"][0]; print({k: p[k] for k in ("connected","sent","dropped","queued","lag_ms")})')"
 python3 - $D/results.txt <<'EOP'

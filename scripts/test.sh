@@ -29,6 +29,7 @@ PACKAGES=(
   "rsyslog:rsyslogd"
   "keepalived:keepalived"
   "python3:python3"
+  "nftables:nft"
 )
 
 step() {

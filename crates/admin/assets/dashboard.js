@@ -1,6 +1,7 @@
 // switchyard dashboard: live charts fed by /api/v1/events (server-sent
 // events, one sample per second with rates computed by the server), the
-// services and pools tables, and the per-server actions.
+// services and pools tables, the per-server actions, and (with [cluster])
+// the replication peers, polled from /api/v1/cluster every second.
 //
 // No framework, no build step. Server data reaches the page only through
 // textContent and data attributes, never as HTML. Each chart canvas carries
@@ -23,6 +24,7 @@
     source: null,
     retry: null,
     healthTimer: null,
+    clusterTimer: null,
     toastTimer: null,
   };
 
@@ -84,11 +86,15 @@
     openFeed();
     clearInterval(state.healthTimer);
     state.healthTimer = setInterval(() => refreshHealth().catch(() => {}), 10000);
+    clearInterval(state.clusterTimer);
+    refreshCluster().catch(() => {});
+    state.clusterTimer = setInterval(() => refreshCluster().catch(() => {}), 1000);
   }
 
   function signedOut() {
     closeFeed();
     clearInterval(state.healthTimer);
+    clearInterval(state.clusterTimer);
     setFeed("signed-out", token() ? "token refused" : "sign in");
     $("login").hidden = false;
     $("logout").hidden = true;
@@ -413,6 +419,61 @@
         if (row) updateServerRow(row, s);
       }
     }
+  }
+
+  // ---- Cluster -------------------------------------------------------------
+
+  // /api/v1/cluster answers 503 while the node is not ready, with the same
+  // body: both are shown. Without [cluster] (no node name) the panel stays hidden.
+  async function refreshCluster() {
+    let view;
+    try {
+      view = await api("GET", "/api/v1/cluster");
+    } catch (e) {
+      if (e.status !== 503) throw e;
+      view = await clusterBody();
+    }
+    if (!view || !view.node) {
+      $("cluster").hidden = true;
+      return;
+    }
+    $("cluster").hidden = false;
+    const readiness = view.stopping ? "stopping" : view.ready ? "ready" : "not ready";
+    $("cluster-node").textContent = `${view.node} · ${readiness}${view.synced ? " · synced" : ""} · ${view.refused} refused`;
+    $("cluster").dataset.ready = String(view.ready);
+    $("peers").tBodies[0].replaceChildren(...view.peers.map(peerRow));
+  }
+
+  async function clusterBody() {
+    const headers = token() ? { Authorization: "Bearer " + token() } : {};
+    const res = await fetch("/api/v1/cluster", { headers, cache: "no-store" });
+    return res.json();
+  }
+
+  const link = (up) => el("span", { class: "state" }, up ? "up" : "down");
+
+  function peerRow(p) {
+    const cell = (field, text) => el("td", { class: "num", "data-field": field }, text);
+    return el(
+      "tr",
+      {
+        class: "peer",
+        "data-peer": p.name,
+        "data-connected": String(p.connected),
+        "data-inbound": String(p.inbound),
+        "data-state": p.connected && p.inbound ? "up" : "down",
+      },
+      el("td", {}, p.name),
+      el("td", { class: "mono" }, p.address),
+      el("td", { "data-field": "connected" }, link(p.connected)),
+      el("td", { "data-field": "inbound" }, link(p.inbound)),
+      cell("sent", String(p.sent)),
+      cell("received", String(p.received)),
+      cell("dropped", String(p.dropped)),
+      cell("queued", String(p.queued)),
+      cell("lag", ms(p.lag_ms)),
+      cell("syncs", `${p.syncs_sent} / ${p.syncs_received}`)
+    );
   }
 
   $("pools").addEventListener("click", async (e) => {

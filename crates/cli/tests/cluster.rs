@@ -2,7 +2,8 @@
 //! tables (`[cluster]`). A node that starts takes a full copy before it reports ready,
 //! later updates stream both ways, a peer that was away converges when it returns
 //! (what was dropped meanwhile is counted), a peer with another key is refused and
-//! logged, and `switchyard ctl health` says whether the node may hold the address.
+//! logged, a client's rate-limit buckets follow it to the other node, and
+//! `switchyard ctl health` says whether the node may hold the address.
 //!
 //! The failover itself (keepalived moving the address) is in `ha_netns.rs`.
 
@@ -161,6 +162,39 @@ fn a_peer_away_converges_when_it_returns_and_drops_are_counted() {
     for (user, server) in &sticky {
         assert_eq!(&server_for(b.listen, user), server, "{user} moved after the resync");
     }
+    drop((lb1, lb2));
+}
+
+#[test]
+fn a_client_limited_on_one_node_is_limited_on_the_other() {
+    let servers = origins();
+    let (a, b) = (Node::new(), Node::new());
+    let servers = [&servers[0], &servers[1]];
+    // Four requests an hour: after the fourth the bucket is empty for 15 minutes.
+    let limited = |text: String| {
+        text.replace(
+            "pool = \"main\"\n\n[[pool]]",
+            "pool = \"main\"\nprotection = { request_rate = { count = 4, per = \"1h\" } }\n\n[[pool]]",
+        )
+    };
+    let lb1 = Proxy::start(&limited(config("lb1", &a, "lb2", &b, KEY, servers, "sync_timeout = \"1s\"")), a.listen);
+    let lb2_config = limited(config("lb2", &b, "lb1", &a, KEY, servers, ""));
+    let lb2 = Proxy::start(&lb2_config, b.listen);
+    wait_for("lb2 to hold a full copy", || (cluster_view(b.admin)["ready"] == true).then_some(()));
+    let status = |listen: SocketAddr| Client::connect(listen).request("GET", "/", &[("connection", "close")]).status;
+    let statuses: Vec<u16> = (0..5).map(|_| status(a.listen)).collect();
+    assert_eq!(statuses, [200, 200, 200, 200, 429], "the limit holds on lb1");
+    // The buckets left more than half used (requests 2 to 4) travel to lb2.
+    wait_for("lb2 to receive the buckets", || {
+        (cluster_view(b.admin)["peers"][0]["received"].as_u64() >= Some(3)).then_some(())
+    });
+    assert_eq!(status(b.listen), 429, "a client limited on lb1 is limited on lb2 after a failover");
+
+    // A node that restarts gets the buckets with its full copy.
+    drop(lb2);
+    let lb2 = Proxy::start(&lb2_config, b.listen);
+    wait_for("lb2 to hold a full copy again", || (cluster_view(b.admin)["synced"] == true).then_some(()));
+    assert_eq!(status(b.listen), 429, "the full copy carries the buckets");
     drop((lb1, lb2));
 }
 

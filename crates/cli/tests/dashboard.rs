@@ -9,6 +9,10 @@
 //! counters (`/__origin/stats`) that origin-a receives no new request while
 //! origin-b answers everything.
 //!
+//! A second test runs a pair of nodes with `[cluster]` and reads the peers
+//! panel: per-peer connection state and update counts as the API gives them,
+//! and the peer shown down once it stops.
+//!
 //! Needs Chromium (scripts/test.sh installs it when missing).
 
 mod common;
@@ -20,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{binary, wait_for, Client, PATIENCE};
+use common::{binary, free_port, wait_for, Client, Origin, Proxy, PATIENCE};
 use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
 use headless_chrome::{Browser, LaunchOptions, Tab};
 
@@ -142,4 +146,66 @@ fn dashboard_drains_a_demo_origin() {
     let a = web["servers"].as_array().expect("servers").iter().find(|s| s["name"] == "origin-a").expect("origin-a");
     assert_eq!(a["state"], "draining");
     drop(up);
+}
+
+/// A node of a pair: `[cluster]` on loopback, header persistence on `x-user`.
+fn node(name: &str, peer: &str, ports: (u16, u16, u16), peer_cluster: u16, server: SocketAddr) -> String {
+    let (listen, admin, cluster) = ports;
+    format!(
+        "[admin]\nlisten = \"127.0.0.1:{admin}\"\n\n\
+         [cluster]\nname = \"{name}\"\nlisten = \"127.0.0.1:{cluster}\"\nkey = \"dashboard-cluster-key-0123\"\n\
+         sync_timeout = \"1s\"\n\n[[cluster.peers]]\nname = \"{peer}\"\naddress = \"127.0.0.1:{peer_cluster}\"\n\n\
+         [[service]]\nname = \"web\"\nlisten = \"127.0.0.1:{listen}\"\npool = \"main\"\n\n\
+         [[pool]]\nname = \"main\"\npersistence = {{ header = \"x-user\" }}\nservers = [{{ address = \"{server}\" }}]\n"
+    )
+}
+
+#[test]
+fn dashboard_shows_the_cluster_peers() {
+    let origin = Origin::start("server-a");
+    let (a, b) = ((free_port(), free_port(), free_port()), (free_port(), free_port(), free_port()));
+    let lb1 = Proxy::start(&node("lb1", "lb2", a, b.2, origin.addr), addr(&format!("127.0.0.1:{}", a.0)));
+    let lb2 = Proxy::start(&node("lb2", "lb1", b, a.2, origin.addr), addr(&format!("127.0.0.1:{}", b.0)));
+    let admin = format!("127.0.0.1:{}", a.1);
+    for i in 0..50 {
+        let user = format!("user-{i}");
+        let r = Client::connect(addr(&format!("127.0.0.1:{}", a.0))).request(
+            "GET",
+            "/",
+            &[("x-user", user.as_str()), ("connection", "close")],
+        );
+        assert_eq!(r.status, 200);
+    }
+    wait_for("lb2 to acknowledge the 50 updates", || {
+        let view = get(&admin, "/api/v1/cluster").json();
+        (view["peers"][0]["sent"].as_u64() >= Some(50) && view["peers"][0]["inbound"] == true).then_some(())
+    });
+
+    let browser = launch();
+    let tab = browser.new_tab().expect("tab");
+    tab.set_default_timeout(PATIENCE);
+    tab.navigate_to(&format!("http://{admin}/")).expect("navigate").wait_until_navigated().expect("loaded");
+    let row = r#"document.querySelector('tr.peer[data-peer="lb2"]')"#;
+    let cell = |field: &str| format!(r#"{row}.querySelector('[data-field="{field}"]').textContent"#);
+    wait_for("the peers panel to show lb2 connected both ways", || {
+        let shown = eval(&tab, &format!("{row} && !document.getElementById('cluster').hidden && {row}.dataset.state"));
+        (shown == "up").then_some(())
+    });
+    let sent: u64 = eval(&tab, &cell("sent")).as_str().and_then(|t| t.parse().ok()).unwrap_or(0);
+    assert!(sent >= 50, "the panel shows the updates sent: {sent}");
+    assert_eq!(eval(&tab, &cell("dropped")), "0");
+    assert!(eval(&tab, "document.getElementById('cluster-node').textContent")
+        .as_str()
+        .is_some_and(|t| t.starts_with("lb1") && t.contains("synced")));
+    eval(&tab, "document.getElementById('cluster').scrollIntoView()");
+    let png = tab.capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true).expect("screenshot");
+    let _ = std::fs::write(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-cluster.png"), png);
+
+    drop(lb2);
+    wait_for("the panel to show lb2 gone", || {
+        let connected = eval(&tab, &format!("{row}.dataset.connected"));
+        let inbound = eval(&tab, &format!("{row}.dataset.inbound"));
+        (connected == "false" && inbound == "false").then_some(())
+    });
+    drop(lb1);
 }

@@ -16,7 +16,7 @@
 //! an SNI pattern is a lower-case DNS name, optionally `*.` followed by one
 //! (a `*` nowhere else); `when_full` is only written with `max_connections`.
 //! Across the file, a pool used by a `udp` service has neither `persistence`
-//! nor `send_proxy`, which the UDP relay does not implement.
+//! nor `send_proxy` or `source`, which the UDP relay does not implement.
 
 use std::net::IpAddr;
 use std::ops::Range;
@@ -357,6 +357,7 @@ pub(crate) fn check_udp_pools(cx: &mut Ctx<'_, '_>, raw_pools: &[S<RawPool>], po
         let unsupported = [
             ("persistence", raw.persistence.as_ref().map(S::span), "UDP flows already stick to their server"),
             ("send_proxy", raw.send_proxy.as_ref().map(S::span), "PROXY protocol is sent only over TCP"),
+            ("source", raw.source.as_ref().map(S::span), "the UDP relay sends from the balancer's own address"),
         ];
         for (key, span, why) in unsupported {
             let Some(span) = span else { continue };

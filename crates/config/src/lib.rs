@@ -39,6 +39,7 @@ mod protection;
 mod raw;
 mod read;
 mod rule;
+mod source;
 mod syslog;
 mod tls;
 mod units;

@@ -639,6 +639,8 @@ pub struct Pool {
     pub persistence: Option<Persistence>,
     /// PROXY protocol header sent to servers first, carrying the client's address.
     pub send_proxy: Option<ProxyVersion>,
+    /// The address connections to the servers come from.
+    pub source: Source,
     /// Active health probe of the pool's servers; `None` is no probing (all healthy).
     pub health_check: Option<HealthCheck>,
     /// TLS towards the servers (re-encryption); `None`: clear text.
@@ -654,6 +656,21 @@ pub struct Pool {
     /// another: after a connect failure, or an idempotent bodiless request
     /// whose server failed before any response byte.
     pub retries: u32,
+}
+
+/// The address a pool's connections to its servers come from (`source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Source {
+    /// The kernel picks the balancer's own address towards the server: the
+    /// servers see the balancer (source NAT, the default).
+    #[default]
+    Balancer,
+    /// The client's own address (transparent mode, `IP_TRANSPARENT`): the
+    /// servers see the client and must route their replies back through the
+    /// balancer.
+    Client,
+    /// This fixed address of the balancer.
+    Address(std::net::IpAddr),
 }
 
 /// Passive health checking of a pool: what real traffic tells about servers.

@@ -41,22 +41,30 @@ pub(crate) struct Files {
     /// an untrusted source, such as a fuzzer, must not make us open
     /// `/dev/stdin` or `/dev/zero`).
     pub(crate) offline: bool,
+    /// Whether this process may set `IP_TRANSPARENT` (transparent mode):
+    /// without it `source = "client"` is a warning.
+    pub(crate) transparent_capable: bool,
 }
 
 impl Files {
     /// Files of a configuration read from `config_file`.
     pub(crate) fn beside(config_file: &Path) -> Files {
-        Files { base: config_file.parent().map(Path::to_path_buf).unwrap_or_default(), now: unix_now(), offline: false }
+        Files {
+            base: config_file.parent().map(Path::to_path_buf).unwrap_or_default(),
+            now: unix_now(),
+            offline: false,
+            transparent_capable: transparent_capable(),
+        }
     }
 
     /// Files of a configuration given as text: relative to the working directory.
     pub(crate) fn working_directory() -> Files {
-        Files { base: PathBuf::new(), now: unix_now(), offline: false }
+        Files { base: PathBuf::new(), now: unix_now(), offline: false, transparent_capable: transparent_capable() }
     }
 
     /// Files of a configuration checked without touching the file system.
     pub(crate) fn offline() -> Files {
-        Files { base: PathBuf::new(), now: unix_now(), offline: true }
+        Files { base: PathBuf::new(), now: unix_now(), offline: true, transparent_capable: true }
     }
 
     fn relative_hint(&self) -> &'static str {
@@ -66,6 +74,15 @@ impl Files {
             "a relative path is relative to the directory of the configuration file"
         }
     }
+}
+
+/// CAP_NET_ADMIN (12) or CAP_NET_RAW (13) in this process's effective set,
+/// read from `/proc/self/status`; where that cannot be read (not Linux), the
+/// answer is yes: no warning without evidence.
+fn transparent_capable() -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return true };
+    let Some(hex) = status.lines().find_map(|l| l.strip_prefix("CapEff:")) else { return true };
+    u64::from_str_radix(hex.trim(), 16).map_or(true, |caps| caps & (1 << 12 | 1 << 13) != 0)
 }
 
 fn unix_now() -> i64 {

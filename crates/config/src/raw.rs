@@ -322,6 +322,8 @@ pub struct RawPool {
     pub persistence: Option<S<RawPersistence>>,
     /// `send_proxy`: the PROXY protocol version sent to servers.
     pub send_proxy: Option<S<String>>,
+    /// `source`: `"client"` (transparent mode) or a fixed address.
+    pub source: Option<S<String>>,
     /// `health_check`
     pub health_check: Option<S<RawHealthCheck>>,
     /// `tls`: a boolean (read as `enabled`) or a table.

@@ -76,6 +76,7 @@ const POOL_KEYS: &[&str] = &[
     "servers",
     "persistence",
     "send_proxy",
+    "source",
     "health_check",
     "tls",
     "protocol",
@@ -450,6 +451,7 @@ fn read_pool(r: &mut Report<'_>, table: &DeTable<'_>) -> RawPool {
                 raw.persistence = table_of(r, name, value).map(|t| S::new(value.span(), read_persistence(r, t)))
             }
             "send_proxy" => raw.send_proxy = string(r, name, value),
+            "source" => raw.source = string(r, name, value),
             "health_check" => {
                 raw.health_check = table_of(r, name, value).map(|t| S::new(value.span(), read_health_check(r, t)))
             }

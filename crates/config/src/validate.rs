@@ -25,6 +25,7 @@ use crate::pem::Files;
 use crate::persistence::{check_persistence_modes, validate_persistence};
 use crate::raw::*;
 use crate::rule::{validate_rule, RuleScope};
+use crate::source::validate_source;
 use crate::tls::{check_layer4_pools, parse_protocol, validate_http2, validate_server_tls, validate_upstream_tls};
 use crate::units::{closest, is_token, parse_duration, parse_size, parse_socket_addr, suggest, Problem};
 
@@ -462,6 +463,8 @@ fn validate_pool(cx: &mut Ctx<'_, '_>, raw: &S<RawPool>) -> Pool {
         .and_then(|v| cx.int_in("retries", v, 0..=10))
         .and_then(|n| u32::try_from(n).ok())
         .unwrap_or(Pool::DEFAULT_RETRIES);
+    let protocol = raw.protocol.as_ref().map_or_else(UpstreamProtocol::default, |p| parse_protocol(cx, p));
+    let source = raw.source.as_ref().and_then(|v| validate_source(cx, v, &servers, protocol)).unwrap_or_default();
     Pool {
         queue,
         retries,
@@ -471,10 +474,11 @@ fn validate_pool(cx: &mut Ctx<'_, '_>, raw: &S<RawPool>) -> Pool {
         servers,
         max_idle_per_server,
         send_proxy: raw.send_proxy.as_ref().and_then(|v| parse_send_proxy(cx, v)),
+        source,
         persistence: raw.persistence.as_ref().and_then(|p| validate_persistence(cx, p)),
         health_check: raw.health_check.as_ref().and_then(|h| validate_health_check(cx, h)),
         tls: raw.tls.as_ref().and_then(|t| validate_upstream_tls(cx, t)),
-        protocol: raw.protocol.as_ref().map_or_else(UpstreamProtocol::default, |p| parse_protocol(cx, p)),
+        protocol,
         passive: raw.passive.as_ref().and_then(|p| validate_passive(cx, p)),
     }
 }

@@ -569,7 +569,8 @@ impl Generation {
     /// Builds generation `number` for `config`, carrying the live state of
     /// `previous` over where services, pools and servers still exist.
     /// Fails, changing nothing, when TLS towards clients or servers cannot be set up.
-    /// `outbox` (high availability) receives what the persistence tables learn.
+    /// `outbox` (high availability) receives what the persistence tables learn
+    /// and the protection tables' busy rate buckets.
     pub fn new(
         number: u64,
         config: Config,
@@ -659,7 +660,9 @@ impl Generation {
                 let before = previous
                     .and_then(|g| g.service_index(&s.name).and_then(|i| g.protection.get(i)?.clone()))
                     .filter(|p| p.config == *settings);
-                Some(before.unwrap_or_else(|| Arc::new(crate::protection::Guard::new(settings))))
+                Some(before.unwrap_or_else(|| {
+                    Arc::new(crate::protection::Guard::new(settings).with_outbox(outbox.cloned(), &s.name))
+                }))
             })
             .collect();
         Ok(Generation {

@@ -55,7 +55,7 @@ use switchyard_balance::cookie::{self, CookieKey};
 use switchyard_balance::SharedStickTable;
 use switchyard_config::{CookieInsert, Persistence, Pool, StickTableSpec};
 
-use crate::peers::{Outbox, TableKind, Update};
+use crate::peers::{Outbox, StickUpdate, TableKind, Update};
 
 /// Longest header value, cookie value or RDP cookie used as a stick-table key, in bytes.
 pub const MAX_HEADER_KEY: usize = 128;
@@ -308,7 +308,8 @@ impl PoolPersistence {
     /// Gives one change of this table to the peers; `server: None` is a removal.
     fn hand_over(&self, key: Box<[u8]>, server: Option<Arc<str>>, now: Instant) {
         let (Some(outbox), Some(kind)) = (&self.outbox, self.table_kind()) else { return };
-        outbox.push(Update { pool: self.pool_name.clone(), kind, key, server, at: now, queued: Instant::now() });
+        let pool = self.pool_name.clone();
+        outbox.push(Update::Stick(StickUpdate { pool, kind, key, server, at: now, queued: Instant::now() }));
     }
 
     /// The cookie whose `Set-Cookie` in responses is to be learned (cookie learn only).

@@ -41,6 +41,7 @@ fn pool(name: &str, servers: &[&str], persistence: Persistence) -> Pool {
         health_check: None,
         persistence: Some(persistence),
         send_proxy: None,
+        source: switchyard_config::Source::Balancer,
         tls: None,
         protocol: UpstreamProtocol::Http1,
         passive: None,

@@ -25,14 +25,21 @@
 //! one count of a newer entry of the same address (never below zero): after
 //! an eviction the cap errs towards letting a client in, never towards
 //! refusing it.
+//!
+//! With high availability (`[cluster]`, [`Guard::with_outbox`]) the rate
+//! buckets of clients near their limits go to the peers ([`crate::peers`]),
+//! so a failover does not reset a limited client; connection counts stay
+//! local (connections do not move with the address).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use switchyard_config::{Cidr, Protection, Rate};
+
+use crate::peers::{Outbox, RateUpdate, Update};
 
 /// Shards of the client table.
 pub const SHARDS: usize = 16;
@@ -73,6 +80,9 @@ pub struct Guard {
     per_shard: usize,
     hasher: RandomState,
     epoch: Instant,
+    /// Where rate-limit buckets go to reach the other nodes, with the
+    /// service's name; `None` on a single node.
+    outbox: Option<(Arc<Outbox>, Arc<str>)>,
 }
 
 /// One of a client's `max_connections_per_client` connections; released on drop.
@@ -101,7 +111,15 @@ impl Guard {
             per_shard,
             hasher: RandomState::new(),
             epoch: Instant::now(),
+            outbox: None,
         }
+    }
+
+    /// This guard, handing the rate-limit buckets of service `service` to
+    /// `outbox` (high availability).
+    pub fn with_outbox(mut self, outbox: Option<Arc<Outbox>>, service: &str) -> Self {
+        self.outbox = outbox.map(|o| (o, Arc::from(service)));
+        self
     }
 
     /// Whether the address lists let `ip` in: not denied, and allowed when there is an allow list.
@@ -138,12 +156,14 @@ impl Guard {
         if let Some(rate) = c.connection_rate {
             take(&mut entry.connection_tat, rate, now).map_err(|_| Refusal::ConnectionRate)?;
         }
-        if c.max_connections_per_client.is_none() {
-            return Ok(None);
+        let counted = c.max_connections_per_client.is_some();
+        if counted {
+            entry.open += 1;
         }
-        entry.open += 1;
+        let after = *entry;
         drop(shard);
-        Ok(Some(Slot { guard: self.clone(), ip }))
+        self.hand_over(ip, &after, now);
+        Ok(counted.then(|| Slot { guard: self.clone(), ip }))
     }
 
     /// A new HTTP request from `ip` (the request rate only; the lists were
@@ -160,7 +180,67 @@ impl Guard {
         take(&mut entry.request_tat, rate, now).map_err(|wait| {
             let secs = wait.div_ceil(1_000_000_000).max(1);
             Refusal::RequestRate(u32::try_from(secs).unwrap_or(u32::MAX))
-        })
+        })?;
+        let after = *entry;
+        drop(shard);
+        self.hand_over(ip, &after, now);
+        Ok(())
+    }
+
+    /// Gives a client's buckets to the peers after an allowed event, when one
+    /// of them is now more than half used: a client far below its limits
+    /// costs the other nodes nothing, one near them is limited there too
+    /// after a failover. A refused event changes no bucket and sends nothing,
+    /// so a client sends at most as many updates as its limits let through.
+    fn hand_over(&self, ip: IpAddr, entry: &Entry, now: u64) {
+        let Some((outbox, service)) = &self.outbox else { return };
+        let c = &self.config;
+        let used = |tat: u64, rate: Option<Rate>| {
+            rate.is_some_and(|r| tat.saturating_sub(now).saturating_mul(2) > tolerance(r))
+        };
+        if !used(entry.connection_tat, c.connection_rate) && !used(entry.request_tat, c.request_rate) {
+            return;
+        }
+        let ahead = |tat: u64| Duration::from_nanos(tat.saturating_sub(now));
+        let at = self.epoch + Duration::from_nanos(now);
+        outbox.push(Update::Rate(RateUpdate {
+            service: service.clone(),
+            client: ip,
+            connection: ahead(entry.connection_tat),
+            request: ahead(entry.request_tat),
+            at,
+            queued: Instant::now(),
+        }));
+    }
+
+    /// Merges a peer's buckets for `ip` (each as time ahead of `now`): the
+    /// later theoretical arrival time wins, so a replicated bucket is never
+    /// emptier than the local one. Connection counts are not touched.
+    pub fn merge_remote(&self, ip: IpAddr, connection: Duration, request: Duration, now: Instant) {
+        if connection.is_zero() && request.is_zero() {
+            return;
+        }
+        let ip = canonical(ip);
+        let now = self.nanos(now);
+        let nanos = |d: Duration| now.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let mut shard = self.shard(ip);
+        let entry = self.entry(&mut shard, ip, now);
+        entry.connection_tat = entry.connection_tat.max(nanos(connection));
+        entry.request_tat = entry.request_tat.max(nanos(request));
+    }
+
+    /// Every client whose buckets are not full, with each bucket's
+    /// theoretical arrival time less `now` (a full copy for a peer).
+    pub fn dump(&self, now: Instant) -> Vec<(IpAddr, Duration, Duration)> {
+        let now = self.nanos(now);
+        let ahead = |tat: u64| Duration::from_nanos(tat.saturating_sub(now));
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let shard = lock(shard);
+            let busy = shard.map.iter().filter(|(_, e)| e.connection_tat > now || e.request_tat > now);
+            out.extend(busy.map(|(ip, e)| (*ip, ahead(e.connection_tat), ahead(e.request_tat))));
+        }
+        out
     }
 
     /// Drops every entry at rest (called about once a second by one worker).
@@ -215,12 +295,21 @@ fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     shard.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// GCRA's interval (ns between two events at the sustained rate) and
+/// tolerance (how far the TAT may run ahead of now: the burst).
+fn interval(rate: Rate) -> u64 {
+    let per = u64::try_from(rate.per.as_nanos()).unwrap_or(u64::MAX);
+    (per / u64::from(rate.count.max(1))).max(1)
+}
+
+fn tolerance(rate: Rate) -> u64 {
+    u64::try_from(rate.per.as_nanos()).unwrap_or(u64::MAX).saturating_sub(interval(rate))
+}
+
 /// GCRA: one event at `now` (ns) against the bucket whose TAT is `tat`.
 /// `Err(ns)`: refused, allowed again in `ns`.
 fn take(tat: &mut u64, rate: Rate, now: u64) -> Result<(), u64> {
-    let per = u64::try_from(rate.per.as_nanos()).unwrap_or(u64::MAX);
-    let interval = (per / u64::from(rate.count.max(1))).max(1);
-    let tolerance = per.saturating_sub(interval);
+    let (interval, tolerance) = (interval(rate), tolerance(rate));
     let start = (*tat).max(now);
     let ahead = start - now;
     if ahead > tolerance {
@@ -365,5 +454,23 @@ mod tests {
         });
         assert!(g.trusts(ip("10.9.9.9")));
         assert!(!g.trusts(ip("192.0.2.1")));
+    }
+
+    #[test]
+    fn replicated_buckets_keep_the_later_arrival_time() {
+        let rate = Rate { count: 4, per: Duration::from_secs(3600) };
+        let g = Guard::new(&Protection { request_rate: Some(rate), ..config() });
+        let (now, client) = (Instant::now(), ip("10.0.0.9"));
+        g.merge_remote(client, Duration::ZERO, Duration::ZERO, now);
+        assert_eq!(g.tracked(), 0, "full buckets from a peer create no entry");
+        // A peer's client spent its four requests: the bucket is an hour ahead.
+        g.merge_remote(client, Duration::ZERO, Duration::from_secs(3600), now);
+        assert!(g.admit_request(client, now).is_err(), "the replicated empty bucket refuses here too");
+        // An older, emptier update never loosens it.
+        g.merge_remote(client, Duration::ZERO, Duration::from_secs(60), now);
+        assert!(g.admit_request(client, now).is_err());
+        assert_eq!(g.dump(now), vec![(client, Duration::ZERO, Duration::from_secs(3600))]);
+        let later = now + Duration::from_secs(15 * 60);
+        assert!(g.admit_request(client, later).is_ok(), "one request back after per / count");
     }
 }

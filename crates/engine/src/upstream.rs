@@ -12,6 +12,11 @@
 //! sends one, then the TLS handshake when the pool re-encrypts ([`tls`]), all
 //! within the connect timeout. Idle pooling treats both kinds alike.
 //!
+//! The TCP connect binds a source address first only when the pool's
+//! `source` says so ([`Bind`]): the client's own (transparent mode, such a
+//! connection speaks for one client and is never pooled) or a fixed one.
+//! Without it the connect is the plain one, so the default costs nothing.
+//!
 //! Pools with `protocol = "h2"` do not use the idle stacks: their requests
 //! are streams multiplexed over shared HTTP/2 connections ([`h2`]).
 
@@ -24,8 +29,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use switchyard_config::{HashKey, Pool};
-use tokio::net::TcpStream;
+use switchyard_config::{HashKey, Pool, Source};
+use tokio::net::{TcpSocket, TcpStream};
 
 use self::stream::ServerStream;
 use self::tls::PoolTls;
@@ -142,8 +147,20 @@ fn still_open(conn: &ServerStream) -> bool {
 /// Opens a new connection to server `server` (at `addr`) of a pool: TCP
 /// connect, then `proxy_header` (empty: none), then the TLS handshake when
 /// the pool has `tls`, all within `timeout`. Every failure here is safe to
-/// retry: the request has not been sent.
+/// retry: the request has not been sent. The kernel picks the source address.
 pub async fn connect(
+    addr: SocketAddr,
+    timeout: Duration,
+    proxy_header: &[u8],
+    tls: Option<&PoolTls>,
+    server: usize,
+) -> Result<UpstreamConn, ProxyError> {
+    connect_from(None, addr, timeout, proxy_header, tls, server).await
+}
+
+/// [`connect`] from the source address `bind` gives (`None`: the kernel picks).
+pub async fn connect_from(
+    bind: Option<Bind>,
     addr: SocketAddr,
     timeout: Duration,
     proxy_header: &[u8],
@@ -156,7 +173,7 @@ pub async fn connect(
         return Ok(UpstreamConn { stream, buf: BytesMut::with_capacity(UPSTREAM_BUF), served: 0 });
     }
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut stream = connect_tcp(addr, deadline).await?;
+    let mut stream = connect_tcp_from(bind, addr, deadline).await?;
     if !proxy_header.is_empty() {
         use tokio::io::AsyncWriteExt;
         match tokio::time::timeout_at(deadline, stream.write_all(proxy_header)).await {
@@ -180,9 +197,24 @@ pub async fn connect(
 }
 
 /// Opens a TCP connection to `addr` by `deadline` (layer 4 relays use it
-/// directly: they never speak TLS to servers themselves).
-pub async fn connect_tcp(addr: SocketAddr, deadline: tokio::time::Instant) -> Result<TcpStream, ProxyError> {
-    match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+/// directly: they never speak TLS to servers themselves), from the source
+/// address `bind` gives (`None`: the kernel picks, at no extra cost).
+pub async fn connect_tcp_from(
+    bind: Option<Bind>,
+    addr: SocketAddr,
+    deadline: tokio::time::Instant,
+) -> Result<TcpStream, ProxyError> {
+    let connected = match bind {
+        None => tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await,
+        Some(bind) => match bind.socket(addr) {
+            Ok(socket) => tokio::time::timeout_at(deadline, socket.connect(addr)).await,
+            Err(e) => {
+                tracing::warn!(source = %bind.ip, server = %addr, error = %e, "cannot bind the pool's source address");
+                return Err(ProxyError::retryable(Kind::ConnectFailed));
+            }
+        },
+    };
+    match connected {
         Err(_) => Err(ProxyError::retryable(Kind::ConnectTimeout)),
         Ok(Err(_)) => Err(ProxyError::retryable(Kind::ConnectFailed)),
         Ok(Ok(stream)) => {
@@ -190,6 +222,53 @@ pub async fn connect_tcp(addr: SocketAddr, deadline: tokio::time::Instant) -> Re
             let _ = stream.set_nodelay(true);
             Ok(stream)
         }
+    }
+}
+
+/// The source address of one new server connection: a pool's [`Source`]
+/// made concrete for one client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bind {
+    ip: IpAddr,
+    /// Transparent mode: the address is the client's, not this node's.
+    transparent: bool,
+}
+
+impl Bind {
+    /// Where a connection of a pool with `source` serving a client at
+    /// `client` comes from; `None`: the kernel picks (source NAT).
+    #[inline]
+    pub fn of(source: Source, client: IpAddr) -> Option<Bind> {
+        match source {
+            Source::Balancer => None,
+            Source::Client => Some(Bind { ip: client, transparent: true }),
+            Source::Address(ip) => Some(Bind { ip, transparent: false }),
+        }
+    }
+
+    /// A socket bound to the source address, ready to connect to `server`.
+    /// The port is the kernel's choice. A client of one address family and
+    /// a server of the other cannot be joined transparently: refused here.
+    fn socket(self, server: SocketAddr) -> std::io::Result<TcpSocket> {
+        let ip = match self.ip {
+            IpAddr::V6(v6) if server.is_ipv4() => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+            ip => ip,
+        };
+        if ip.is_ipv4() != server.is_ipv4() {
+            let why = "the source address and the server's are of different families";
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, why));
+        }
+        let domain = socket2::Domain::for_address(server);
+        let socket = socket2::Socket::new(domain, socket2::Type::STREAM.nonblocking(), Some(socket2::Protocol::TCP))?;
+        if self.transparent {
+            if ip.is_ipv4() {
+                socket.set_ip_transparent_v4(true)?;
+            } else {
+                socket.set_ip_transparent_v6(true)?;
+            }
+        }
+        socket.bind(&SocketAddr::new(ip, 0).into())?;
+        Ok(TcpSocket::from_std_stream(socket.into()))
     }
 }
 

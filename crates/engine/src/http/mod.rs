@@ -756,9 +756,10 @@ async fn forward<S: ClientStream>(
         };
         client.trace.upstream = Some((pool.0, server));
         let addr = pool_cfg.servers[server].addr;
-        // A connection that carried a PROXY header speaks for one client:
+        // A connection that carried a PROXY header, or comes from the
+        // client's own address (transparent mode), speaks for one client:
         // it is neither taken from nor returned to the shared idle pool.
-        let private = pool_cfg.send_proxy.is_some();
+        let private = pool_cfg.send_proxy.is_some() || pool_cfg.source == switchyard_config::Source::Client;
         // HTTP/2 pools multiplex streams over shared connections instead.
         let h2 = pool_cfg.protocol == UpstreamProtocol::Http2;
         let idle = if fresh_only || private || h2 {
@@ -786,7 +787,10 @@ async fn forward<S: ClientStream>(
                     };
                     pool_local.h2.stream(target, fresh_only).await
                 } else {
-                    upstream::connect(addr, service.timeouts.connect, &header, tls, server).await.map(|c| (c, false))
+                    let bind = upstream::Bind::of(pool_cfg.source, client.ip);
+                    upstream::connect_from(bind, addr, service.timeouts.connect, &header, tls, server)
+                        .await
+                        .map(|c| (c, false))
                 };
                 match opened {
                     Ok(opened) => opened,

@@ -229,7 +229,8 @@ async fn relay_to_pool(
         };
         let addr = cfg.servers[server].addr;
         let deadline = tokio::time::Instant::now() + svc.timeouts.connect;
-        let mut conn = match upstream::connect_tcp(addr, deadline).await {
+        let bind = upstream::Bind::of(cfg.source, client.ip());
+        let mut conn = match upstream::connect_tcp_from(bind, addr, deadline).await {
             Ok(conn) => {
                 live.servers[server].observe(cfg.passive.as_ref(), true, "");
                 conn

@@ -9,7 +9,7 @@
 //! starts again with a full copy.
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -219,7 +219,7 @@ impl Sender<'_> {
 
     async fn updates(&mut self, batch: Vec<Update>) -> Result<(), SessionError> {
         let now = Instant::now();
-        let learned = batch.iter().map(|u| u.queued).min();
+        let learned = batch.iter().map(Update::queued).min();
         let records: Vec<Record> = batch.into_iter().map(|u| record(u, now)).collect();
         let n = records.len() as u64;
         self.frame(&records, learned).await?;
@@ -244,6 +244,16 @@ impl Sender<'_> {
                 }
             }
         }
+        let now = Instant::now();
+        for (service, guard) in gen.config.services.iter().zip(&gen.protection) {
+            for (client, connection, request) in guard.as_ref().map(|g| g.dump(now)).unwrap_or_default() {
+                records.push(rate_record(&service.name, client, connection, request));
+                entries += 1;
+                if records.len() >= BATCH {
+                    self.frame(&std::mem::take(&mut records), None).await?;
+                }
+            }
+        }
         records.push(Record::SyncDone);
         self.frame(&records, None).await?;
         self.link.stats.sent.fetch_add(entries, Ordering::Relaxed);
@@ -253,16 +263,33 @@ impl Sender<'_> {
     }
 }
 
-/// An update as a record, its idle time counted up to `now`.
+/// An update as a record, its times counted up to `now`.
 fn record(u: Update, now: Instant) -> Record {
-    let (pool, key) = (u.pool.to_string(), u.key.into_vec());
-    match u.server {
-        Some(server) => {
-            let idle_ms = u32::try_from(now.saturating_duration_since(u.at).as_millis()).unwrap_or(u32::MAX);
-            Record::Set { pool, kind: u.kind, key, server: server.to_string(), idle_ms }
+    match u {
+        Update::Stick(u) => {
+            let (pool, key) = (u.pool.to_string(), u.key.into_vec());
+            match u.server {
+                Some(server) => {
+                    let idle_ms = u32::try_from(now.saturating_duration_since(u.at).as_millis()).unwrap_or(u32::MAX);
+                    Record::Set { pool, kind: u.kind, key, server: server.to_string(), idle_ms }
+                }
+                None => Record::Remove { pool, kind: u.kind, key },
+            }
         }
-        None => Record::Remove { pool, kind: u.kind, key },
+        Update::Rate(u) => {
+            let gone = now.saturating_duration_since(u.at);
+            rate_record(&u.service, u.client, u.connection.saturating_sub(gone), u.request.saturating_sub(gone))
+        }
     }
+}
+
+fn rate_record(service: &str, client: IpAddr, connection: Duration, request: Duration) -> Record {
+    let client = match client {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => v6.octets().to_vec(),
+    };
+    let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    Record::Rate { service: service.to_string(), client, connection_us: us(connection), request_us: us(request) }
 }
 
 /// Reads one frame body (payload and MAC) and checks it.
@@ -399,6 +426,15 @@ fn apply(cluster: &Cluster, link: &PeerLink, gen: &Generation, records: Vec<Reco
                     table.remove_remote(kind, &key);
                 }
             }
+            Record::Rate { service, client, connection_us, request_us } => {
+                received += 1;
+                let guard = gen.service_index(&service).and_then(|i| gen.protection.get(i)?.as_ref());
+                if let (Some(guard), Some(client)) = (guard, client_address(&client)) {
+                    let (connection, request) =
+                        (Duration::from_micros(connection_us), Duration::from_micros(request_us));
+                    guard.merge_remote(client, connection, request, now);
+                }
+            }
             Record::SyncStart => {}
             Record::SyncDone => {
                 link.stats.syncs_received.fetch_add(1, Ordering::Relaxed);
@@ -409,6 +445,15 @@ fn apply(cluster: &Cluster, link: &PeerLink, gen: &Generation, records: Vec<Reco
         }
     }
     link.stats.received.fetch_add(received, Ordering::Relaxed);
+}
+
+/// A client address from its wire form (the decoder admits 4 or 16 bytes only).
+fn client_address(bytes: &[u8]) -> Option<IpAddr> {
+    match bytes.len() {
+        4 => <[u8; 4]>::try_from(bytes).ok().map(IpAddr::from),
+        16 => <[u8; 16]>::try_from(bytes).ok().map(IpAddr::from),
+        _ => None,
+    }
 }
 
 fn table_of<'g>(gen: &'g Generation, pool: &str) -> Option<&'g crate::persist::PoolPersistence> {

@@ -3,7 +3,9 @@
 //! this module makes the standby know every client's server when it arrives.
 //!
 //! Data path → [`Outbox::push`]: a learned, refreshed or removed stick-table
-//! entry becomes an [`Update`] offered to every peer's bounded queue with
+//! entry, or a client's rate-limit buckets once an event leaves one more than
+//! half used (see [`crate::protection`]), becomes an [`Update`] offered to
+//! every peer's bounded queue with
 //! `try_send`. It never blocks and never waits on the network: when a queue is
 //! full the update is dropped, counted, and the peer is marked for a full copy
 //! once its link drains (so a slow or partitioned peer converges again).
@@ -12,8 +14,11 @@
 //! that connects, proves the shared key (see [`wire`]), sends a full copy of
 //! every stick table, then streams batches from the queue; and one *acceptor*
 //! that takes the other nodes' connections, refuses (and logs) any that cannot
-//! prove the key, and merges what they send: **newest write wins**, by the
-//! entry's last use ([`switchyard_balance::StickTable::merge`]).
+//! prove the key, and merges what they send: for stick tables **newest write
+//! wins**, by the entry's last use ([`switchyard_balance::StickTable::merge`]);
+//! for rate-limit buckets **the later theoretical arrival time wins** (the
+//! fuller bucket), so replication never loosens a limit. Connection counts
+//! are not replicated: connections do not move with the address.
 //!
 //! A node is [`ready`](Cluster::ready) (what `switchyard ctl health` reports to
 //! keepalived) once it has received one full copy from a peer, or when it has no
@@ -42,9 +47,29 @@ use crate::live::Generation;
 /// How the peers thread reads the generation being served.
 pub type Generations = Arc<dyn Fn() -> Option<Arc<Generation>> + Send + Sync>;
 
-/// One change of one stick table, on its way to the peers.
+/// One change on its way to the peers.
 #[derive(Debug, Clone)]
-pub struct Update {
+pub enum Update {
+    /// A stick-table entry learned, refreshed or removed.
+    Stick(StickUpdate),
+    /// A client's rate-limit buckets, after an event that left one of them
+    /// more than half used ([`crate::protection`]).
+    Rate(RateUpdate),
+}
+
+impl Update {
+    /// When it was handed over: the lag is measured from here.
+    pub fn queued(&self) -> Instant {
+        match self {
+            Update::Stick(u) => u.queued,
+            Update::Rate(u) => u.queued,
+        }
+    }
+}
+
+/// One change of one stick table.
+#[derive(Debug, Clone)]
+pub struct StickUpdate {
     /// Pool name.
     pub pool: Arc<str>,
     /// The pool's persistence kind.
@@ -56,6 +81,24 @@ pub struct Update {
     /// When it happened (the entry's last use, by the worker's coarse clock).
     pub at: Instant,
     /// When it was handed over (a precise clock): the lag is measured from here.
+    pub queued: Instant,
+}
+
+/// One client's rate-limit buckets in one service's protection table, as
+/// time ahead of `at` (zero: that bucket is full).
+#[derive(Debug, Clone)]
+pub struct RateUpdate {
+    /// Service name.
+    pub service: Arc<str>,
+    /// The client address.
+    pub client: std::net::IpAddr,
+    /// The connection bucket's theoretical arrival time, less `at`.
+    pub connection: Duration,
+    /// The request bucket's, likewise.
+    pub request: Duration,
+    /// The instant the two durations are counted from.
+    pub at: Instant,
+    /// When it was handed over: the lag is measured from here.
     pub queued: Instant,
 }
 
@@ -124,10 +167,17 @@ impl PeerLink {
     }
 }
 
-/// Where the data path hands updates; shared by every pool's persistence.
+/// Where the data path hands updates; shared by every pool's persistence and
+/// every service's protection.
 #[derive(Default)]
 pub struct Outbox {
     links: ArcSwap<Vec<Arc<PeerLink>>>,
+}
+
+impl std::fmt::Debug for Outbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox").field("peers", &self.links.load().len()).finish()
+    }
 }
 
 impl Outbox {

@@ -21,6 +21,11 @@
 //! authenticated, not encrypted: it carries client addresses and session keys,
 //! so it belongs on a private link.
 //!
+//! Records: 1 `Set` and 2 `Remove` (a stick-table entry), 3 `SyncStart` and
+//! 4 `SyncDone` (a full copy's frame), 5 `Rate` (a client's rate-limit
+//! buckets in a service's protection table, as time ahead of the sending
+//! instant, so the two nodes' clocks need not agree).
+//!
 //! Invariants: decoding never panics and never allocates more than the frame's
 //! declared length, which is at most [`MAX_FRAME`]; a malformed frame is an
 //! error that closes the connection.
@@ -103,6 +108,18 @@ pub enum Record {
         kind: TableKind,
         /// The key in wire form.
         key: Vec<u8>,
+    },
+    /// A client's rate-limit buckets in a service's protection table.
+    Rate {
+        /// Service name.
+        service: String,
+        /// The client address: 4 or 16 bytes.
+        client: Vec<u8>,
+        /// How far the connection bucket's theoretical arrival time is ahead
+        /// of the sending instant, in microseconds (0: the bucket is full).
+        connection_us: u64,
+        /// The same for the request bucket.
+        request_us: u64,
     },
     /// A full copy begins.
     SyncStart,
@@ -249,6 +266,13 @@ pub fn encode_batch(records: &[Record]) -> Vec<u8> {
                 out.push(kind.code());
                 long(&mut out, key);
             }
+            Record::Rate { service, client, connection_us, request_us } => {
+                out.push(5);
+                short(&mut out, service.as_bytes());
+                short(&mut out, client);
+                out.extend_from_slice(&connection_us.to_be_bytes());
+                out.extend_from_slice(&request_us.to_be_bytes());
+            }
             Record::SyncStart => out.push(3),
             Record::SyncDone => out.push(4),
         }
@@ -340,6 +364,16 @@ impl Reader<'_> {
             2 => Record::Remove { pool: self.text()?, kind: self.kind()?, key: self.key()? },
             3 => Record::SyncStart,
             4 => Record::SyncDone,
+            5 => {
+                let service = self.text()?;
+                let n = self.u8()? as usize;
+                if n != 4 && n != 16 {
+                    return Err(WireError::Malformed("client address is neither 4 nor 16 bytes"));
+                }
+                let client = self.take(n)?.to_vec();
+                let connection_us = u64::from_be_bytes(self.array()?);
+                Record::Rate { service, client, connection_us, request_us: u64::from_be_bytes(self.array()?) }
+            }
             _ => return Err(WireError::Malformed("unknown record type")),
         })
     }
@@ -367,6 +401,8 @@ mod tests {
                 idle_ms: 0,
             },
             Record::Remove { pool: "web".into(), kind: TableKind::CookieLearn, key: b"s1".to_vec() },
+            Record::Rate { service: "web".into(), client: vec![10, 0, 0, 9], connection_us: 0, request_us: 1_500_000 },
+            Record::Rate { service: "web".into(), client: vec![0xfd; 16], connection_us: u64::MAX, request_us: 3 },
             Record::SyncDone,
         ];
         assert_eq!(decode(&encode_batch(&records)), Ok(Payload::Batch(records)));
@@ -400,6 +436,15 @@ mod tests {
         assert!(verify(&p, &dialer_proof(b"fedcba9876543210", &[1; TAG], &[2; TAG], b"lb1")).is_err());
         assert!(verify(&p, &acceptor_proof(key, &[1; TAG], &[2; TAG])).is_err());
         assert!(frame_len(((MAX_FRAME + TAG + 1) as u32).to_be_bytes()).is_err());
+    }
+
+    #[test]
+    fn a_rate_record_with_a_bad_address_length_is_refused() {
+        let record = Record::Rate { service: "web".into(), client: vec![1, 2, 3, 4], connection_us: 1, request_us: 2 };
+        let mut bytes = encode_batch(&[record]);
+        // Frame type, record type, service length, "web", then the address length.
+        bytes[6] = 5;
+        assert_eq!(decode(&bytes), Err(WireError::Malformed("client address is neither 4 nor 16 bytes")));
     }
 
     proptest! {

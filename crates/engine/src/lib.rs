@@ -22,6 +22,7 @@ pub mod peers;
 pub mod persist;
 pub mod protection;
 pub mod relay;
+pub mod replica;
 pub mod runtime;
 pub use access_log::syslog;
 pub mod tls;

@@ -578,7 +578,7 @@ impl Generation {
         workers: usize,
         access_log: Option<AccessLog>,
         key: &CookieKey,
-        outbox: Option<&Arc<crate::peers::Outbox>>,
+        outbox: Option<&Arc<crate::replica::Outbox>>,
     ) -> Result<Self, GenerationError> {
         // First: the steps below adopt live objects of `previous`.
         let tls = crate::tls::terminators(&config, previous.map(|g| (&g.config, g.tls.as_slice())))?;

@@ -55,7 +55,7 @@ use switchyard_balance::cookie::{self, CookieKey};
 use switchyard_balance::SharedStickTable;
 use switchyard_config::{CookieInsert, Persistence, Pool, StickTableSpec};
 
-use crate::peers::{Outbox, StickUpdate, TableKind, Update};
+use crate::replica::{Outbox, StickUpdate, TableKind, Update};
 
 /// Longest header value, cookie value or RDP cookie used as a stick-table key, in bytes.
 pub const MAX_HEADER_KEY: usize = 128;

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use switchyard_config::{Cidr, Protection, Rate};
 
-use crate::peers::{Outbox, RateUpdate, Update};
+use crate::replica::{Outbox, RateUpdate, Update};
 
 /// Shards of the client table.
 pub const SHARDS: usize = 16;

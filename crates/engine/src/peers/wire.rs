@@ -33,6 +33,7 @@
 use aws_lc_rs::hmac;
 
 use crate::persist::MAX_NAME_KEY;
+use crate::replica::TableKind;
 
 /// First bytes of a dialer's hello.
 pub const MAGIC: &[u8; 8] = b"SYPEER01";
@@ -45,44 +46,6 @@ pub const BATCH: usize = 1024;
 
 const BATCH_FRAME: u8 = 1;
 const ACK_FRAME: u8 = 2;
-
-/// Which stick table a record is for (the pool's persistence kind).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TableKind {
-    /// Keyed by client address (4 or 16 bytes on the wire).
-    Source,
-    /// Keyed by a request header's value.
-    Header,
-    /// Keyed by the servers' session cookie.
-    CookieLearn,
-    /// Keyed by the RDP `mstshash` cookie.
-    Rdp,
-    /// Keyed by the TLS server name.
-    Sni,
-}
-
-impl TableKind {
-    fn code(self) -> u8 {
-        match self {
-            TableKind::Source => 0,
-            TableKind::Header => 1,
-            TableKind::CookieLearn => 2,
-            TableKind::Rdp => 3,
-            TableKind::Sni => 4,
-        }
-    }
-
-    fn of(code: u8) -> Option<TableKind> {
-        Some(match code {
-            0 => TableKind::Source,
-            1 => TableKind::Header,
-            2 => TableKind::CookieLearn,
-            3 => TableKind::Rdp,
-            4 => TableKind::Sni,
-            _ => return None,
-        })
-    }
-}
 
 /// One replicated change.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -132,65 +132,9 @@ pub(super) async fn lookup<'c, S: ClientStream>(
     info: RequestInfo,
     draining: bool,
 ) -> Lookup<'c> {
-    let buf = &client.buf[..head.len];
-    let method = std::str::from_utf8(&buf[head.method.clone()]).unwrap_or("");
-    let key_of = |method: &str| {
-        let (origin_target, authority) = super::split_target(&buf[head.target.clone()]);
-        let host_value = authority.or_else(|| head.host.clone().map(|r| &buf[r])).unwrap_or(b"");
-        let mut host = String::new();
-        let host = route::routing_host(host_value, &mut host).to_string();
-        let (path, query) = super::split_query(origin_target);
-        cache::key(
-            &cache.config.key,
-            if client.transport.secure { "https" } else { "http" },
-            method,
-            &host,
-            std::str::from_utf8(path).unwrap_or(""),
-            query.and_then(|q| std::str::from_utf8(q).ok()),
-        )
-    };
-    if !policy::safe_method(method.as_bytes()) {
-        // RFC 9111 §4.4: any unsafe method (an unknown one included)
-        // invalidates what is stored for its target, once a non-error
-        // response says the server acted on it ([`finish`]).
-        return Lookup::Forward(Some(Plan::invalidating(cache, key_of("GET"))));
-    }
-    let bypass = !matches!(method, "GET" | "HEAD")
-        || info.framing != parse::Framing::Empty
-        || info.upgrade
-        || routed.edits.iter().any(|e| e.no_cache);
-    if bypass {
-        return Lookup::Forward(None);
-    }
-    let request: Vec<(String, Vec<u8>)> = client
-        .fields
-        .iter()
-        .map(|f| (String::from_utf8_lossy(&buf[f.name.clone()]).to_ascii_lowercase(), buf[f.value.clone()].to_vec()))
-        .collect();
-    // RFC 9110 §14.2: only a GET's Range is answered; a fresh entry
-    // answers it ([`ranged`]), anything else goes to a server as it is.
-    let ranged_request = !info.head_method && policy::header(&request, "range").is_some();
-    let mut rcc = policy::Directives::parse(policy::headers(&request, "cache-control"));
-    if policy::header(&request, "cache-control").is_none()
-        && policy::header(&request, "pragma").is_some_and(|p| p.eq_ignore_ascii_case(b"no-cache"))
-    {
-        rcc.no_cache = true;
-    }
-    if rcc.no_store {
-        return Lookup::Forward(None);
-    }
-    let key = key_of(method);
-    let mut plan = Plan {
-        cache,
-        key,
-        request,
-        stale: None,
-        _fetch: None,
-        requested: SystemTime::now(),
-        head_method: info.head_method,
-        compression: service.compression.as_ref(),
-        revalidating: false,
-        invalidate: false,
+    let (mut plan, rcc, ranged_request) = match plan_of(client, cache, service, head, routed, info) {
+        Planned::Candidate(plan, rcc, ranged) => (plan, rcc, ranged),
+        Planned::Forward(plan) => return Lookup::Forward(plan),
     };
     let wait = service.timeouts.server_response.min(MAX_COALESCE_WAIT);
     // A HEAD stores nothing, so it neither leads nor waits for a fetch.
@@ -217,12 +161,17 @@ pub(super) async fn lookup<'c, S: ClientStream>(
             // RFC 9111 §5.2.1.7: nothing usable stored, and the client forbids going to a server.
             return Lookup::Served(gateway_timeout(client, service, info, head.len, draining).await);
         }
-        let refreshing = client.transport.cache_refresh;
-        let swr = |e: &Arc<Entry>| !refreshing && !rcc.no_cache && e.within(e.directives.stale_while_revalidate, now);
-        if let Some(entry) = plan.stale.clone().filter(|e| swr(e) && head.host.is_some()) {
-            // Stale within stale-while-revalidate: answered now, refreshed in the background.
+        // The cache's own refresh is never answered stale: it must reach a server.
+        let swr = |e: &Arc<Entry>| {
+            !client.transport.cache_refresh && !rcc.no_cache && e.within(e.directives.stale_while_revalidate, now)
+        };
+        if let Some(entry) = plan.stale.clone().filter(swr) {
+            // Stale within stale-while-revalidate: answered now, refreshed in
+            // the background (which needs a Host to address its request).
             let shared = client.local.gen.caches.get(client.service).and_then(Option::clone);
-            if let Some(refresh) = shared.as_ref().and_then(|c| cache::begin_refresh(c, &plan.key)) {
+            let refresh =
+                shared.as_ref().filter(|_| head.host.is_some()).and_then(|c| cache::begin_refresh(c, &plan.key));
+            if let Some(refresh) = refresh {
                 refresh::spawn(client, worker, head, refresh);
             }
             cache.stats.stale.fetch_add(1, Ordering::Relaxed);
@@ -234,15 +183,6 @@ pub(super) async fn lookup<'c, S: ClientStream>(
                 break;
             }
             Some(Coalesce::Wait(mut done)) => {
-                if let Some(entry) = plan.stale.clone().filter(|e| {
-                    !refreshing && !rcc.no_cache && e.within(e.directives.stale_while_revalidate, Instant::now())
-                }) {
-                    // Another request is refreshing it: the stale entry now.
-                    cache.stats.stale.fetch_add(1, Ordering::Relaxed);
-                    return Lookup::Served(
-                        serve(client, service, info, head.len, &plan, &entry, "stale", draining).await,
-                    );
-                }
                 let _ = tokio::time::timeout(wait, done.changed()).await;
                 // Look once more; a second miss fetches without coalescing
                 // (the response may not have been storable).
@@ -261,6 +201,99 @@ pub(super) async fn lookup<'c, S: ClientStream>(
         cache.stats.misses.fetch_add(1, Ordering::Relaxed);
     }
     Lookup::Forward(Some(plan))
+}
+
+/// What the lookup works with for a request the cache may answer — its
+/// plan, its own directives, whether it asks for a `Range` — or, for any
+/// other request, what to do instead: forward it untouched, or with a plan
+/// that invalidates its target (an unsafe method).
+fn plan_of<'c, S: ClientStream>(
+    client: &Client<S>,
+    cache: &'c Cache,
+    service: &'c Service,
+    head: &RequestHead,
+    routed: &Routed<'_>,
+    info: RequestInfo,
+) -> Planned<'c> {
+    let buf = &client.buf[..head.len];
+    let method = std::str::from_utf8(&buf[head.method.clone()]).unwrap_or("");
+    if !policy::safe_method(method.as_bytes()) {
+        // RFC 9111 §4.4: any unsafe method (an unknown one included)
+        // invalidates what is stored for its target, once a non-error
+        // response says the server acted on it ([`finish`]).
+        return Planned::Forward(Some(Plan::invalidating(cache, key_of(client, cache, head, "GET"))));
+    }
+    let bypass = !matches!(method, "GET" | "HEAD")
+        || info.framing != parse::Framing::Empty
+        || info.upgrade
+        || routed.edits.iter().any(|e| e.no_cache);
+    if bypass {
+        return Planned::Forward(None);
+    }
+    let request: Vec<(String, Vec<u8>)> = client
+        .fields
+        .iter()
+        .map(|f| (String::from_utf8_lossy(&buf[f.name.clone()]).to_ascii_lowercase(), buf[f.value.clone()].to_vec()))
+        .collect();
+    // RFC 9110 §14.2: only a GET's Range is answered; a fresh entry
+    // answers it ([`ranged`]), anything else goes to a server as it is.
+    let ranged_request = !info.head_method && policy::header(&request, "range").is_some();
+    let rcc = request_directives(&request);
+    if rcc.no_store {
+        return Planned::Forward(None);
+    }
+    let key = key_of(client, cache, head, method);
+    let plan = Plan {
+        cache,
+        key,
+        request,
+        stale: None,
+        _fetch: None,
+        requested: SystemTime::now(),
+        head_method: info.head_method,
+        compression: service.compression.as_ref(),
+        revalidating: false,
+        invalidate: false,
+    };
+    Planned::Candidate(plan, rcc, ranged_request)
+}
+
+/// What [`plan_of`] found.
+enum Planned<'c> {
+    /// A request the cache may answer: its plan, its own directives, whether it has a `Range`.
+    Candidate(Plan<'c>, policy::Directives, bool),
+    /// Any other: forwarded, with a plan only to invalidate.
+    Forward(Option<Plan<'c>>),
+}
+
+/// The cache key of the request whose head is at the front of `client.buf`, as `method`.
+fn key_of<S: ClientStream>(client: &Client<S>, cache: &Cache, head: &RequestHead, method: &str) -> String {
+    let buf = &client.buf[..head.len];
+    let (origin_target, authority) = super::split_target(&buf[head.target.clone()]);
+    let host_value = authority.or_else(|| head.host.clone().map(|r| &buf[r])).unwrap_or(b"");
+    let mut host = String::new();
+    let host = route::routing_host(host_value, &mut host).to_string();
+    let (path, query) = super::split_query(origin_target);
+    cache::key(
+        &cache.config.key,
+        if client.transport.secure { "https" } else { "http" },
+        method,
+        &host,
+        std::str::from_utf8(path).unwrap_or(""),
+        query.and_then(|q| std::str::from_utf8(q).ok()),
+    )
+}
+
+/// The request's own `Cache-Control` (RFC 9111 §5.2.1); `Pragma: no-cache`
+/// counts as `no-cache` when there is no `Cache-Control` (§5.4).
+fn request_directives(request: &[(String, Vec<u8>)]) -> policy::Directives {
+    let mut rcc = policy::Directives::parse(policy::headers(request, "cache-control"));
+    if policy::header(request, "cache-control").is_none()
+        && policy::header(request, "pragma").is_some_and(|p| p.eq_ignore_ascii_case(b"no-cache"))
+    {
+        rcc.no_cache = true;
+    }
+    rcc
 }
 
 impl<'c> Plan<'c> {

@@ -200,7 +200,8 @@ fn conditional_requests_the_cache_answers() {
     let etag = h(&[("etag", "\"v1\"")]);
     let lm = h(&[("last-modified", "Tue, 14 Nov 2023 22:00:00 GMT"), ("date", "Tue, 14 Nov 2023 22:13:00 GMT")]);
     let date_only = h(&[("date", "Tue, 14 Nov 2023 22:13:00 GMT")]);
-    let table: &[(&[(String, Vec<u8>)], Option<&str>, Option<&str>, bool)] = &[
+    type Case<'a> = (&'a [(String, Vec<u8>)], Option<&'a str>, Option<&'a str>, bool);
+    let table: &[Case<'_>] = &[
         (&etag, Some("\"v1\""), None, true),
         (&etag, Some("W/\"v1\""), None, true),
         (&etag, Some("\"v0\", \"v1\""), None, true),

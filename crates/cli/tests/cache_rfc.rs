@@ -287,6 +287,10 @@ fn ranges_are_answered_from_a_stored_response() {
     assert_eq!((r.status, r.body.len()), (200, 1000));
     assert_eq!(origin.requests(), 1, "every range came from the stored response");
 
+    // only-if-cached with nothing stored: 504, even for a range.
+    let r =
+        c.request("GET", "/range2?cache=60&size=1000", &[("range", "bytes=0-9"), ("cache-control", "only-if-cached")]);
+    assert_eq!(r.status, 504);
     // Nothing stored for the key: the range request goes to the origin and stores nothing.
     c.request("GET", "/range2?cache=60&size=1000", &[("range", "bytes=0-9")]);
     c.get("/range2?cache=60&size=1000");

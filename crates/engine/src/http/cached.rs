@@ -152,15 +152,15 @@ pub(super) async fn lookup<'c, S: ClientStream>(
                 return Lookup::Served(serve(client, service, info, head.len, &plan, entry, "hit", draining).await);
             }
         }
+        if rcc.only_if_cached {
+            // RFC 9111 §5.2.1.7: nothing usable stored, and the client forbids going to a server.
+            return Lookup::Served(gateway_timeout(client, service, info, head.len, draining).await);
+        }
         if ranged_request {
             // Not fresh: the server answers the range; nothing is stored from it.
             return Lookup::Forward(None);
         }
         plan.stale = found;
-        if rcc.only_if_cached {
-            // RFC 9111 §5.2.1.7: nothing usable stored, and the client forbids going to a server.
-            return Lookup::Served(gateway_timeout(client, service, info, head.len, draining).await);
-        }
         // The cache's own refresh is never answered stale: it must reach a server.
         let swr = |e: &Arc<Entry>| {
             !client.transport.cache_refresh && !rcc.no_cache && e.within(e.directives.stale_while_revalidate, now)

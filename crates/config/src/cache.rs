@@ -62,5 +62,43 @@ pub(crate) fn validate_cache(cx: &mut Ctx<'_, '_>, raw: &S<RawCache>) -> Option<
         }
     };
     let heuristic = raw.heuristic.as_ref().is_some_and(|h| *h.get_ref());
-    Some(Cache { size, max_object, key, heuristic })
+    let targeted = match &raw.targeted {
+        None => d.targeted,
+        Some(list) => targeted_fields(cx, list.get_ref()),
+    };
+    Some(Cache { size, max_object, key, heuristic, targeted })
+}
+
+/// Header fields that are not targeted cache-control fields (RFC 9213 §2),
+/// though a typo could make them look like one.
+const NOT_TARGETED: &[&str] = &["cache-control", "expires", "pragma", "age", "vary", "surrogate-control"];
+
+/// The `targeted` field names, lower case: each a field-name token (RFC 9110
+/// §5.1), none of the fields the cache reads anyway, none twice.
+fn targeted_fields(cx: &mut Ctx<'_, '_>, list: &[S<String>]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for item in list {
+        let name = item.get_ref().to_ascii_lowercase();
+        let token =
+            !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if !token {
+            cx.r.error_hint(
+                &item.span(),
+                format!("`{}` is not a header field name", item.get_ref()),
+                "a field name is letters, digits and `-` (e.g. \"CDN-Cache-Control\" or \"Switchyard-Cache-Control\")",
+            );
+        } else if NOT_TARGETED.contains(&name.as_str()) {
+            cx.r.error_hint(
+                &item.span(),
+                format!("`{}` cannot be a targeted cache-control field", item.get_ref()),
+                "the cache always reads it; targeted fields (RFC 9213) are fields such as \"CDN-Cache-Control\" that \
+                 take precedence over it",
+            );
+        } else if names.contains(&name) {
+            cx.r.warning(&item.span(), format!("targeted field `{}` is listed twice", item.get_ref()), None);
+        } else {
+            names.push(name);
+        }
+    }
+    names
 }

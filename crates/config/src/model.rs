@@ -280,6 +280,10 @@ pub struct Cache {
     /// Heuristic freshness (10 % of the `Last-Modified` age) for responses
     /// without explicit freshness; default false.
     pub heuristic: bool,
+    /// The targeted cache-control fields this cache obeys (RFC 9213), in
+    /// order of precedence, names lower case; the first with a valid value
+    /// replaces `Cache-Control` and `Expires`. Default `["cdn-cache-control"]`.
+    pub targeted: Vec<String>,
 }
 
 impl Default for Cache {
@@ -289,6 +293,7 @@ impl Default for Cache {
             max_object: 8 * 1024 * 1024,
             key: vec![CacheKeyPart::Host, CacheKeyPart::Path, CacheKeyPart::Query],
             heuristic: false,
+            targeted: vec!["cdn-cache-control".to_string()],
         }
     }
 }

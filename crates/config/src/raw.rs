@@ -173,6 +173,8 @@ pub struct RawCache {
     pub key: Option<S<Vec<S<String>>>>,
     /// `heuristic`
     pub heuristic: Option<S<bool>>,
+    /// `targeted`
+    pub targeted: Option<S<Vec<S<String>>>>,
 }
 
 /// A service's `timeouts` table; every value is a duration string.

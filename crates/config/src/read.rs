@@ -62,7 +62,7 @@ const SERVICE_KEYS: &[&str] = &[
     "cache",
     "protection",
 ];
-const CACHE_KEYS: &[&str] = &["size", "max_object", "key", "heuristic"];
+const CACHE_KEYS: &[&str] = &["size", "max_object", "key", "heuristic", "targeted"];
 const UDP_KEYS: &[&str] = &["max_flows", "flow_idle", "per_datagram"];
 const SNI_ROUTE_KEYS: &[&str] = &["name", "pool"];
 const TIMEOUT_KEYS: &[&str] =
@@ -268,6 +268,7 @@ fn read_cache(r: &mut Report<'_>, table: &DeTable<'_>) -> RawCache {
             "max_object" => raw.max_object = size(r, name, value),
             "key" => raw.key = strings(r, name, value),
             "heuristic" => raw.heuristic = boolean(r, name, value),
+            "targeted" => raw.targeted = strings(r, name, value),
             _ => {
                 unknown_key(r, key, CACHE_KEYS, "in `cache`");
             }

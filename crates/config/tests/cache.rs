@@ -73,3 +73,23 @@ fn a_changed_cache_is_a_changed_service() {
     assert!(!diff(&a, &b).is_empty());
     assert!(diff(&a, &a.clone()).is_empty());
 }
+
+#[test]
+fn targeted_fields_are_field_names() {
+    assert_eq!(service("cache = true").cache.unwrap().targeted, ["cdn-cache-control"]);
+    let c = service("cache = { targeted = [\"Switchyard-Cache-Control\", \"CDN-Cache-Control\"] }").cache.unwrap();
+    assert_eq!(c.targeted, ["switchyard-cache-control", "cdn-cache-control"]);
+    assert!(service("cache = { targeted = [] }").cache.unwrap().targeted.is_empty());
+    let e = errors("cache = { targeted = [\"CDN Cache Control\"] }", "http");
+    assert!(e.iter().any(|m| m.contains("`CDN Cache Control` is not a header field name")), "{e:?}");
+    let e = errors("cache = { targeted = [\"Cache-Control\"] }", "http");
+    assert!(e.iter().any(|m| m.contains("cannot be a targeted cache-control field")), "{e:?}");
+    // One name may be written without the array, as for the other string lists.
+    assert_eq!(service("cache = { targeted = \"X-Cache-Control\" }").cache.unwrap().targeted, ["x-cache-control"]);
+    let e = errors("cache = { targeted = [\"CDN-Cache-Control\", 5] }", "http");
+    assert!(!e.is_empty());
+    // The location and the hint, as `switchyard check` prints them.
+    let d = parse(&source("cache = { targeted = [\"a b\"] }", "http"), "t.toml").unwrap_err();
+    let text = d.to_string();
+    assert!(text.contains("t.toml:6:") && text.contains("hint"), "{text}");
+}

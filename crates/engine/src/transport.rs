@@ -43,6 +43,10 @@ pub struct Transport {
     /// Client protection refused the connection ([`crate::protection`]):
     /// each request on it is answered with the refusal's status, then it closes.
     pub refused: Option<switchyard_http::error::Refusal>,
+    /// The request is the cache's own background revalidation of a stale
+    /// entry (`stale-while-revalidate`, [`crate::http`]'s `cached` module):
+    /// no client waits for it, and it is not counted as a connection.
+    pub cache_refresh: bool,
 }
 
 /// A client connection the HTTP/1.1 pipeline can serve.

@@ -1,8 +1,11 @@
 //! Property tests: any bytes given to the HTTP parsers yield a result or an
 //! error, never a panic, and chunked scanning does not depend on how the
-//! bytes were split across reads.
+//! bytes were split across reads. The cache policy's field parsers (targeted
+//! fields, `Range`, dates, `Age`, `Vary` values) take any bytes too, and
+//! the ranges they return lie within the representation.
 
 use proptest::prelude::*;
+use switchyard_http::cache_policy::{self, date, range, targeted};
 use switchyard_http::chunked::ChunkedScanner;
 use switchyard_http::parse::{parse_request, parse_response, HeadLimits};
 
@@ -76,6 +79,28 @@ proptest! {
         prop_assert_eq!(whole.is_ok(), split.is_ok());
         if let (Ok(w), Ok(s)) = (whole, split) {
             prop_assert_eq!(w, s);
+        }
+    }
+
+    #[test]
+    fn cache_field_parsers_never_panic(
+        value in prop_oneof![
+            "[a-z0-9=,;?\"*:() -]{0,40}".prop_map(String::into_bytes),
+            "bytes=[0-9,-]{0,30}".prop_map(String::into_bytes),
+            prop::collection::vec(any::<u8>(), 0..60),
+        ],
+        len in 0u64..5000,
+    ) {
+        let _ = targeted::parse([value.as_slice()].into_iter());
+        let _ = date::parse(&value, std::time::SystemTime::now());
+        let _ = cache_policy::delta_seconds(&value);
+        let _ = cache_policy::selecting_value("accept-language", [value.as_slice()].into_iter());
+        let _ = range::if_range_holds(&value, Some(&value), Some(&value), Some(&value), std::time::SystemTime::now());
+        if let range::Ranges::Parts(parts) = range::evaluate(&value, len) {
+            prop_assert!(!parts.is_empty() && parts.len() <= range::MAX_RANGES);
+            for r in parts {
+                prop_assert!(r.start() <= r.end() && *r.end() < len);
+            }
         }
     }
 }

@@ -129,7 +129,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             self.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
             self.flush().await?;
         }
-        let shape = head.shape;
+        let shape = &head.shape;
         let echo = head.route == Route::Shaped
             && shape.echo
             && has_body
@@ -152,6 +152,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
         if head.route != Route::Stats {
             stats.requests.fetch_add(1, Ordering::Relaxed);
+        }
+        if head.route == Route::Shaped && shape.extra.as_ref().is_some_and(|e| e.hints) && !head.http10 {
+            // An interim response first, written on its own.
+            self.out.extend_from_slice(b"HTTP/1.1 103 Early Hints\r\nlink: </hint.css>; rel=preload\r\n\r\n");
+            self.flush().await?;
         }
         if head.route == Route::Shaped && shape.delay_ms > 0 {
             self.flush().await?;
@@ -209,7 +214,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     /// Streams the request body back as the response body. The client must read while it
     /// writes: the origin holds at most one read's worth of the body.
     async fn echo(&mut self, head: &RequestHead) -> io::Result<Next> {
-        let shape = head.shape;
+        let shape = &head.shape;
         let close = !head.keep_alive || shape.close || *self.shutdown.borrow();
         let mut response = ResponseHead {
             status: shape.status,
@@ -219,6 +224,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             received: None,
             close,
             announce_keep_alive: head.http10 && !close,
+            extra: shape.extra.as_deref(),
         };
         let received = match head.framing {
             Framing::None => 0,
@@ -301,16 +307,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     }
 
     async fn write_shaped(&mut self, head: &RequestHead, received: Option<u64>, close: bool) -> io::Result<()> {
-        let shape = head.shape;
-        let bodiless = matches!(shape.status, 204 | 304);
+        let shape = &head.shape;
+        let extra = shape.extra.as_deref();
+        let status =
+            if extra.is_some_and(|e| e.not_modified(head.if_none_match.as_deref())) { 304 } else { shape.status };
+        let bodiless = matches!(status, 204 | 304);
         ResponseHead {
-            status: shape.status,
+            status,
             content_type: shape.kind.content_type(),
             length: if bodiless { BodyLength::Unframed } else { BodyLength::Length(shape.size) },
             cache: shape.cache,
             received,
             close,
             announce_keep_alive: head.http10 && !close,
+            extra,
         }
         .write(&self.shared.origin_header, &mut self.out);
         let size = if bodiless || head.is_head { 0 } else { shape.size };
@@ -338,6 +348,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             received,
             close,
             announce_keep_alive: head.http10 && !close,
+            extra: None,
         }
         .write(&self.shared.origin_header, &mut self.out);
         if !head.is_head {
@@ -356,6 +367,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             received: None,
             close: true,
             announce_keep_alive: false,
+            extra: None,
         }
         .write(&self.shared.origin_header, &mut self.out);
         self.out.extend_from_slice(b"bad request: ");

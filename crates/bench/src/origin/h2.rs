@@ -102,7 +102,7 @@ async fn stream(request: Request<RecvStream>, mut respond: SendResponse<Bytes>, 
     };
     let shaped = !path.starts_with("/__origin/");
     if shaped && shape.echo && has_body && !is_head && !matches!(shape.status, 204 | 304) {
-        echo(&parts, body, respond, &shared, shape).await;
+        echo(&parts, body, respond, &shared, &shape).await;
         return;
     }
     let Ok(received) = drain(&mut body).await else {
@@ -135,7 +135,7 @@ async fn stream(request: Request<RecvStream>, mut respond: SendResponse<Bytes>, 
             let bodiless = matches!(shape.status, 204 | 304);
             let length = (!bodiless).then_some(shape.size);
             let mut response = head(&shared, shape.status, shape.kind.content_type(), length, received);
-            cache(&mut response, shape);
+            cache(&mut response, &shape);
             let size = if bodiless || is_head { 0 } else { shape.size };
             let Ok(mut out) = respond.send_response(response, size == 0) else {
                 return;
@@ -160,7 +160,7 @@ async fn echo(
     mut body: RecvStream,
     mut respond: SendResponse<Bytes>,
     shared: &Shared,
-    shape: Shape,
+    shape: &Shape,
 ) {
     let length = parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     let mut response = head(shared, shape.status, "application/octet-stream", length, length);
@@ -223,7 +223,7 @@ fn head(shared: &Shared, status: u16, content_type: &str, length: Option<u64>, r
 }
 
 /// `cache=N`: `cache-control: public, max-age=N`.
-fn cache(response: &mut Response<()>, shape: Shape) {
+fn cache(response: &mut Response<()>, shape: &Shape) {
     if let Some(max_age) = shape.cache {
         if let Ok(value) = HeaderValue::from_str(&format!("public, max-age={max_age}")) {
             response.headers_mut().insert(http::header::CACHE_CONTROL, value);

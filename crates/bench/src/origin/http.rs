@@ -43,7 +43,7 @@ pub enum Framing {
 }
 
 /// What the query string asks of the response (see the module docs of `origin`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Shape {
     /// `size=N`: body bytes.
     pub size: u64,
@@ -59,11 +59,73 @@ pub struct Shape {
     pub close: bool,
     /// `echo=1`: the response body is the request body.
     pub echo: bool,
+    /// Chosen response fields and interim responses (HTTP/1.1 only); `None`
+    /// (no allocation) unless the query asks for one.
+    pub extra: Option<Box<Extra>>,
+}
+
+/// What the cache tests ask of a response beyond its shape: fields with
+/// chosen values (`Age`, `Date`, `Cache-Control`, `CDN-Cache-Control`,
+/// `ETag`, any other), and a `103 Early Hints` before it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Extra {
+    /// Preformatted `name: value\r\n` lines, in query order.
+    pub lines: Vec<u8>,
+    /// `cc=V`: `cache-control: V` replaces the one `cache` decides.
+    pub cache_control: Option<Vec<u8>>,
+    /// `date_ago=N`: a `Date` N seconds before the response is sent.
+    pub date_ago: Option<u64>,
+    /// `etag=V`: `etag: "V"`; a request whose `If-None-Match` lists it gets 304.
+    pub etag: Option<Vec<u8>>,
+    /// `hints=1`: a `103 Early Hints` goes before the final response.
+    pub hints: bool,
+    /// `unsafe_status=N`: the status for any method but GET and HEAD.
+    pub unsafe_status: Option<u16>,
 }
 
 impl Default for Shape {
     fn default() -> Self {
-        Shape { size: 128, kind: BodyKind::Random, delay_ms: 0, status: 200, cache: None, close: false, echo: false }
+        Shape {
+            size: 128,
+            kind: BodyKind::Random,
+            delay_ms: 0,
+            status: 200,
+            cache: None,
+            close: false,
+            echo: false,
+            extra: None,
+        }
+    }
+}
+
+impl Extra {
+    /// The chosen fields, `Date` computed now.
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.lines);
+        if let Some(ago) = self.date_ago {
+            let at = std::time::SystemTime::now() - std::time::Duration::from_secs(ago);
+            push_line(out, b"date", httpdate::fmt_http_date(at).as_bytes());
+        }
+        if let Some(etag) = &self.etag {
+            out.extend_from_slice(b"etag: \"");
+            out.extend_from_slice(etag);
+            out.extend_from_slice(b"\"\r\n");
+        }
+    }
+
+    /// Whether an `If-None-Match` value lists this response's `etag` (or `*`).
+    pub fn not_modified(&self, if_none_match: Option<&[u8]>) -> bool {
+        let (Some(etag), Some(inm)) = (&self.etag, if_none_match) else { return false };
+        inm.split(|&b| b == b',').map(<[u8]>::trim_ascii).any(|t| {
+            let t = t.strip_prefix(b"W/").unwrap_or(t);
+            t == b"*" || t.strip_prefix(b"\"").and_then(|t| t.strip_suffix(b"\"")) == Some(etag.as_slice())
+        })
+    }
+}
+
+impl Shape {
+    fn extra(&mut self) -> &mut Extra {
+        self.extra.get_or_insert_with(Box::default)
     }
 }
 
@@ -86,6 +148,8 @@ pub struct RequestHead {
     pub expect_continue: bool,
     /// The method is `HEAD`: the response has no body.
     pub is_head: bool,
+    /// The `If-None-Match` value, kept only when the query asked for an `etag`.
+    pub if_none_match: Option<Vec<u8>>,
     /// For [`Route::Describe`], the JSON description, built while the head was borrowed.
     pub description: Option<Vec<u8>>,
 }
@@ -126,19 +190,27 @@ pub fn parse_head(buf: &[u8], peer: SocketAddr) -> Parsed {
         "/__origin/request" => Route::Describe,
         _ => Route::Shaped,
     };
-    let shape = match (route, query) {
+    let mut shape = match (route, query) {
         (Route::Shaped, Some(query)) => match parse_query(query) {
             Ok(shape) => shape,
             Err(reason) => return Parsed::Bad(reason),
         },
         _ => Shape::default(),
     };
+    if let Some(status) = shape.extra.as_ref().and_then(|e| e.unsafe_status) {
+        if method != "GET" && method != "HEAD" {
+            shape.status = status;
+        }
+    }
     let fields = match scan_fields(req.headers, http10) {
         Ok(fields) => fields,
         Err(reason) => return Parsed::Bad(reason),
     };
     let description =
         (route == Route::Describe).then(|| describe(method, path, query.unwrap_or(""), http10, req.headers, peer));
+    let if_none_match = shape.extra.as_ref().filter(|e| e.etag.is_some()).and_then(|_| {
+        req.headers.iter().find(|h| h.name.eq_ignore_ascii_case("if-none-match")).map(|h| h.value.to_vec())
+    });
     Parsed::Complete(RequestHead {
         head_len,
         route,
@@ -148,6 +220,7 @@ pub fn parse_head(buf: &[u8], peer: SocketAddr) -> Parsed {
         keep_alive: fields.keep_alive,
         expect_continue: fields.expect_continue,
         is_head: method == "HEAD",
+        if_none_match,
         description,
     })
 }
@@ -221,10 +294,65 @@ pub(super) fn parse_query(query: &str) -> Result<Shape, &'static str> {
             }
             "close" => shape.close = flag(value).ok_or("invalid close")?,
             "echo" => shape.echo = flag(value).ok_or("invalid echo")?,
+            "age" => push_line(&mut shape.extra().lines, b"age", &decode(value).ok_or("invalid age")?),
+            "cdn_cache" => {
+                let v = decode(value).ok_or("invalid cdn_cache")?;
+                push_line(&mut shape.extra().lines, b"cdn-cache-control", &v);
+            }
+            "header" => {
+                let v = decode(value).ok_or("invalid header")?;
+                let colon = v.iter().position(|&b| b == b':').ok_or("invalid header (NAME:VALUE)")?;
+                let name = &v[..colon];
+                if name.is_empty() || !name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-') {
+                    return Err("invalid header name");
+                }
+                push_line(&mut shape.extra().lines, name, v[colon + 1..].trim_ascii());
+            }
+            "cc" => shape.extra().cache_control = Some(decode(value).ok_or("invalid cc")?),
+            "date_ago" => shape.extra().date_ago = Some(number().ok_or("invalid date_ago")?),
+            "etag" => shape.extra().etag = Some(decode(value).ok_or("invalid etag")?),
+            "hints" => shape.extra().hints = flag(value).ok_or("invalid hints")?,
+            "unsafe_status" => {
+                let status = number().and_then(|n| u16::try_from(n).ok()).filter(|n| (200..=599).contains(n));
+                shape.extra().unsafe_status = Some(status.ok_or("invalid unsafe_status (200-599)")?);
+            }
             _ => {}
         }
     }
     Ok(shape)
+}
+
+/// Appends `name: value\r\n`.
+fn push_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Percent-decodes a query value; `None` for a bad escape or a control
+/// character (a header value must not end the line).
+fn decode(value: &str) -> Option<Vec<u8>> {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = match bytes[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+                i += 2;
+                u8::from_str_radix(hex, 16).ok()?
+            }
+            b'+' => b' ',
+            b => b,
+        };
+        if b.is_ascii_control() && b != b'\t' {
+            return None;
+        }
+        out.push(b);
+        i += 1;
+    }
+    Some(out)
 }
 
 /// `1`/`true`/empty (as in `?echo`) are on, `0`/`false` off.
@@ -386,6 +514,8 @@ pub struct ResponseHead<'a> {
     pub close: bool,
     /// Send `connection: keep-alive` (an HTTP/1.0 client that asked for it).
     pub announce_keep_alive: bool,
+    /// Chosen fields ([`Extra`]).
+    pub extra: Option<&'a Extra>,
 }
 
 impl ResponseHead<'_> {
@@ -412,13 +542,17 @@ impl ResponseHead<'_> {
             BodyLength::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
             BodyLength::Unframed => {}
         }
-        match self.cache {
-            Some(max_age) => {
+        match (self.cache, self.extra.and_then(|e| e.cache_control.as_deref())) {
+            (_, Some(chosen)) => push_line(out, b"cache-control", chosen),
+            (Some(max_age), None) => {
                 out.extend_from_slice(b"cache-control: public, max-age=");
                 push_u64(out, max_age);
                 out.extend_from_slice(b"\r\n");
             }
-            None => out.extend_from_slice(b"cache-control: no-store\r\n"),
+            (None, None) => out.extend_from_slice(b"cache-control: no-store\r\n"),
+        }
+        if let Some(extra) = self.extra {
+            extra.write(out);
         }
         if let Some(received) = self.received {
             out.extend_from_slice(b"x-received-bytes: ");
@@ -530,6 +664,7 @@ mod tests {
             cache: Some(60),
             close: true,
             echo: false,
+            extra: None,
         };
         assert_eq!(head.shape, expected);
         assert_eq!(head.route, Route::Shaped);
@@ -637,6 +772,7 @@ mod tests {
             received: Some(7),
             close: true,
             announce_keep_alive: false,
+            extra: None,
         }
         .write(b"x-origin: a\r\n", &mut out);
         assert_eq!(

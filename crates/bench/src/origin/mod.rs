@@ -28,6 +28,17 @@
 //! | `cache=N` | `cache-control: public, max-age=N`; without it `cache-control: no-store` |
 //! | `close=1` | answer, then close the connection |
 //! | `echo=1` | the response body is the request body, streamed back as it arrives |
+//! | `cc=V` | `cache-control: V` instead of what `cache` decides (`V` percent-decoded, as every value below) |
+//! | `age=V` | `age: V`, as given (any text: the cache tests send unusual forms) |
+//! | `date_ago=N` | `date:` N seconds before the response is sent (without it: no `Date`) |
+//! | `cdn_cache=V` | `cdn-cache-control: V` |
+//! | `header=NAME:VALUE` | one more field, repeatable (`Expires` in the obsolete formats, `Last-Modified`, `Vary`...) |
+//! | `etag=V` | `etag: "V"`; a request whose `If-None-Match` lists it (or `*`) gets 304 |
+//! | `hints=1` | a `103 Early Hints` (with a `link` field) before the final response, HTTP/1.1 clients only |
+//! | `unsafe_status=N` | the status for any method but GET and HEAD (200–599) |
+//!
+//! The last eight are HTTP/1.1 only (the HTTP/2 side ignores them); none costs anything when
+//! not asked for.
 //!
 //! Request bodies (`content-length` or `chunked`) are read in full in bounded memory and
 //! discarded, counted in [`OriginStats::bytes_received`]; the response carries

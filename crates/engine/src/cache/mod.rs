@@ -9,8 +9,14 @@
 //!   committed only when the body is complete, and copying stops (nothing is
 //!   stored) as soon as the response exceeds `max_object`.
 //! - **Variants**: a primary key (from the `key` parts) holds one entry per
-//!   set of request-header values its `Vary` selects; `Accept-Encoding` is
-//!   normalised first ([`policy::normalise_accept_encoding`]).
+//!   set of request-header values its `Vary` selects, normalised first
+//!   (RFC 9111 §4.1, [`policy::selecting_value`]; `Accept-Encoding` by
+//!   [`policy::normalise_accept_encoding`]); an absent header matches only
+//!   an absent one.
+//! - **Age**: an entry keeps the `corrected_initial_age` of its response
+//!   (RFC 9111 §4.2.3: the origin's `Age` and `Date` and the response delay)
+//!   and its time in the store; the `Age` the client gets is their sum.
+//!   The origin's `Age` field itself is not stored.
 //! - **Bounds and eviction**: the store is split into shards (by key hash),
 //!   each a strict LRU over primary keys with an equal share of `size`;
 //!   there are as many shards as keep each share at least `max_object`
@@ -24,16 +30,19 @@
 //!   `size`.
 //! - **Coalescing**: the first miss for a primary key registers a fetch;
 //!   concurrent misses for that key wait (bounded) until it ends, then look
-//!   again. A `watch` channel wakes waiters on any worker's runtime.
+//!   again. A `watch` channel wakes waiters on any worker's runtime. A
+//!   background revalidation ([`begin_refresh`]) is registered the same way,
+//!   once per key for every worker.
 //!
 //! Invariants: a response is never stored before its body is complete; an
 //! entry is immutable once stored (a 304 replaces it by a refreshed copy);
 //! every lock is held only for map operations, never across an `.await`.
 
 pub use switchyard_http::cache_policy as policy;
+pub mod range;
 mod tee;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -48,6 +57,13 @@ pub use self::tee::{parse_captured, parse_head, Capture, Tee};
 
 /// Response headers as stored: (lower-case name, value) pairs in order.
 pub type Headers = Vec<(String, Vec<u8>)>;
+
+/// The request header values a variant was selected by: (lower-case name,
+/// normalised value or `None` when the request lacked the header).
+pub type Vary = Vec<(String, Option<Vec<u8>>)>;
+
+/// What a request's `Vary`-selected headers are, by lower-case name.
+pub type Selecting<'a> = dyn Fn(&str) -> Option<Vec<u8>> + 'a;
 
 /// Most shards of one cache.
 const MAX_SHARDS: usize = 16;
@@ -64,39 +80,56 @@ pub struct Entry {
     pub headers: Vec<(String, Vec<u8>)>,
     /// The payload (decoded from chunked coding).
     pub body: Bytes,
-    /// Request header values this variant was selected by (`Vary`), names lower case.
-    pub vary: Vec<(String, Vec<u8>)>,
+    /// Request header values this variant was selected by (`Vary`), names
+    /// lower case, values normalised, `None` for an absent header.
+    pub vary: Vary,
     /// When the response was received, monotonic (for the resident time).
     pub received: Instant,
+    /// When the response was received, wall clock (RFC 9111 §4.3.2: the
+    /// last resort of `If-Modified-Since`).
+    pub received_at: SystemTime,
     /// `corrected_initial_age` (RFC 9111 §4.2.3).
     pub initial_age: Duration,
     /// Freshness lifetime.
     pub lifetime: Duration,
-    /// The response's Cache-Control directives.
+    /// The directives that govern it: a targeted field's (RFC 9213) or `Cache-Control`'s.
     pub directives: Directives,
 }
 
 impl Entry {
-    /// Builds an entry from a stored head and body; `requested` and
-    /// `received` are the wall-clock times of the request and response.
+    /// Builds an entry from a response head (its `Age` included) and body;
+    /// `requested` and `received` are the wall-clock times of the request
+    /// and response. The `Age` field is read, then left out of what is stored.
     pub fn new(
         status: u16,
-        headers: Vec<(String, Vec<u8>)>,
+        mut headers: Headers,
         body: Bytes,
-        vary: Vec<(String, Vec<u8>)>,
+        vary: Vary,
         requested: SystemTime,
         received: SystemTime,
-        heuristic: bool,
+        config: &CacheConfig,
     ) -> Entry {
-        let directives = Directives::parse(policy::headers(&headers, "cache-control"));
-        let lifetime = policy::freshness(&directives, &headers, received, heuristic).unwrap_or_default();
+        let control = policy::control(&headers, &config.targeted);
+        let lifetime = policy::freshness(&control, &headers, received, config.heuristic).unwrap_or_default();
         let initial_age = policy::initial_age(&headers, requested, received);
-        Entry { status, headers, body, vary, received: Instant::now(), initial_age, lifetime, directives }
+        headers.retain(|(n, _)| n != "age");
+        Entry {
+            status,
+            headers,
+            body,
+            vary,
+            received: Instant::now(),
+            received_at: received,
+            initial_age,
+            lifetime,
+            directives: control.directives,
+        }
     }
 
-    /// The entry's current age (RFC 9111 §4.2.3).
+    /// The entry's current age (RFC 9111 §4.2.3: `corrected_initial_age`
+    /// plus `resident_time`), at most 2^31 seconds (§1.2.2).
     pub fn age(&self, now: Instant) -> Duration {
-        self.initial_age + now.saturating_duration_since(self.received)
+        (self.initial_age + now.saturating_duration_since(self.received)).min(Duration::from_secs(policy::DELTA_MAX))
     }
 
     /// Fresh, and not marked `no-cache`.
@@ -122,29 +155,30 @@ impl Entry {
     }
 
     /// A copy refreshed by a 304's headers (RFC 9111 §4.3.4): each header the
-    /// 304 carries replaces the stored ones of that name.
-    pub fn refreshed(&self, update: &[(String, Vec<u8>)], requested: SystemTime, heuristic: bool) -> Entry {
-        let mut headers: Vec<(String, Vec<u8>)> =
+    /// 304 carries replaces the stored ones of that name; its age is the
+    /// 304's (its `Age`, `Date` and delay).
+    pub fn refreshed(&self, update: &[(String, Vec<u8>)], requested: SystemTime, config: &CacheConfig) -> Entry {
+        let mut headers: Headers =
             self.headers.iter().filter(|(n, _)| !update.iter().any(|(u, _)| u == n)).cloned().collect();
         headers.extend(update.iter().cloned());
-        Entry::new(self.status, headers, self.body.clone(), self.vary.clone(), requested, SystemTime::now(), heuristic)
+        Entry::new(self.status, headers, self.body.clone(), self.vary.clone(), requested, SystemTime::now(), config)
     }
 
     fn bytes(&self) -> u64 {
         let head: usize = self.headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
-        let vary: usize = self.vary.iter().map(|(n, v)| n.len() + v.len()).sum();
+        let vary: usize = self.vary.iter().map(|(n, v)| n.len() + v.as_ref().map_or(0, Vec::len)).sum();
         (head + vary + self.body.len()) as u64 + ENTRY_OVERHEAD
     }
 
     /// Whether this variant was selected by the same request header values.
-    fn matches(&self, request: &dyn Fn(&str) -> Vec<u8>) -> bool {
+    fn matches(&self, request: &Selecting<'_>) -> bool {
         self.vary.iter().all(|(name, value)| request(name) == *value)
     }
 }
 
-/// The values of the request headers a `Vary` response header names,
-/// `Accept-Encoding` normalised.
-pub fn vary_values(vary: &[u8], request: &dyn Fn(&str) -> Vec<u8>) -> Vec<(String, Vec<u8>)> {
+/// The values of the request headers a `Vary` response header names, as
+/// `request` normalises them.
+pub fn vary_values(vary: &[u8], request: &Selecting<'_>) -> Vary {
     let mut names: Vec<String> = vary
         .split(|&b| b == b',')
         .map(|n| String::from_utf8_lossy(policy::trim(n)).to_ascii_lowercase())
@@ -213,6 +247,8 @@ pub struct Cache {
     shards: Vec<Mutex<Shard>>,
     share: u64,
     fetches: Mutex<HashMap<String, watch::Receiver<()>>>,
+    /// Keys whose background revalidation is under way (stale-while-revalidate).
+    refreshing: Mutex<HashSet<String>>,
     /// Counters for the metrics.
     pub stats: CacheStats,
 }
@@ -245,6 +281,24 @@ impl Drop for Fetch<'_> {
     }
 }
 
+/// A background revalidation of one key under way: at most one per key in
+/// the whole process (the cache is shared by every worker); dropping it ends it.
+pub struct Refresh {
+    cache: Arc<Cache>,
+    key: String,
+}
+
+impl Drop for Refresh {
+    fn drop(&mut self) {
+        lock(&self.cache.refreshing).remove(&self.key);
+    }
+}
+
+/// Starts the background revalidation of `key`, unless one is under way.
+pub fn begin_refresh(cache: &Arc<Cache>, key: &str) -> Option<Refresh> {
+    lock(&cache.refreshing).insert(key.to_string()).then(|| Refresh { cache: cache.clone(), key: key.to_string() })
+}
+
 /// What a miss does about concurrent misses for its key.
 pub enum Coalesce<'a> {
     /// This request fetches; others wait for it.
@@ -269,6 +323,7 @@ impl Cache {
             shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
             share: config.size / shards as u64,
             fetches: Mutex::new(HashMap::new()),
+            refreshing: Mutex::new(HashSet::new()),
             stats: CacheStats::default(),
         }
     }
@@ -280,7 +335,7 @@ impl Cache {
     }
 
     /// The variant of `key` selected by the request's header values.
-    pub fn lookup(&self, key: &str, request: &dyn Fn(&str) -> Vec<u8>) -> Found {
+    pub fn lookup(&self, key: &str, request: &Selecting<'_>) -> Found {
         let mut shard = lock(self.shard(key));
         let found = shard.map.get(key).and_then(|slot| slot.variants.iter().find(|e| e.matches(request)).cloned());
         match found {
@@ -403,25 +458,49 @@ pub fn key(parts: &[CacheKeyPart], scheme: &str, method: &str, host: &str, path:
 /// Writes the response head of a hit: status line, stored headers, `Age`,
 /// `Content-Length`, and the connection headers the caller decides.
 pub fn hit_head(out: &mut Vec<u8>, entry: &Entry, age: Duration, status: u16, close: bool, keep_alive_10: bool) {
+    let length = (status != 304 && status != 204).then_some(entry.body.len() as u64);
+    let head = Head { status, length, drop_content_type: false, extra: &[] };
+    write_head(out, entry, age, &head, close, keep_alive_10);
+}
+
+/// What a head written from a stored entry says beyond the entry's headers.
+pub struct Head<'a> {
+    /// Status code.
+    pub status: u16,
+    /// `Content-Length`, when there is one.
+    pub length: Option<u64>,
+    /// Leave the stored `Content-Type` out (a multipart/byteranges answer has its own).
+    pub drop_content_type: bool,
+    /// Further fields, names lower case (`content-range`, a multipart `content-type`).
+    pub extra: &'a [(&'a str, &'a [u8])],
+}
+
+/// Writes a response head from a stored entry: status line, stored headers,
+/// `Age`, what `head` adds, and the connection headers the caller decides.
+pub fn write_head(out: &mut Vec<u8>, entry: &Entry, age: Duration, head: &Head<'_>, close: bool, keep_alive_10: bool) {
     out.clear();
     out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+    out.extend_from_slice(itoa::Buffer::new().format(head.status).as_bytes());
     out.push(b' ');
-    out.extend_from_slice(switchyard_http::error::reason_phrase(status).as_bytes());
+    out.extend_from_slice(switchyard_http::error::reason_phrase(head.status).as_bytes());
     out.extend_from_slice(b"\r\n");
-    for (name, value) in &entry.headers {
-        out.extend_from_slice(name.as_bytes());
+    let field = |out: &mut Vec<u8>, name: &[u8], value: &[u8]| {
+        out.extend_from_slice(name);
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
+    };
+    for (name, value) in &entry.headers {
+        if !(head.drop_content_type && name == "content-type") {
+            field(out, name.as_bytes(), value);
+        }
     }
-    out.extend_from_slice(b"age: ");
-    out.extend_from_slice(itoa::Buffer::new().format(age.as_secs()).as_bytes());
-    out.extend_from_slice(b"\r\n");
-    if status != 304 && status != 204 {
-        out.extend_from_slice(b"content-length: ");
-        out.extend_from_slice(itoa::Buffer::new().format(entry.body.len()).as_bytes());
-        out.extend_from_slice(b"\r\n");
+    field(out, b"age", itoa::Buffer::new().format(age.as_secs()).as_bytes());
+    for (name, value) in head.extra {
+        field(out, name.as_bytes(), value);
+    }
+    if let Some(length) = head.length {
+        field(out, b"content-length", itoa::Buffer::new().format(length).as_bytes());
     }
     if close {
         out.extend_from_slice(b"connection: close\r\n");
@@ -431,22 +510,10 @@ pub fn hit_head(out: &mut Vec<u8>, entry: &Entry, age: Duration, status: u16, cl
     out.extend_from_slice(b"\r\n");
 }
 
-/// Whether a client's own conditional request is satisfied by `entry`
-/// (RFC 9110 §13.1.2, §13.1.3): the cache then answers 304 itself.
+/// Whether a client's own conditional request is satisfied by `entry`, so
+/// that the cache answers 304 itself ([`policy::not_modified`]).
 pub fn not_modified(entry: &Entry, if_none_match: Option<&[u8]>, if_modified_since: Option<&[u8]>) -> bool {
-    if let Some(inm) = if_none_match {
-        let Some(etag) = policy::header(&entry.headers, "etag") else { return false };
-        let weak = |t: &[u8]| t.strip_prefix(b"W/").unwrap_or(t).to_vec();
-        let etag = weak(policy::trim(etag));
-        return inm.split(|&b| b == b',').any(|t| {
-            let t = policy::trim(t);
-            t == b"*" || weak(t) == etag
-        });
-    }
-    match (policy::date(if_modified_since), policy::date(policy::header(&entry.headers, "last-modified"))) {
-        (Some(since), Some(modified)) => modified <= since,
-        _ => false,
-    }
+    policy::not_modified(&entry.headers, entry.received_at, if_none_match, if_modified_since)
 }
 
 #[cfg(test)]

@@ -89,9 +89,10 @@ impl<W: Sink> Sink for Tee<'_, W> {
     }
 }
 
-/// The parts of a captured response: status, headers to store (framing,
-/// connection and `Age` headers left out, names lower case) and the decoded
-/// body. `None` when the capture is not one complete response.
+/// The parts of a captured response: status, headers to store (framing and
+/// connection headers left out, names lower case; `Age` kept for the age
+/// calculation, [`super::Entry::new`] drops it) and the decoded body. `None`
+/// when the capture is not one complete response.
 pub fn parse_captured(captured: &[u8]) -> Option<(u16, Headers, Bytes)> {
     let captured = final_response(captured)?;
     let (head, headers) = head_of(captured)?;
@@ -146,7 +147,6 @@ fn head_of(captured: &[u8]) -> Option<(parse::ResponseHead, Headers)> {
                 | "keep-alive"
                 | "transfer-encoding"
                 | "content-length"
-                | "age"
                 | "proxy-connection"
                 | "te"
                 | "trailer"

@@ -6,14 +6,14 @@ fn config(size: u64, max_object: u64) -> CacheConfig {
     CacheConfig { size, max_object, ..CacheConfig::default() }
 }
 
-fn entry(body: usize, vary: Vec<(String, Vec<u8>)>) -> Entry {
+fn entry(body: usize, vary: Vary) -> Entry {
     let headers = vec![("cache-control".to_string(), b"max-age=60".to_vec())];
     let now = SystemTime::now();
-    Entry::new(200, headers, Bytes::from(vec![b'x'; body]), vary, now, now, false)
+    Entry::new(200, headers, Bytes::from(vec![b'x'; body]), vary, now, now, &CacheConfig::default())
 }
 
-fn no_headers(_: &str) -> Vec<u8> {
-    Vec::new()
+fn no_headers(_: &str) -> Option<Vec<u8>> {
+    None
 }
 
 #[test]
@@ -42,14 +42,14 @@ fn objects_over_max_object_are_not_stored() {
 #[test]
 fn variants_are_selected_by_request_values() {
     let cache = Cache::new(&config(100_000, 10_000));
-    let gzip = vary_values(b"Accept-Encoding", &|_| b"gzip".to_vec());
+    let gzip = vary_values(b"Accept-Encoding", &|_| Some(b"gzip".to_vec()));
     cache.insert("k", entry(10, gzip));
-    cache.insert("k", entry(20, vary_values(b"accept-encoding", &|_| Vec::new())));
-    let Found::Entry(e) = cache.lookup("k", &|_| b"gzip".to_vec()) else { panic!("gzip variant") };
+    cache.insert("k", entry(20, vary_values(b"accept-encoding", &|_| None)));
+    let Found::Entry(e) = cache.lookup("k", &|_| Some(b"gzip".to_vec())) else { panic!("gzip variant") };
     assert_eq!(e.body.len(), 10);
     let Found::Entry(e) = cache.lookup("k", &no_headers) else { panic!("identity variant") };
     assert_eq!(e.body.len(), 20);
-    assert!(matches!(cache.lookup("k", &|_| b"br".to_vec()), Found::Nothing));
+    assert!(matches!(cache.lookup("k", &|_| Some(b"br".to_vec())), Found::Nothing));
 }
 
 #[test]
@@ -115,7 +115,7 @@ fn client_conditionals_against_an_entry() {
         ("etag".to_string(), b"W/\"v1\"".to_vec()),
         ("last-modified".to_string(), b"Tue, 14 Nov 2023 22:13:20 GMT".to_vec()),
     ];
-    let e = Entry::new(200, headers, Bytes::new(), Vec::new(), now, now, false);
+    let e = Entry::new(200, headers, Bytes::new(), Vec::new(), now, now, &CacheConfig::default());
     assert!(not_modified(&e, Some(b"\"v0\", \"v1\""), None), "weak comparison");
     assert!(not_modified(&e, Some(b"*"), None));
     assert!(!not_modified(&e, Some(b"\"v2\""), Some(b"Tue, 14 Nov 2023 22:13:20 GMT")), "If-None-Match wins");
@@ -129,18 +129,37 @@ fn freshness_staleness_and_windows() {
     let now = SystemTime::now();
     let cc = |v: &str| vec![("cache-control".to_string(), v.as_bytes().to_vec())];
     let at = Instant::now();
-    let e = Entry::new(200, cc("max-age=0, stale-if-error=60"), Bytes::new(), Vec::new(), now, now, false);
+    let e = Entry::new(
+        200,
+        cc("max-age=0, stale-if-error=60"),
+        Bytes::new(),
+        Vec::new(),
+        now,
+        now,
+        &CacheConfig::default(),
+    );
     assert!(!e.usable_fresh(at));
     assert!(e.within(e.directives.stale_if_error, at));
     assert!(!e.within(e.directives.stale_while_revalidate, at));
-    let strict =
-        Entry::new(200, cc("max-age=0, must-revalidate, stale-if-error=60"), Bytes::new(), Vec::new(), now, now, false);
+    let strict = Entry::new(
+        200,
+        cc("max-age=0, must-revalidate, stale-if-error=60"),
+        Bytes::new(),
+        Vec::new(),
+        now,
+        now,
+        &CacheConfig::default(),
+    );
     assert!(!strict.within(strict.directives.stale_if_error, at), "must-revalidate forbids stale");
-    let fresh = Entry::new(200, cc("max-age=60"), Bytes::new(), Vec::new(), now, now, false);
+    let fresh = Entry::new(200, cc("max-age=60"), Bytes::new(), Vec::new(), now, now, &CacheConfig::default());
     assert!(fresh.usable_fresh(at));
     let aged = vec![("cache-control".to_string(), b"max-age=60".to_vec()), ("age".to_string(), b"100".to_vec())];
-    assert!(!Entry::new(200, aged, Bytes::new(), Vec::new(), now, now, false).usable_fresh(at), "Age counts");
-    let revalidate = Entry::new(200, cc("max-age=60, no-cache"), Bytes::new(), Vec::new(), now, now, false);
+    assert!(
+        !Entry::new(200, aged, Bytes::new(), Vec::new(), now, now, &CacheConfig::default()).usable_fresh(at),
+        "Age counts"
+    );
+    let revalidate =
+        Entry::new(200, cc("max-age=60, no-cache"), Bytes::new(), Vec::new(), now, now, &CacheConfig::default());
     assert!(!revalidate.usable_fresh(at), "no-cache: always revalidated");
 }
 
@@ -152,11 +171,36 @@ fn a_304_refreshes_headers_and_keeps_the_body() {
         ("etag".to_string(), b"\"v1\"".to_vec()),
         ("x-kept".to_string(), b"1".to_vec()),
     ];
-    let e = Entry::new(200, headers, Bytes::from_static(b"body"), Vec::new(), now, now, false);
+    let e = Entry::new(200, headers, Bytes::from_static(b"body"), Vec::new(), now, now, &CacheConfig::default());
     let update = vec![("cache-control".to_string(), b"max-age=60".to_vec())];
-    let r = e.refreshed(&update, now, false);
+    let r = e.refreshed(&update, now, &CacheConfig::default());
     assert!(r.usable_fresh(Instant::now()));
     assert_eq!(&r.body[..], b"body");
     assert_eq!(policy::header(&r.headers, "x-kept"), Some(&b"1"[..]));
     assert_eq!(policy::headers(&r.headers, "cache-control").count(), 1);
+}
+
+#[test]
+fn the_origin_age_counts_and_is_not_stored() {
+    // RFC 9111 §4.2.3: an entry that arrived with `Age: 7200` is 7200 s old.
+    let now = SystemTime::now();
+    let headers = vec![("cache-control".to_string(), b"max-age=3600".to_vec()), ("age".to_string(), b"7200".to_vec())];
+    let e = Entry::new(200, headers, Bytes::new(), Vec::new(), now, now, &CacheConfig::default());
+    assert!(e.age(Instant::now()) >= Duration::from_secs(7200));
+    assert!(!e.usable_fresh(Instant::now()));
+    assert!(policy::header(&e.headers, "age").is_none(), "the served Age is computed, not the stored one");
+    let mut out = Vec::new();
+    hit_head(&mut out, &e, e.age(Instant::now()), 200, false, false);
+    let text = String::from_utf8(out).expect("ascii head");
+    assert_eq!(text.matches("age: ").count(), 1, "{text}");
+    assert!(text.contains("age: 7200\r\n"), "{text}");
+    // A targeted field governs freshness when the configuration names it.
+    let cdn = vec![
+        ("cache-control".to_string(), b"max-age=0".to_vec()),
+        ("cdn-cache-control".to_string(), b"max-age=60".to_vec()),
+    ];
+    let e = Entry::new(200, cdn.clone(), Bytes::new(), Vec::new(), now, now, &CacheConfig::default());
+    assert!(e.usable_fresh(Instant::now()));
+    let plain = CacheConfig { targeted: Vec::new(), ..CacheConfig::default() };
+    assert!(!Entry::new(200, cdn, Bytes::new(), Vec::new(), now, now, &plain).usable_fresh(Instant::now()));
 }

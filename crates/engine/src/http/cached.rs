@@ -11,21 +11,28 @@
 //!   response, and covers a server error or failure with a stale entry
 //!   within `stale-if-error`.
 //!
-//! `stale-while-revalidate` refreshes in the foreground of one request: the
-//! first request to find the entry stale revalidates it (and waits for the
-//! server); requests arriving meanwhile get the stale entry at once. There is
-//! no background task, so an entry nobody asks for is never refreshed.
+//! `stale-while-revalidate`: a request that finds the entry stale within the
+//! window gets it at once, and the first one starts a background
+//! revalidation ([`refresh`], one per key across workers); an entry nobody
+//! asks for is never refreshed. Unsafe requests (any method not known safe)
+//! invalidate their target's entry after a non-error answer (RFC 9111 §4.4).
+//! A GET's `Range` is answered from a fresh stored 200 ([`crate::cache::range`]).
 
+mod refresh;
+
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use bytes::Buf;
+use bytes::{Buf, Bytes};
 use switchyard_config::{Compression, Service};
 
 use super::body::write_all_two;
 use super::{route, Client, ClientStream, RequestInfo, Routed};
-use crate::cache::{self, policy, Cache, Capture, Coalesce, Entry, Fetch, Found};
+use crate::cache::policy::range::Ranges;
+use crate::cache::{self, policy, range, Cache, Capture, Coalesce, Entry, Fetch, Found};
+use crate::worker::Worker;
 use switchyard_http::parse::{self, RequestHead, Version};
 
 /// Longest a request waits for another request's fetch of the same key.
@@ -65,6 +72,9 @@ pub(super) struct Plan<'c> {
     compression: Option<&'c Compression>,
     /// The validators were added to the forwarded request.
     pub(super) revalidating: bool,
+    /// An unsafe request: a non-error answer invalidates `key` (RFC 9111 §4.4);
+    /// nothing is stored.
+    invalidate: bool,
 }
 
 impl Plan<'_> {
@@ -74,28 +84,27 @@ impl Plan<'_> {
         Intercept { not_modified: self.revalidating, server_error: covers }
     }
 
-    /// The capture the response is teed into (the cache's `max_object` plus room for the head).
-    pub(super) fn capture(&self) -> Capture {
-        Capture::new(usize::try_from(self.cache.config.max_object).unwrap_or(usize::MAX).saturating_add(64 * 1024))
+    /// The capture the response is teed into (the cache's `max_object` plus
+    /// room for the head); none for an invalidating request, which stores nothing.
+    pub(super) fn capture(&self) -> Option<Capture> {
+        let limit = usize::try_from(self.cache.config.max_object).unwrap_or(usize::MAX).saturating_add(64 * 1024);
+        (!self.invalidate).then(|| Capture::new(limit))
     }
 
-    fn value(&self, name: &str) -> Vec<u8> {
-        let mut out = Vec::new();
-        for (_, v) in self.request.iter().filter(|(n, _)| n == name) {
-            if !out.is_empty() {
-                out.extend_from_slice(b", ");
-            }
-            out.extend_from_slice(v);
-        }
+    /// A `Vary`-selected request header, normalised (RFC 9111 §4.1); `None`
+    /// when the request lacks it. On a service with compression,
+    /// `Accept-Encoding` is keyed by the coding compression would pick, its
+    /// absence included.
+    fn value(&self, name: &str) -> Option<Vec<u8>> {
+        let lines = || self.request.iter().filter(move |(n, _)| n == name).map(|(_, v)| &v[..]);
         if name == "accept-encoding" {
-            return match &self.compression {
-                Some(c) => {
-                    super::compress::variant_key(c, self.request.iter().filter(|(n, _)| n == name).map(|(_, v)| &v[..]))
-                }
-                None => policy::normalise_accept_encoding(&out),
-            };
+            if let Some(c) = &self.compression {
+                return Some(super::compress::variant_key(c, lines()));
+            }
+            lines().next()?;
+            return Some(policy::normalise_accept_encoding(&lines().collect::<Vec<_>>().join(&b","[..])));
         }
-        out
+        policy::selecting_value(name, lines())
     }
 
     fn header(&self, name: &str) -> Option<&[u8]> {
@@ -112,73 +121,20 @@ pub(super) enum Lookup<'c> {
 }
 
 /// Phase "cache lookup". `client.buf` still holds the request head.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn lookup<'c, S: ClientStream>(
     client: &mut Client<S>,
     cache: &'c Cache,
     service: &'c Service,
+    worker: &Rc<Worker>,
     head: &RequestHead,
     routed: &Routed<'_>,
     info: RequestInfo,
     draining: bool,
 ) -> Lookup<'c> {
-    let buf = &client.buf[..head.len];
-    let method = std::str::from_utf8(&buf[head.method.clone()]).unwrap_or("");
-    let key_of = |method: &str| {
-        let (origin_target, authority) = super::split_target(&buf[head.target.clone()]);
-        let host_value = authority.or_else(|| head.host.clone().map(|r| &buf[r])).unwrap_or(b"");
-        let mut host = String::new();
-        let host = route::routing_host(host_value, &mut host).to_string();
-        let (path, query) = super::split_query(origin_target);
-        cache::key(
-            &cache.config.key,
-            if client.transport.secure { "https" } else { "http" },
-            method,
-            &host,
-            std::str::from_utf8(path).unwrap_or(""),
-            query.and_then(|q| std::str::from_utf8(q).ok()),
-        )
-    };
-    if matches!(method, "POST" | "PUT" | "DELETE" | "PATCH") {
-        // RFC 9111 §4.4: an unsafe method invalidates what is stored for its
-        // target. Done before forwarding (the RFC says after a non-error
-        // response): at worst an entry is fetched again after a failed request.
-        cache.purge(&key_of("GET"), false);
-    }
-    let bypass = !matches!(method, "GET" | "HEAD")
-        || info.framing != parse::Framing::Empty
-        || info.upgrade
-        || routed.edits.iter().any(|e| e.no_cache);
-    if bypass {
-        return Lookup::Forward(None);
-    }
-    let request: Vec<(String, Vec<u8>)> = client
-        .fields
-        .iter()
-        .map(|f| (String::from_utf8_lossy(&buf[f.name.clone()]).to_ascii_lowercase(), buf[f.value.clone()].to_vec()))
-        .collect();
-    if policy::header(&request, "range").is_some() {
-        return Lookup::Forward(None);
-    }
-    let mut rcc = policy::Directives::parse(policy::headers(&request, "cache-control"));
-    if policy::header(&request, "cache-control").is_none()
-        && policy::header(&request, "pragma").is_some_and(|p| p.eq_ignore_ascii_case(b"no-cache"))
-    {
-        rcc.no_cache = true;
-    }
-    if rcc.no_store {
-        return Lookup::Forward(None);
-    }
-    let key = key_of(method);
-    let mut plan = Plan {
-        cache,
-        key,
-        request,
-        stale: None,
-        _fetch: None,
-        requested: SystemTime::now(),
-        head_method: info.head_method,
-        compression: service.compression.as_ref(),
-        revalidating: false,
+    let (mut plan, rcc, ranged_request) = match plan_of(client, cache, service, head, routed, info) {
+        Planned::Candidate(plan, rcc, ranged) => (plan, rcc, ranged),
+        Planned::Forward(plan) => return Lookup::Forward(plan),
     };
     let wait = service.timeouts.server_response.min(MAX_COALESCE_WAIT);
     // A HEAD stores nothing, so it neither leads nor waits for a fetch.
@@ -196,10 +152,30 @@ pub(super) async fn lookup<'c, S: ClientStream>(
                 return Lookup::Served(serve(client, service, info, head.len, &plan, entry, "hit", draining).await);
             }
         }
-        plan.stale = found;
         if rcc.only_if_cached {
             // RFC 9111 §5.2.1.7: nothing usable stored, and the client forbids going to a server.
             return Lookup::Served(gateway_timeout(client, service, info, head.len, draining).await);
+        }
+        if ranged_request {
+            // Not fresh: the server answers the range; nothing is stored from it.
+            return Lookup::Forward(None);
+        }
+        plan.stale = found;
+        // The cache's own refresh is never answered stale: it must reach a server.
+        let swr = |e: &Arc<Entry>| {
+            !client.transport.cache_refresh && !rcc.no_cache && e.within(e.directives.stale_while_revalidate, now)
+        };
+        if let Some(entry) = plan.stale.clone().filter(swr) {
+            // Stale within stale-while-revalidate: answered now, refreshed in
+            // the background (which needs a Host to address its request).
+            let shared = client.local.gen.caches.get(client.service).and_then(Option::clone);
+            let refresh =
+                shared.as_ref().filter(|_| head.host.is_some()).and_then(|c| cache::begin_refresh(c, &plan.key));
+            if let Some(refresh) = refresh {
+                refresh::spawn(client, worker, head, refresh);
+            }
+            cache.stats.stale.fetch_add(1, Ordering::Relaxed);
+            return Lookup::Served(serve(client, service, info, head.len, &plan, &entry, "stale", draining).await);
         }
         match coalesce.then(|| cache.coalesce(&plan.key)) {
             Some(Coalesce::Lead(fetch)) => {
@@ -207,17 +183,6 @@ pub(super) async fn lookup<'c, S: ClientStream>(
                 break;
             }
             Some(Coalesce::Wait(mut done)) => {
-                if let Some(entry) = plan
-                    .stale
-                    .clone()
-                    .filter(|e| !rcc.no_cache && e.within(e.directives.stale_while_revalidate, Instant::now()))
-                {
-                    // Another request is refreshing it: the stale entry now.
-                    cache.stats.stale.fetch_add(1, Ordering::Relaxed);
-                    return Lookup::Served(
-                        serve(client, service, info, head.len, &plan, &entry, "stale", draining).await,
-                    );
-                }
                 let _ = tokio::time::timeout(wait, done.changed()).await;
                 // Look once more; a second miss fetches without coalescing
                 // (the response may not have been storable).
@@ -236,6 +201,117 @@ pub(super) async fn lookup<'c, S: ClientStream>(
         cache.stats.misses.fetch_add(1, Ordering::Relaxed);
     }
     Lookup::Forward(Some(plan))
+}
+
+/// What the lookup works with for a request the cache may answer — its
+/// plan, its own directives, whether it asks for a `Range` — or, for any
+/// other request, what to do instead: forward it untouched, or with a plan
+/// that invalidates its target (an unsafe method).
+fn plan_of<'c, S: ClientStream>(
+    client: &Client<S>,
+    cache: &'c Cache,
+    service: &'c Service,
+    head: &RequestHead,
+    routed: &Routed<'_>,
+    info: RequestInfo,
+) -> Planned<'c> {
+    let buf = &client.buf[..head.len];
+    let method = std::str::from_utf8(&buf[head.method.clone()]).unwrap_or("");
+    if !policy::safe_method(method.as_bytes()) {
+        // RFC 9111 §4.4: any unsafe method (an unknown one included)
+        // invalidates what is stored for its target, once a non-error
+        // response says the server acted on it ([`finish`]).
+        return Planned::Forward(Some(Plan::invalidating(cache, key_of(client, cache, head, "GET"))));
+    }
+    let bypass = !matches!(method, "GET" | "HEAD")
+        || info.framing != parse::Framing::Empty
+        || info.upgrade
+        || routed.edits.iter().any(|e| e.no_cache);
+    if bypass {
+        return Planned::Forward(None);
+    }
+    let request: Vec<(String, Vec<u8>)> = client
+        .fields
+        .iter()
+        .map(|f| (String::from_utf8_lossy(&buf[f.name.clone()]).to_ascii_lowercase(), buf[f.value.clone()].to_vec()))
+        .collect();
+    // RFC 9110 §14.2: only a GET's Range is answered; a fresh entry
+    // answers it ([`ranged`]), anything else goes to a server as it is.
+    let ranged_request = !info.head_method && policy::header(&request, "range").is_some();
+    let rcc = request_directives(&request);
+    if rcc.no_store {
+        return Planned::Forward(None);
+    }
+    let key = key_of(client, cache, head, method);
+    let plan = Plan {
+        cache,
+        key,
+        request,
+        stale: None,
+        _fetch: None,
+        requested: SystemTime::now(),
+        head_method: info.head_method,
+        compression: service.compression.as_ref(),
+        revalidating: false,
+        invalidate: false,
+    };
+    Planned::Candidate(plan, rcc, ranged_request)
+}
+
+/// What [`plan_of`] found.
+enum Planned<'c> {
+    /// A request the cache may answer: its plan, its own directives, whether it has a `Range`.
+    Candidate(Plan<'c>, policy::Directives, bool),
+    /// Any other: forwarded, with a plan only to invalidate.
+    Forward(Option<Plan<'c>>),
+}
+
+/// The cache key of the request whose head is at the front of `client.buf`, as `method`.
+fn key_of<S: ClientStream>(client: &Client<S>, cache: &Cache, head: &RequestHead, method: &str) -> String {
+    let buf = &client.buf[..head.len];
+    let (origin_target, authority) = super::split_target(&buf[head.target.clone()]);
+    let host_value = authority.or_else(|| head.host.clone().map(|r| &buf[r])).unwrap_or(b"");
+    let mut host = String::new();
+    let host = route::routing_host(host_value, &mut host).to_string();
+    let (path, query) = super::split_query(origin_target);
+    cache::key(
+        &cache.config.key,
+        if client.transport.secure { "https" } else { "http" },
+        method,
+        &host,
+        std::str::from_utf8(path).unwrap_or(""),
+        query.and_then(|q| std::str::from_utf8(q).ok()),
+    )
+}
+
+/// The request's own `Cache-Control` (RFC 9111 §5.2.1); `Pragma: no-cache`
+/// counts as `no-cache` when there is no `Cache-Control` (§5.4).
+fn request_directives(request: &[(String, Vec<u8>)]) -> policy::Directives {
+    let mut rcc = policy::Directives::parse(policy::headers(request, "cache-control"));
+    if policy::header(request, "cache-control").is_none()
+        && policy::header(request, "pragma").is_some_and(|p| p.eq_ignore_ascii_case(b"no-cache"))
+    {
+        rcc.no_cache = true;
+    }
+    rcc
+}
+
+impl<'c> Plan<'c> {
+    /// The plan of an unsafe request: invalidate `key` after a non-error answer.
+    fn invalidating(cache: &'c Cache, key: String) -> Plan<'c> {
+        Plan {
+            cache,
+            key,
+            request: Vec::new(),
+            stale: None,
+            _fetch: None,
+            requested: SystemTime::now(),
+            head_method: false,
+            compression: None,
+            revalidating: false,
+            invalidate: true,
+        }
+    }
 }
 
 /// 504 for an `only-if-cached` request the cache cannot answer.
@@ -303,6 +379,15 @@ pub(super) async fn finish<S: ClientStream>(
     draining: bool,
 ) -> Option<bool> {
     let cache = plan.cache;
+    if plan.invalidate {
+        // RFC 9111 §4.4: only a non-error status says the state changed.
+        if let Ended::Relayed { status, .. } = ended {
+            if policy::invalidates(status) {
+                cache.purge(&plan.key, false);
+            }
+        }
+        return None;
+    }
     match ended {
         Ended::Relayed { status, capture } => {
             let captured = capture.and_then(Capture::bytes).filter(|_| !plan.head_method);
@@ -324,7 +409,7 @@ pub(super) async fn finish<S: ClientStream>(
                 .into_iter()
                 .filter(|(n, _)| !matches!(n.as_str(), "content-type" | "content-encoding"))
                 .collect();
-            let refreshed = Arc::new(stale.refreshed(&update, plan.requested, cache.config.heuristic));
+            let refreshed = Arc::new(stale.refreshed(&update, plan.requested, &cache.config));
             cache.insert_shared(&plan.key, refreshed.clone());
             // Waiters for this key need not wait for our client's write.
             plan._fetch = None;
@@ -342,19 +427,20 @@ pub(super) async fn finish<S: ClientStream>(
 /// Stores a complete response when a shared cache may.
 fn store(plan: &Plan<'_>, status: u16, headers: Vec<(String, Vec<u8>)>, body: bytes::Bytes) {
     let cache = plan.cache;
-    let d = policy::Directives::parse(policy::headers(&headers, "cache-control"));
+    let control = policy::control(&headers, &cache.config.targeted);
     let authorized = plan.header("authorization").is_some();
-    if !policy::storable(status, &d, &headers, authorized, cache.config.heuristic) {
+    if !policy::storable(status, &control, &headers, authorized, cache.config.heuristic) {
         return;
     }
     let vary = policy::headers(&headers, "vary").collect::<Vec<_>>().join(&b","[..]);
     let vary = cache::vary_values(&vary, &|n| plan.value(n));
-    let entry = Entry::new(status, headers, body, vary, plan.requested, SystemTime::now(), cache.config.heuristic);
+    let entry = Entry::new(status, headers, body, vary, plan.requested, SystemTime::now(), &cache.config);
     cache.insert(&plan.key, entry);
 }
 
 /// Writes a stored response to the client: the entry, or 304 when the
-/// client's own conditional request matches it; a HEAD gets the head only.
+/// client's own conditional request matches it (RFC 9111 §4.3.2), or the
+/// ranges a GET asks of it (206, 416: [`ranged`]); a HEAD gets the head only.
 /// `head_len`: request head bytes still to consume from `client.buf`.
 #[allow(clippy::too_many_arguments)]
 async fn serve<S: ClientStream>(
@@ -369,18 +455,41 @@ async fn serve<S: ClientStream>(
 ) -> bool {
     client.buf.advance(head_len);
     let keep = info.keep_alive && !draining;
-    let status = if cache::not_modified(entry, plan.header("if-none-match"), plan.header("if-modified-since")) {
-        304
-    } else {
-        entry.status
-    };
+    let (close, keep_alive_10) = (!keep, keep && info.version == Version::Http10);
     let age = entry.age(Instant::now());
-    cache::hit_head(&mut client.out, entry, age, status, !keep, keep && info.version == Version::Http10);
-    let body = if info.head_method || status == 304 || status == 204 { &[][..] } else { &entry.body[..] };
-    let ok = write_all_two(&mut client.stream, &client.out, body, service.timeouts.client_idle).await.is_ok();
+    let conditional = cache::not_modified(entry, plan.header("if-none-match"), plan.header("if-modified-since"));
+    let (status, body) = match ranged(plan, entry, info).filter(|_| !conditional) {
+        Some(ranges) => range::answer(&mut client.out, entry, age, ranges, close, keep_alive_10),
+        None => {
+            let status = if conditional { 304 } else { entry.status };
+            cache::hit_head(&mut client.out, entry, age, status, close, keep_alive_10);
+            let body =
+                if info.head_method || status == 304 || status == 204 { Bytes::new() } else { entry.body.clone() };
+            (status, body)
+        }
+    };
+    let ok = write_all_two(&mut client.stream, &client.out, &body, service.timeouts.client_idle).await.is_ok();
     client.trace.bytes_out = (client.out.len() + body.len()) as u64;
     client.trace.body_out = body.len() as u64;
     client.trace.cache = Some(how);
     client.trace.cache_status = status;
     keep && ok
+}
+
+/// The byte ranges a GET asks of a stored 200 (RFC 9110 §14.2), when its
+/// `If-Range`, if any, holds (§13.1.5); `None`: answer the whole response.
+fn ranged(plan: &Plan<'_>, entry: &Entry, info: RequestInfo) -> Option<Ranges> {
+    let value = plan.header("range").filter(|_| !info.head_method && entry.status == 200)?;
+    if let Some(if_range) = plan.header("if-range") {
+        let stored = |n| policy::header(&entry.headers, n);
+        let holds =
+            range::if_range_holds(if_range, stored("etag"), stored("last-modified"), stored("date"), entry.received_at);
+        if !holds {
+            return None;
+        }
+    }
+    match range::evaluate(value, entry.body.len() as u64) {
+        Ranges::Whole => None,
+        ranges => Some(ranges),
+    }
 }

@@ -204,7 +204,7 @@ pub async fn serve<S: ClientStream + 'static>(
     };
     let metrics = client.local.gen.services[service].clone();
     // A request of an HTTP/2 stream is not a connection of its own.
-    let counted = !client.transport.http2;
+    let counted = !client.transport.http2 && !client.transport.cache_refresh;
     if counted {
         metrics.connection_opened(worker.id);
     }
@@ -432,7 +432,7 @@ async fn handle<S: ClientStream>(
     client: &mut Client<S>,
     head: RequestHead,
     service: &Service,
-    worker: &Worker,
+    worker: &Rc<Worker>,
     local: &Local,
     started: Instant,
 ) -> bool {
@@ -582,7 +582,7 @@ async fn handle<S: ClientStream>(
     let plan = match cache {
         Some(cache) => {
             let draining = worker.closing(local.gen.number, &service.name);
-            match cached::lookup(client, cache, service, &head, &routed, info, draining).await {
+            match cached::lookup(client, cache, service, worker, &head, &routed, info, draining).await {
                 cached::Lookup::Served(keep) => {
                     log(client, service, client.trace.cache_status, None, started);
                     return keep && !worker.closing(local.gen.number, &service.name);
@@ -629,7 +629,7 @@ async fn handle<S: ClientStream>(
     // Cache hook: revalidate a stale entry; tee the response into a capture.
     if let Some(plan) = &plan {
         cached::add_validators(&mut client.out, plan);
-        client.capture = Some(plan.capture());
+        client.capture = plan.capture();
         client.intercept = plan.intercept(Instant::now());
     }
 

@@ -123,6 +123,7 @@ pub fn transport(conn: &ServerConnection) -> Transport {
         },
         http2: false,
         refused: None,
+        cache_refresh: false,
     }
 }
 

@@ -62,7 +62,7 @@ pub(in crate::http) fn spawn<S: ClientStream>(
     let transport = Transport { cache_refresh: true, http2: false, ..client.transport.clone() };
     tokio::task::spawn_local(async move {
         let _refresh = refresh;
-        let (pipe, PipeEnd { to_pipeline, mut from_pipeline }) = Pipe::pair(None);
+        let (pipe, PipeEnd { to_pipeline, mut from_pipeline, .. }) = Pipe::pair(None);
         let scratch = Scratch { buf: BytesMut::from(&request[..]), ..Scratch::default() };
         let serve = crate::http::serve(pipe, peer, scratch, local, service, worker, transport);
         let drain = async {

@@ -243,3 +243,45 @@ fn ctl_health_fails_until_a_full_copy_arrives_and_while_stopping() {
     wait_for("the admin listener", || std::net::TcpStream::connect(admin).ok());
     assert_eq!(ctl_health(admin).0, 0);
 }
+
+/// Node `name` with one `tcp` service on `me.listen` whose pool sticks Remote Desktop
+/// users to `servers` by their `mstshash` cookie.
+fn rdp_config(name: &str, me: &Node, peer_name: &str, peer: &Node, servers: &[SocketAddr]) -> String {
+    let list: Vec<String> =
+        servers.iter().enumerate().map(|(i, a)| format!("{{ address = \"{a}\", name = \"s{i}\" }}")).collect();
+    format!(
+        "workers = 2\ndrain_timeout = \"2s\"\n\n[admin]\nlisten = \"{admin}\"\n\n\
+         [cluster]\nname = \"{name}\"\nlisten = \"{cl}\"\nkey = \"{KEY}\"\nsync_timeout = \"1s\"\n\n\
+         [[cluster.peers]]\nname = \"{peer_name}\"\naddress = \"{pcl}\"\n\n\
+         [[service]]\nname = \"desktops\"\nmode = \"tcp\"\nlisten = \"{listen}\"\npool = \"farm\"\n\n\
+         [[pool]]\nname = \"farm\"\npersistence = {{ rdp_cookie = true, idle_timeout = \"10m\" }}\nservers = [{}]\n",
+        list.join(", "),
+        admin = me.admin,
+        cl = me.cluster,
+        pcl = peer.cluster,
+        listen = me.listen,
+    )
+}
+
+#[test]
+fn remote_desktop_users_keep_their_server_on_the_other_node() {
+    use common::l4::{rdp_request, tagged_server, through};
+    let servers = [tagged_server(b'a'), tagged_server(b'b'), tagged_server(b'c')];
+    let (a, b) = (Node::new(), Node::new());
+    let lb1 = Proxy::start(&rdp_config("lb1", &a, "lb2", &b, &servers), a.listen);
+    let lb2 = Proxy::start(&rdp_config("lb2", &b, "lb1", &a, &servers), b.listen);
+    wait_for("both nodes ready", || {
+        (cluster_view(a.admin)["ready"] == true && cluster_view(b.admin)["ready"] == true).then_some(())
+    });
+    // Users learned on lb1 (round robin spreads them), streamed to lb2.
+    let users: Vec<String> = (0..60).map(|i| format!("desk{i}")).collect();
+    let homes: Vec<u8> = users.iter().map(|u| through(a.listen, &rdp_request(Some(u)), false)).collect();
+    assert_eq!(homes.iter().collect::<std::collections::HashSet<_>>().len(), 3, "{homes:?}");
+    let size = |admin| api(admin, "/api/v1/pools/farm/persistence?limit=1").json()["total"].as_u64().unwrap_or(0);
+    wait_for("lb2 to hold every RDP entry", || (size(b.admin) == 60).then_some(()));
+    // After the address moved (here: the client goes to lb2), each user reaches the same server.
+    for (user, home) in users.iter().zip(&homes) {
+        assert_eq!(through(b.listen, &rdp_request(Some(user)), false), *home, "{user} moved\n{}", lb2.log());
+    }
+    drop(lb1);
+}

@@ -8,6 +8,7 @@
 #![allow(dead_code)] // Each test file uses its own subset.
 
 pub mod grpc;
+pub mod l4;
 pub mod netns;
 pub mod pki;
 pub mod prometheus;

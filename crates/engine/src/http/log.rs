@@ -118,6 +118,7 @@ pub(super) fn log<S>(client: &Client<S>, service: &Service, status: u16, error: 
             None => SystemTime::UNIX_EPOCH,
         },
         cache: t.cache,
+        trace_id: client.otel.as_ref().map(crate::otel::RequestSpan::trace_id),
     };
     if let Some(m) = gen.services.get(client.service) {
         m.request(client.worker, &record);
@@ -127,6 +128,11 @@ pub(super) fn log<S>(client: &Client<S>, service: &Service, status: u16, error: 
     }
     if let Some(line) = logging {
         line.log(&record);
+    }
+    if let (Some(span), Some(tracer)) = (&client.otel, &client.local.tracer) {
+        if let Some(finished) = span.finish(&record, client.transport.secure) {
+            tracer.export(finished);
+        }
     }
 }
 

@@ -318,6 +318,7 @@ fn record(
             None => SystemTime::UNIX_EPOCH,
         },
         cache: None,
+        trace_id: None,
     };
     if let Some(m) = gen.services.get(service) {
         m.request(worker.id, &record);

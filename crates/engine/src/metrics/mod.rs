@@ -99,6 +99,8 @@ pub struct Record<'a> {
     /// What the response cache did: `hit`, `miss`, `stale`, `revalidated`;
     /// `None` when the request was not a cache candidate.
     pub cache: Option<&'static str>,
+    /// The request's trace id when tracing is on (`[tracing]`).
+    pub trace_id: Option<[u8; 16]>,
 }
 
 /// The server a request was sent to.

@@ -25,6 +25,7 @@ pub(crate) fn record(status: u16, error: Option<ProxyError>) -> Record<'static> 
         referer: None,
         start: SystemTime::UNIX_EPOCH,
         cache: None,
+        trace_id: None,
     }
 }
 

@@ -300,3 +300,27 @@ fn a_stalled_collector_fills_the_queue_and_drops_are_counted() {
     // One export in flight and at most `queue_size` requests queued: the rest were dropped.
     assert!(dropped >= f64::from((100 - 1 - 4) * 2), "dropped {dropped}");
 }
+
+#[test]
+fn off_passes_trace_headers_untouched_and_a_reload_turns_it_on() {
+    let Some(collector) = Collector::start(false) else { return };
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&simple_config(listen, &[collector.addr], ""), listen);
+    // Off: switchyard is not part of the trace; even an invalid header passes as it came.
+    let odd = "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01";
+    assert_eq!(get(&proxy, "/before", &[("traceparent", odd), ("tracestate", "rojo=1")]).status, 200);
+    let before = wait_for("the origin's request", || collector.requests().into_iter().find(|r| r["path"] == "/before"));
+    assert_eq!(
+        (before["traceparent"].clone(), before["tracestate"].clone()),
+        (serde_json::json!([odd]), serde_json::json!(["rojo=1"]))
+    );
+
+    std::fs::write(&proxy.config, config(listen, &collector, "", "")).expect("rewrite the config");
+    proxy.reload(1);
+    assert!(proxy.log().contains("tracing changed"), "{}", proxy.log());
+    let parent = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
+    assert_eq!(get(&proxy, "/after", &[("traceparent", &parent)]).status, 200);
+    let (seen, spans) = collector.trace_of("/after", 2);
+    assert_eq!(trace_id_of(&seen), CLIENT_TRACE);
+    assert!(spans.iter().any(|s| s["kind"] == 2 && s["parent_span_id"] == CLIENT_SPAN), "{spans:?}");
+}

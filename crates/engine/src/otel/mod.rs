@@ -175,3 +175,74 @@ impl Tracer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_http::parse::{parse_request, HeadLimits};
+
+    const PARENT: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+
+    fn tracer(sample_millionths: u32, parent_based: bool) -> Tracer {
+        let mut config = switchyard_config::parse("[tracing]\n", "t.toml")
+            .ok()
+            .and_then(|c| c.tracing)
+            .unwrap_or_else(|| panic!("an empty [tracing] table is valid"));
+        config.sample_millionths = sample_millionths;
+        config.parent_based = parent_based;
+        Tracer::new(Arc::new(Exporter::start(config, Arc::default())))
+    }
+
+    fn start(tracer: &Tracer, headers: &str) -> RequestSpan {
+        let head = format!("GET / HTTP/1.1\r\nhost: h\r\n{headers}\r\n");
+        let mut fields = Vec::new();
+        let limits = HeadLimits { max_bytes: 8192, max_fields: 100 };
+        let parsed = parse_request(head.as_bytes(), limits, &mut fields);
+        assert!(matches!(parsed, Ok(Some(_))), "{head}");
+        tracer.start(head.as_bytes(), &fields, Instant::now())
+    }
+
+    fn hex(span: &RequestSpan) -> String {
+        String::from_utf8_lossy(&context::trace_id_hex(&span.trace_id())).into_owned()
+    }
+
+    #[test]
+    fn sampling_follows_the_parent_or_the_ratio() {
+        let sampled = format!("traceparent: 00-{PARENT}-00f067aa0ba902b7-01\r\n");
+        let unsampled = format!("traceparent: 00-{PARENT}-00f067aa0ba902b7-00\r\n");
+        // Parent-based: the flag decides, whatever the ratio.
+        let s = start(&tracer(0, true), &sampled);
+        assert!(s.sampled() && hex(&s) == PARENT);
+        assert!(!start(&tracer(1_000_000, true), &unsampled).sampled());
+        // Not parent-based: the ratio decides, on the client's trace id.
+        let s = start(&tracer(1_000_000, false), &unsampled);
+        assert!(s.sampled() && hex(&s) == PARENT);
+        assert!(!start(&tracer(0, false), &sampled).sampled());
+        // No parent: the ratio, on a new trace id.
+        let s = start(&tracer(1_000_000, true), "");
+        assert!(s.sampled() && hex(&s) != PARENT);
+        assert!(!start(&tracer(0, true), "").sampled());
+    }
+
+    #[test]
+    fn what_is_forwarded() {
+        let t = tracer(1_000_000, true);
+        let parent = format!("traceparent: 00-{PARENT}-00f067aa0ba902b7-01\r\n");
+        let s = start(&t, &format!("{parent}tracestate: rojo=1\r\n"));
+        let p = s.propagation();
+        let sent = String::from_utf8_lossy(p.traceparent).into_owned();
+        let mut upstream = [0u8; 16];
+        context::encode(&s.ids().upstream, &mut upstream);
+        let upstream = String::from_utf8_lossy(&upstream).into_owned();
+        assert_eq!(sent, format!("00-{PARENT}-{upstream}-01"));
+        assert!(p.keep_tracestate);
+        // An invalid tracestate is not passed on; nor one of a trace that does not continue.
+        assert!(!start(&t, &format!("{parent}tracestate: Rojo=1\r\n")).propagation().keep_tracestate);
+        assert!(!start(&t, "tracestate: rojo=1\r\n").propagation().keep_tracestate);
+        // Two traceparent fields: neither is the parent.
+        let twice = format!("{parent}traceparent: 00-{PARENT}-1111111111111111-01\r\n");
+        assert_ne!(hex(&start(&t, &twice)), PARENT);
+        // Ids differ request to request.
+        assert_ne!(start(&t, "").trace_id(), start(&t, "").trace_id());
+    }
+}

@@ -96,7 +96,7 @@ impl RequestSpan {
             marks: Marks::default(),
         };
         if sampled {
-            span.wall = SystemTime::now() - started.elapsed();
+            span.wall = SystemTime::now().checked_sub(started.elapsed()).unwrap_or(UNIX_EPOCH);
             for f in fields {
                 let name = &buf[f.name.clone()];
                 let value = String::from_utf8_lossy(&buf[f.value.clone()]);
@@ -166,7 +166,7 @@ impl RequestSpan {
             return;
         }
         let now = Instant::now();
-        let head = (sent + std::time::Duration::from_micros(head_us)).min(now);
+        let head = sent.checked_add(std::time::Duration::from_micros(head_us)).map_or(now, |h| h.min(now));
         self.marks.first_byte = Some((sent, head));
         self.marks.upstream_end = Some(now);
         self.marks.compress = compressed.map(|(algorithm, i, o)| (head, now, algorithm, i, o));

@@ -184,12 +184,19 @@ mod tests {
     const PARENT: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 
     fn tracer(sample_millionths: u32, parent_based: bool) -> Tracer {
-        let mut config = switchyard_config::parse("[tracing]\n", "t.toml")
-            .ok()
-            .and_then(|c| c.tracing)
-            .unwrap_or_else(|| panic!("an empty [tracing] table is valid"));
-        config.sample_millionths = sample_millionths;
-        config.parent_based = parent_based;
+        let Ok(endpoint) = switchyard_config::parse_endpoint(Tracing::DEFAULT_ENDPOINT) else {
+            panic!("the default endpoint parses")
+        };
+        let config = Tracing {
+            endpoint,
+            sample_millionths,
+            parent_based,
+            service_name: "test".to_string(),
+            batch_size: Tracing::DEFAULT_BATCH,
+            queue_size: Tracing::DEFAULT_QUEUE,
+            interval: Tracing::DEFAULT_INTERVAL,
+            timeout: Tracing::DEFAULT_TIMEOUT,
+        };
         Tracer::new(Arc::new(Exporter::start(config, Arc::default())))
     }
 

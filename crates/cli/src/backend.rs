@@ -187,6 +187,7 @@ impl Backend for EngineBackend {
     fn metrics(&self, format: MetricsFormat) -> String {
         let gen = self.control.generation();
         let (ok, failed) = *self.reloads.lock().unwrap_or_else(|e| e.into_inner());
+        let (exported, queue_full, export_failed) = gen.tracing.counters.read();
         let mut view = ExpositionView {
             process: ProcessGauges {
                 workers: self.control.workers() as u64,
@@ -194,6 +195,9 @@ impl Backend for EngineBackend {
                 reloads_ok: ok,
                 reloads_failed: failed,
                 access_log_dropped: gen.access_log.as_ref().map_or(0, |l| l.dropped()),
+                tracing_spans_exported: exported,
+                tracing_spans_dropped_queue_full: queue_full,
+                tracing_spans_dropped_export_failed: export_failed,
             },
             tls: Some(&gen.tls_handshakes),
             ..ExpositionView::default()

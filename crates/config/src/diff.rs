@@ -82,6 +82,8 @@ pub struct Diff {
     pub event_log_changed: bool,
     /// `[cluster]` differs (peers, key, queue...).
     pub cluster_changed: bool,
+    /// `[tracing]` differs (added, removed, or any of its settings).
+    pub tracing_changed: bool,
 }
 
 impl Diff {
@@ -97,6 +99,7 @@ impl Diff {
             && !self.access_log_changed
             && !self.event_log_changed
             && !self.cluster_changed
+            && !self.tracing_changed
     }
 
     /// True when part of the change can only take effect after a restart
@@ -130,6 +133,7 @@ impl fmt::Display for Diff {
             (self.access_log_changed, "access_log changed"),
             (self.event_log_changed, "event_log changed (restart needed)"),
             (self.cluster_changed, "cluster changed"),
+            (self.tracing_changed, "tracing changed"),
         ];
         for (_, text) in flags.iter().filter(|(set, _)| *set) {
             write!(f, "; {text}")?;
@@ -167,6 +171,7 @@ pub fn diff(old: &Config, new: &Config) -> Diff {
         access_log_changed: old.access_log != new.access_log,
         event_log_changed: old.event_log != new.event_log,
         cluster_changed: old.cluster != new.cluster,
+        tracing_changed: old.tracing != new.tracing,
     }
 }
 

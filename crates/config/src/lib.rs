@@ -42,6 +42,7 @@ mod rule;
 mod source;
 mod syslog;
 mod tls;
+mod tracing;
 mod units;
 mod validate;
 
@@ -51,6 +52,7 @@ pub use diff::{diff, Changes, Diff, PoolChange};
 pub use model::*;
 pub use protection::{ClientAddressHeader, Protection, Rate, DEFAULT_TABLE_SIZE};
 pub use tls::{cipher_suite, kx_group, DEFAULT_SESSION_CACHE, GROUP_NAMES};
+pub use tracing::{parse_endpoint, Endpoint, Tracing};
 
 use std::path::Path;
 

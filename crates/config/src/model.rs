@@ -34,6 +34,9 @@ pub struct Config {
     /// High availability: this node and the peers it replicates state with;
     /// `None` when the file has no `[cluster]` table (a single node).
     pub cluster: Option<Cluster>,
+    /// OpenTelemetry tracing of HTTP requests; `None` (off) without a
+    /// `[tracing]` table.
+    pub tracing: Option<crate::Tracing>,
 }
 
 /// `[cluster]`: this node of an active/standby pair and its peers.

@@ -33,6 +33,8 @@ pub struct RawConfig {
     pub event_log: Option<S<RawEventLog>>,
     /// `[cluster]`
     pub cluster: Option<S<RawCluster>>,
+    /// `[tracing]`
+    pub tracing: Option<S<RawTracing>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells. Validation does not also report
     /// these as missing.
@@ -416,6 +418,29 @@ pub struct RawAccessLog {
     pub syslog: Option<S<String>>,
     /// `facility` of the syslog messages.
     pub facility: Option<S<String>>,
+}
+
+/// The `[tracing]` table (OpenTelemetry traces exported by OTLP).
+#[derive(Debug, Clone, Default)]
+pub struct RawTracing {
+    /// `endpoint`: the collector's OTLP/HTTP URL.
+    pub endpoint: Option<S<String>>,
+    /// `protocol`: `"http/protobuf"`.
+    pub protocol: Option<S<String>>,
+    /// `sample_ratio`: a number from 0 to 1 (its text, as written).
+    pub sample_ratio: Option<S<String>>,
+    /// `parent_based`
+    pub parent_based: Option<S<bool>>,
+    /// `service_name`
+    pub service_name: Option<S<String>>,
+    /// `batch_size`
+    pub batch_size: Option<S<i64>>,
+    /// `queue_size`
+    pub queue_size: Option<S<i64>>,
+    /// `interval`, a duration string.
+    pub interval: Option<S<String>>,
+    /// `timeout`, a duration string.
+    pub timeout: Option<S<String>>,
 }
 
 /// The `[event_log]` table.

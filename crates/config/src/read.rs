@@ -28,6 +28,7 @@ mod cluster;
 mod compression;
 mod protection;
 mod tls;
+mod tracing;
 use cluster::read_cluster;
 use compression::read_compression;
 use protection::read_protection;
@@ -37,7 +38,7 @@ type Value<'i> = Spanned<DeValue<'i>>;
 type Key<'i> = Spanned<Cow<'i, str>>;
 
 const TOP_KEYS: &[&str] =
-    &["workers", "drain_timeout", "service", "pool", "admin", "access_log", "event_log", "cluster"];
+    &["workers", "drain_timeout", "service", "pool", "admin", "access_log", "event_log", "cluster", "tracing"];
 const SERVICE_KEYS: &[&str] = &[
     "name",
     "mode",
@@ -185,6 +186,9 @@ pub(crate) fn read_config(r: &mut Report<'_>, root: &DeTable<'_>) -> RawConfig {
             }
             "event_log" => raw.event_log = table_of(r, name, value).map(|t| S::new(value.span(), read_event_log(r, t))),
             "cluster" => raw.cluster = table_of(r, name, value).map(|t| S::new(value.span(), read_cluster(r, t))),
+            "tracing" => {
+                raw.tracing = table_of(r, name, value).map(|t| S::new(value.span(), tracing::read_tracing(r, t)))
+            }
             _ => raw.broken.extend(unknown_key(r, key, TOP_KEYS, "at the top level")),
         }
         if r.error_count() > errors_before {

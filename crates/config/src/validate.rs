@@ -154,6 +154,7 @@ pub(crate) fn validate(r: &mut Report<'_>, raw: &RawConfig, files: &Files) -> Co
     let access_log = raw.access_log.as_ref().map(|l| validate_access_log(&mut cx, l));
     let event_log = raw.event_log.as_ref().and_then(|l| validate_event_log(&mut cx, l));
     let cluster = raw.cluster.as_ref().map(|c| crate::cluster::validate_cluster(&mut cx, c, &listeners));
+    let tracing = raw.tracing.as_ref().map(|t| crate::tracing::validate_tracing(&mut cx, t));
 
     for (i, raw_pool) in raw.pools.iter().enumerate() {
         if cx.used.get(i) == Some(&false) {
@@ -168,7 +169,7 @@ pub(crate) fn validate(r: &mut Report<'_>, raw: &RawConfig, files: &Files) -> Co
             }
         }
     }
-    Config { workers, drain_timeout, services, pools, admin, access_log, event_log, cluster }
+    Config { workers, drain_timeout, services, pools, admin, access_log, event_log, cluster, tracing }
 }
 
 fn validate_service(cx: &mut Ctx<'_, '_>, service: &S<RawService>, listeners: &mut Vec<Listener>) -> Service {

@@ -586,6 +586,7 @@ pub fn rules(data: &[u8]) {
         },
         upgrade: None,
         client_cert: (flags & 64 != 0).then_some((flags & 4 != 0, "CN=fuzz")),
+        trace: None,
     };
     let mut out = Vec::new();
     rewrite::request_head(&mut out, buf, &head, &fields, origin_target, authority, b"fallback", &decision.edits, &fwd);

@@ -18,6 +18,7 @@ pub mod http2;
 pub mod l4;
 pub mod live;
 pub mod metrics;
+pub mod otel;
 pub mod peers;
 pub mod persist;
 pub mod protection;

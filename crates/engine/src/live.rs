@@ -563,6 +563,9 @@ pub struct Generation {
     /// `protection` table), indexed like `config.services`; a guard's client
     /// table is carried across reloads while its settings are unchanged.
     pub protection: Vec<Option<Arc<crate::protection::Guard>>>,
+    /// The trace exporter of `[tracing]` (none when off) and the span
+    /// counters; the exporter is carried across reloads while the table is unchanged.
+    pub tracing: crate::otel::Shared,
 }
 
 impl Generation {
@@ -665,9 +668,11 @@ impl Generation {
                 }))
             })
             .collect();
+        let tracing = crate::otel::Shared::new(config.tracing.as_ref(), previous.map(|g| &g.tracing));
         Ok(Generation {
             caches,
             protection,
+            tracing,
             number,
             config,
             pools,

@@ -98,6 +98,8 @@ pub struct Local {
     pub pools: Vec<Rc<PoolLocal>>,
     /// This worker's handle on the access log, if there is one.
     pub log: Option<Rc<LineWriter>>,
+    /// This worker's tracer, when `[tracing]` is on.
+    pub tracer: Option<Rc<crate::otel::Tracer>>,
 }
 
 impl Local {
@@ -144,7 +146,11 @@ impl Local {
             (Some(open), Some(p)) if p.gen.access_log.as_ref().is_some_and(|old| old.same(open)) => p.log.clone(),
             (Some(open), _) => Some(Rc::new(open.line_writer())),
         };
-        Local { gen, pools, log }
+        let tracer = gen.tracing.exporter.as_ref().map(|exporter| {
+            let kept = previous.and_then(|p| p.tracer.as_ref()).filter(|t| t.feeds(exporter));
+            kept.cloned().unwrap_or_else(|| Rc::new(crate::otel::Tracer::new(exporter.clone())))
+        });
+        Local { gen, pools, log, tracer }
     }
 }
 

@@ -32,6 +32,23 @@ pub struct Forwarding<'a> {
     /// verified, and its subject. The client's own `X-Client-Verify` and
     /// `X-Client-Cert-Subject` are then replaced by the proxy's.
     pub client_cert: Option<(bool, &'a str)>,
+    /// With tracing on: the trace context sent in place of the client's.
+    pub trace: Option<TraceHeaders<'a>>,
+}
+
+/// The W3C trace context a traced request carries to the server.
+#[derive(Debug, Clone, Copy)]
+pub struct TraceHeaders<'a> {
+    /// The `traceparent` value (the proxy's span as the parent); the
+    /// client's `traceparent` is dropped.
+    pub traceparent: &'a [u8],
+    /// Whether the client's `tracestate` goes on (its trace continues);
+    /// otherwise it is dropped too.
+    pub keep_tracestate: bool,
+}
+
+fn is_replaced_trace_field(name: &[u8], trace: &TraceHeaders) -> bool {
+    name.eq_ignore_ascii_case(b"traceparent") || (!trace.keep_tracestate && name.eq_ignore_ascii_case(b"tracestate"))
 }
 
 fn is_client_cert_field(name: &[u8]) -> bool {
@@ -122,6 +139,7 @@ pub fn request_head(
             || (!edits.is_empty() && edited_away(edits, name, false))
             || (authority.is_some() && name.eq_ignore_ascii_case(b"host"))
             || (fwd.client_cert.is_some() && is_client_cert_field(name))
+            || fwd.trace.as_ref().is_some_and(|t| is_replaced_trace_field(name, t))
         {
             continue;
         }
@@ -160,6 +178,9 @@ pub fn request_head(
         }
         Some((false, _)) => out.extend_from_slice(b"x-client-verify: NONE\r\n"),
         None => {}
+    }
+    if let Some(trace) = &fwd.trace {
+        write_field(out, b"traceparent", trace.traceparent);
     }
     if let Some(protocol) = fwd.upgrade {
         out.extend_from_slice(b"connection: upgrade\r\n");
@@ -297,10 +318,40 @@ mod tests {
             headers,
             upgrade: None,
             client_cert,
+            trace: None,
         };
         let target = raw[head.target.clone()].to_vec();
         request_head(&mut out, raw, &head, &fields, &target, None, b"backend", edits, &fwd);
         String::from_utf8(out).expect("utf8")
+    }
+
+    fn rewrite_traced(raw: &[u8], keep_tracestate: bool) -> String {
+        let mut fields = Vec::new();
+        let head = parse_request(raw, LIMITS, &mut fields).expect("valid").expect("complete");
+        let mut out = Vec::new();
+        let traceparent = b"00-4bf92f3577b34da6a3ce929d0e0e4736-1111111111111111-01";
+        let fwd = Forwarding {
+            client: "192.0.2.7".parse().expect("ip"),
+            client_text: "192.0.2.7",
+            proto: "http",
+            headers: Forwarded { x_forwarded_for: false, x_forwarded_proto: false, forwarded: false },
+            upgrade: None,
+            client_cert: None,
+            trace: Some(TraceHeaders { traceparent, keep_tracestate }),
+        };
+        request_head(&mut out, raw, &head, &fields, b"/", None, b"backend", &[], &fwd);
+        String::from_utf8(out).expect("utf8")
+    }
+
+    #[test]
+    fn trace_context_is_replaced() {
+        let raw =
+            b"GET / HTTP/1.1\r\nHost: h\r\nTraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n\
+                    tracestate: rojo=1\r\n\r\n";
+        let ours = "traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-1111111111111111-01\r\n";
+        assert_eq!(rewrite_traced(raw, true), format!("GET / HTTP/1.1\r\nHost: h\r\ntracestate: rojo=1\r\n{ours}\r\n"));
+        // A new trace: the client's tracestate belongs to another one.
+        assert_eq!(rewrite_traced(raw, false), format!("GET / HTTP/1.1\r\nHost: h\r\n{ours}\r\n"));
     }
 
     #[test]

@@ -168,6 +168,12 @@ pub(crate) fn json(out: &mut Vec<u8>, r: &Record, clock: &mut Clock) {
         out.extend_from_slice(b",\"grpc_status\":");
         num(out, u64::from(status));
     }
+    if let Some(id) = &r.trace_id {
+        // Only with tracing on, like `cache`.
+        out.extend_from_slice(b",\"trace_id\":\"");
+        out.extend_from_slice(&crate::otel::context::trace_id_hex(id));
+        out.push(b'"');
+    }
     out.extend_from_slice(b"}\n");
 }
 
@@ -225,7 +231,8 @@ fn unicode_escape(out: &mut Vec<u8>, b: u8) {
 
 /// Appends one combined-format line and a newline:
 /// `client - - [time] "request" status body-bytes "referer" "user-agent"` then
-/// ` service=… server=pool/server total_us=… reason=…`.
+/// ` service=… server=pool/server total_us=… reason=…`, and ` trace_id=…`
+/// with tracing on.
 pub(crate) fn combined(out: &mut Vec<u8>, r: &Record, clock: &mut Clock) {
     let (_, clf, _) = clock.at(r.start);
     let _ = write!(out, "{}", r.client.ip());
@@ -278,6 +285,10 @@ pub(crate) fn combined(out: &mut Vec<u8>, r: &Record, clock: &mut Clock) {
             out.push(b'"');
         }
         None => out.push(b'-'),
+    }
+    if let Some(id) = &r.trace_id {
+        out.extend_from_slice(b" trace_id=");
+        out.extend_from_slice(&crate::otel::context::trace_id_hex(id));
     }
     out.push(b'\n');
 }

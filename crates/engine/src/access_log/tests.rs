@@ -32,6 +32,7 @@ fn record(target: &'static [u8]) -> Record<'static> {
         start: UNIX_EPOCH + Duration::from_millis(971_186_136_007),
         cache: None,
         grpc_status: None,
+        trace_id: None,
     }
 }
 
@@ -91,6 +92,18 @@ fn json_lines_are_golden_and_parse() {
     let grpc = line(LogFormat::Json, &Record { grpc_status: Some(14), ..record(b"/pkg.Svc/Call") });
     let v: serde_json::Value = serde_json::from_str(&grpc).expect("valid JSON");
     assert_eq!(v["grpc_status"], 14);
+}
+
+#[test]
+fn trace_id_field_only_with_tracing() {
+    let id = [0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36];
+    let traced = Record { trace_id: Some(id), ..record(b"/x") };
+    let json = line(LogFormat::Json, &traced);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+    assert_eq!(v["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert!(line(LogFormat::Combined, &traced).ends_with(" reason=- trace_id=4bf92f3577b34da6a3ce929d0e0e4736\n"));
+    assert!(!line(LogFormat::Json, &record(b"/x")).contains("trace_id"));
+    assert!(!line(LogFormat::Combined, &record(b"/x")).contains("trace_id"));
 }
 
 #[test]

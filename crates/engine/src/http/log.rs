@@ -123,6 +123,7 @@ pub(super) fn log<S>(client: &Client<S>, service: &Service, status: u16, error: 
         },
         cache: t.cache,
         grpc_status: t.grpc_status,
+        trace_id: client.otel.as_ref().map(crate::otel::RequestSpan::trace_id),
     };
     if let Some(m) = gen.services.get(client.service) {
         m.request(client.worker, &record);
@@ -132,6 +133,11 @@ pub(super) fn log<S>(client: &Client<S>, service: &Service, status: u16, error: 
     }
     if let Some(line) = logging {
         line.log(&record);
+    }
+    if let (Some(span), Some(tracer)) = (&client.otel, &client.local.tracer) {
+        if let Some(finished) = span.finish(&record, client.transport.secure) {
+            tracer.export(finished);
+        }
     }
 }
 

@@ -111,6 +111,8 @@ struct Client<S> {
     /// cache answers instead of the client ([`cached`]).
     capture: Option<cache::Capture>,
     intercept: cached::Intercept,
+    /// The current request's trace context, when tracing is on ([`crate::otel`]).
+    otel: Option<crate::otel::RequestSpan>,
 }
 
 /// What the route phase decided, detached from the request buffer.
@@ -201,6 +203,7 @@ pub async fn serve<S: ClientStream + 'static>(
         transport,
         capture: None,
         intercept: cached::Intercept::default(),
+        otel: None,
     };
     let metrics = client.local.gen.services[service].clone();
     // A request of an HTTP/2 stream is not a connection of its own.
@@ -220,6 +223,7 @@ async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, 
     loop {
         // Phases 1 and 2: read and parse the head.
         client.trace = Trace::default();
+        client.otel = None;
         let (local, index) = (client.local.clone(), client.service);
         let head = match read_head(client, &local.gen.config.services[index], worker, name, first).await {
             Ok(Some(head)) => head,
@@ -448,6 +452,9 @@ async fn handle<S: ClientStream>(
     client.line.push_str(std::str::from_utf8(target).unwrap_or("?"));
     client.trace.http10 = head.version == Version::Http10;
     client.trace.bytes_in = head.len as u64;
+    if let Some(tracer) = &local.tracer {
+        client.otel = Some(tracer.start(buf, &client.fields, client.trace.head_started.unwrap_or(started)));
+    }
     let info = RequestInfo {
         framing: head.framing,
         head_method: method == "HEAD",
@@ -582,7 +589,10 @@ async fn handle<S: ClientStream>(
     let plan = match cache {
         Some(cache) => {
             let draining = worker.closing(local.gen.number, &service.name);
-            match cached::lookup(client, cache, service, worker, &head, &routed, info, draining).await {
+            let lookup_started = crate::otel::RequestSpan::now(&client.otel);
+            let looked_up = cached::lookup(client, cache, service, worker, &head, &routed, info, draining).await;
+            crate::otel::RequestSpan::cache_lookup(&mut client.otel, lookup_started);
+            match looked_up {
                 cached::Lookup::Served(keep) => {
                     log(client, service, client.trace.cache_status, None, started);
                     return keep && !worker.closing(local.gen.number, &service.name);
@@ -608,6 +618,7 @@ async fn handle<S: ClientStream>(
             let t = &client.transport;
             (t.client_cert_verified, t.client_cert_subject.as_str())
         }),
+        trace: client.otel.as_ref().map(|s| s.propagation()),
     };
     // Only HTTP/1.0 requests may lack a Host; they get the server's address.
     let server_host = match head.host {
@@ -810,6 +821,9 @@ async fn forward<S: ClientStream>(
             }
         };
         client.trace.connect_us = (!reused).then(|| micros(connect_started.elapsed()));
+        if let Some(span) = &mut client.otel {
+            span.connected(connect_started, reused);
+        }
         // The server took the request: persistence remembers it.
         let set_cookie = persistence.and_then(|p| {
             let key = (!client.stick_key.is_empty()).then_some(client.stick_key.as_slice());
@@ -947,6 +961,9 @@ async fn exchange<S: ClientStream>(
             }
         };
         client.trace.grpc_status = response.grpc_status;
+        if let Some(span) = &mut client.otel {
+            span.responded(response.sent, done.head_us, done.compressed);
+        }
         client.trace.response_us = Some(done.head_us);
         client.trace.bytes_out = done.bytes_out;
         client.trace.body_out = done.bytes_out.saturating_sub(client.out.len() as u64);
@@ -995,6 +1012,9 @@ async fn exchange<S: ClientStream>(
         (done, up_result == Some(true))
     };
     client.trace.grpc_status = response.grpc_status;
+    if let Some(span) = &mut client.otel {
+        span.responded(response.sent, done.head_us, done.compressed);
+    }
     client.trace.response_us = Some(done.head_us);
     client.trace.bytes_out = done.bytes_out;
     client.trace.body_out = done.bytes_out.saturating_sub(client.out.len() as u64);

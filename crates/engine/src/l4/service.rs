@@ -320,6 +320,7 @@ fn record(
         },
         cache: None,
         grpc_status: None,
+        trace_id: None,
     };
     if let Some(m) = gen.services.get(service) {
         m.request(worker.id, &record);

@@ -102,6 +102,8 @@ pub struct Record<'a> {
     /// The gRPC status the response carried (`grpc-status`, in its head or
     /// trailers); `None` for anything that is not a gRPC answer.
     pub grpc_status: Option<u16>,
+    /// The request's trace id when tracing is on (`[tracing]`).
+    pub trace_id: Option<[u8; 16]>,
 }
 
 /// The server a request was sent to.

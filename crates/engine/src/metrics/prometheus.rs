@@ -98,6 +98,12 @@ pub struct ProcessGauges {
     pub reloads_failed: u64,
     /// Access log lines dropped because the writer fell behind.
     pub access_log_dropped: u64,
+    /// Trace spans the collector accepted (`[tracing]`).
+    pub tracing_spans_exported: u64,
+    /// Trace spans dropped because the export queue was full.
+    pub tracing_spans_dropped_queue_full: u64,
+    /// Trace spans dropped because their export failed.
+    pub tracing_spans_dropped_export_failed: u64,
 }
 
 /// The exposition of `view` in `format`; serve it with
@@ -209,6 +215,14 @@ impl Scrape {
         w.family("reloads", "Configuration reloads by result.", Type::Counter, None, reloads);
         let help = "Access log lines dropped because the writer fell behind.";
         w.family("access_log_dropped_lines", help, Type::Counter, None, [(none, p.access_log_dropped)]);
+        let help = "Trace spans the OTLP collector accepted.";
+        w.family("tracing_exported_spans", help, Type::Counter, None, [(none, p.tracing_spans_exported)]);
+        let dropped = [
+            ([("reason", "queue_full")], p.tracing_spans_dropped_queue_full),
+            ([("reason", "export_failed")], p.tracing_spans_dropped_export_failed),
+        ];
+        let help = "Trace spans dropped: the export queue was full, or their export failed.";
+        w.family("tracing_dropped_spans", help, Type::Counter, None, dropped);
     }
 
     fn peers(&self, w: &mut Writer) {

@@ -139,6 +139,9 @@ fn view<'a>(
             reloads_ok: 6,
             reloads_failed: 1,
             access_log_dropped: 42,
+            tracing_spans_exported: 11,
+            tracing_spans_dropped_queue_full: 5,
+            tracing_spans_dropped_export_failed: 3,
         },
         peers: Vec::new(),
     }
@@ -237,6 +240,9 @@ fn check_values(s: &[Sample]) {
     assert_eq!(value(s, "switchyard_config_generation", &[]), 7.0);
     assert_eq!(value(s, "switchyard_reloads_total", &[("result", "failed")]), 1.0);
     assert_eq!(value(s, "switchyard_access_log_dropped_lines_total", &[]), 42.0);
+    assert_eq!(value(s, "switchyard_tracing_exported_spans_total", &[]), 11.0);
+    assert_eq!(value(s, "switchyard_tracing_dropped_spans_total", &[("reason", "queue_full")]), 5.0);
+    assert_eq!(value(s, "switchyard_tracing_dropped_spans_total", &[("reason", "export_failed")]), 3.0);
 }
 
 /// Buckets are cumulative, `le` increasing, and `+Inf` equals `_count`.

@@ -26,6 +26,7 @@ pub(crate) fn record(status: u16, error: Option<ProxyError>) -> Record<'static> 
         start: SystemTime::UNIX_EPOCH,
         cache: None,
         grpc_status: None,
+        trace_id: None,
     }
 }
 

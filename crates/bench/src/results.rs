@@ -156,11 +156,15 @@ pub enum TestKind {
     Http2Clear,
     /// h2c to the proxy and HTTP/2 (h2c) from the proxy to the servers.
     Http2Upstream,
+    /// [`TestKind::L7KeepaliveRps`] with OpenTelemetry tracing sampling 1 % of requests.
+    L7KeepaliveTracedOnePercent,
+    /// [`TestKind::L7KeepaliveRps`] with OpenTelemetry tracing sampling every request.
+    L7KeepaliveTracedAll,
 }
 
 impl TestKind {
     /// Every test, in the order of the enum.
-    pub const ALL: [TestKind; 22] = [
+    pub const ALL: [TestKind; 24] = [
         TestKind::L4Cps,
         TestKind::L4Throughput,
         TestKind::L7Cps,
@@ -183,6 +187,8 @@ impl TestKind {
         TestKind::Http2Tls,
         TestKind::Http2Clear,
         TestKind::Http2Upstream,
+        TestKind::L7KeepaliveTracedOnePercent,
+        TestKind::L7KeepaliveTracedAll,
     ];
 
     /// Machine-friendly name (`--only`): the serialized name with `-` for `_`.
@@ -210,6 +216,8 @@ impl TestKind {
             TestKind::Http2Tls => "http2-tls",
             TestKind::Http2Clear => "http2-clear",
             TestKind::Http2Upstream => "http2-upstream",
+            TestKind::L7KeepaliveTracedOnePercent => "l7-keepalive-traced-one-percent",
+            TestKind::L7KeepaliveTracedAll => "l7-keepalive-traced-all",
         }
     }
 

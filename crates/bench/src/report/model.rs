@@ -228,6 +228,8 @@ pub(crate) fn test_name(t: TestKind) -> &'static str {
         TestKind::Http2Tls => "HTTP/2 over TLS requests per second",
         TestKind::Http2Clear => "HTTP/2 clear text (h2c) requests per second",
         TestKind::Http2Upstream => "HTTP/2 to the servers requests per second",
+        TestKind::L7KeepaliveTracedOnePercent => "L7 keep-alive with tracing, 1 % sampled (.png rule)",
+        TestKind::L7KeepaliveTracedAll => "L7 keep-alive with tracing, every request sampled (.png rule)",
     }
 }
 
@@ -256,6 +258,8 @@ pub(crate) fn test_short(t: TestKind) -> &'static str {
         TestKind::Http2Tls => "h2 TLS",
         TestKind::Http2Clear => "h2c",
         TestKind::Http2Upstream => "h2 → h2",
+        TestKind::L7KeepaliveTracedOnePercent => "L7 KA + 1 % traces",
+        TestKind::L7KeepaliveTracedAll => "L7 KA + all traces",
     }
 }
 
@@ -326,6 +330,14 @@ pub(crate) fn test_definition(t: TestKind) -> &'static str {
         TestKind::Http2Upstream => {
             "h2c from the generator as in the h2c test, and HTTP/2 (h2c, prior knowledge) from the proxy to \
              the servers: requests of many clients multiplexed over few server connections."
+        }
+        TestKind::L7KeepaliveTracedOnePercent => {
+            "The L7 keep-alive test with OpenTelemetry tracing on, 1 % of requests sampled, spans exported by \
+             OTLP/HTTP to an origin: its difference from L7 keep-alive (tracing off) is the cost of tracing."
+        }
+        TestKind::L7KeepaliveTracedAll => {
+            "The L7 keep-alive test with every request traced: spans of the request and its phases exported \
+             by OTLP/HTTP in batches off the data path (the exporter thread shares the proxy's core)."
         }
     }
 }

@@ -329,7 +329,7 @@ pub fn check(
             ensure!(o == "main-a" || o == "main-b", "relayed to `{o}`, expected main-a or main-b");
             Ok(())
         }
-        (_, Setup::L7) => check_routing(addr),
+        (_, Setup::L7 | Setup::Traced1 | Setup::TracedAll) => check_routing(addr),
         (_, Setup::L7Log) => check_logging(addr, &super::targets::access_log_path(run_dir, target)),
         (_, Setup::Cookie) => check_cookie(addr),
         (_, Setup::Gzip | Setup::Brotli | Setup::Zstd) => {

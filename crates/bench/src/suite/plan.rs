@@ -109,6 +109,11 @@ pub enum Setup {
     H2c,
     /// [`Setup::H2c`] with HTTP/2 (h2c, prior knowledge) to the servers too.
     H2Upstream,
+    /// [`Setup::L7`] plus OpenTelemetry tracing, 1 % of requests sampled, spans exported
+    /// by OTLP/HTTP to an origin (which reads and drops them).
+    Traced1,
+    /// [`Setup::Traced1`] with every request sampled.
+    TracedAll,
 }
 
 impl Setup {
@@ -130,6 +135,8 @@ impl Setup {
             Setup::H2Tls => "h2-tls",
             Setup::H2c => "h2c",
             Setup::H2Upstream => "h2-upstream",
+            Setup::Traced1 => "traced-1pct",
+            Setup::TracedAll => "traced-all",
         }
     }
 
@@ -271,6 +278,9 @@ pub fn plan(quick: bool) -> Plan {
             test(L7Throughput, Setup::L7, all.clone(), Some(100), 2),
             // After every Setup::L7 test: the runner starts each setup's targets once.
             test(L7KeepaliveAccessLog, Setup::L7Log, sized(&[128]), None, 3),
+            // Tracing off is the L7 keep-alive test's figure: the same load, same run.
+            test(L7KeepaliveTracedOnePercent, Setup::Traced1, sized(&[128]), None, 3),
+            test(L7KeepaliveTracedAll, Setup::TracedAll, sized(&[128]), None, 3),
             test(L4Cps, Setup::L4, all.clone(), Some(1), 2),
             test(L4Throughput, Setup::L4, all.clone(), Some(100), 2),
             test(L7CookiePersistence, Setup::Cookie, vec![Some(128 * 1024)], Some(10), 2),
@@ -383,6 +393,7 @@ pub fn direct_support(t: &TestPlan) -> Support {
         Setup::H2Upstream => Support::No("baseline: the same client→server h2c traffic as the h2c test's".into()),
         Setup::H2Tls => Support::No("baseline: the bench runs its origins in clear text".into()),
         Setup::L7Log => Support::No("baseline: the origin simulator writes no access log".into()),
+        Setup::Traced1 | Setup::TracedAll => Support::No("baseline: no proxy whose requests could be traced".into()),
         Setup::Cookie => Support::No("baseline: the origin does not insert persistence cookies".into()),
         Setup::TlsRsa | Setup::TlsEcdsa => Support::No("baseline: the bench runs its origins in clear text".into()),
         Setup::Gzip | Setup::Brotli | Setup::Zstd => {

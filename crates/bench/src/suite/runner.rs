@@ -60,7 +60,7 @@ pub struct Ctx<'a> {
 pub fn paths(t: &TestPlan, size: Option<u64>) -> Vec<String> {
     let n = size.unwrap_or(128);
     match t.setup {
-        Setup::L7 | Setup::L7Log | Setup::Cookie => {
+        Setup::L7 | Setup::L7Log | Setup::Cookie | Setup::Traced1 | Setup::TracedAll => {
             let mut v = vec![format!("/index.html?size={n}"); 9];
             v.push(format!("/img/logo.png?size={n}"));
             v

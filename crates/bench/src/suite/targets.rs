@@ -246,6 +246,15 @@ pub fn switchyard(setup: Setup, env: &Env) -> String {
         let path = access_log_path(env.run_dir, TargetKind::Switchyard);
         let _ = write!(s, "\n[access_log]\npath = \"{}\"\nformat = \"json\"\n", path.display());
     }
+    if matches!(setup, Setup::Traced1 | Setup::TracedAll) {
+        // Spans go by OTLP/HTTP to the third origin, which reads each POST and answers 200.
+        let ratio = if setup == Setup::Traced1 { "0.01" } else { "1.0" };
+        let _ = write!(
+            s,
+            "\n[tracing]\nendpoint = \"http://127.0.0.1:{}/v1/traces\"\nsample_ratio = {ratio}\n",
+            p.origins[2]
+        );
+    }
     s
 }
 
@@ -299,6 +308,11 @@ pub fn haproxy(setup: Setup, env: &Env) -> Generated {
     let port = p.targets[&TargetKind::Haproxy];
     if setup == Setup::Udp {
         return Err("HAProxy open source does not proxy UDP".into());
+    }
+    if matches!(setup, Setup::Traced1 | Setup::TracedAll) {
+        return Err("HAProxy 2.6 traces through its OpenTracing filter and a vendor tracer library, not OTLP; \
+                    Debian packages no such library"
+            .into());
     }
     if matches!(setup, Setup::Brotli | Setup::Zstd) {
         return Err("HAProxy 2.6 compresses with gzip and deflate only (no brotli, no zstd)".into());
@@ -403,6 +417,11 @@ pub fn nginx(setup: Setup, env: &Env) -> Generated {
     let dir = env.run_dir.display();
     if setup == Setup::Cookie {
         return Err("NGINX open source has no cookie-insert persistence (`sticky cookie` is NGINX Plus only)".into());
+    }
+    if matches!(setup, Setup::Traced1 | Setup::TracedAll) {
+        return Err("NGINX 1.22 has no OpenTelemetry exporter (ngx_otel_module came with 1.23.4 and is not packaged \
+                    by Debian 12)"
+            .into());
     }
     if setup == Setup::Brotli {
         return Err("NGINX has no brotli of its own; the third-party ngx_brotli module is not part of Debian's \

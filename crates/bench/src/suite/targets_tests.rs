@@ -290,3 +290,19 @@ fn http2_setups_speak_h2_where_each_target_can() {
     assert!(nginx(Setup::H2c, &e).expect("h2c").contains("listen 127.0.0.1:41013 http2;"));
     assert!(nginx(Setup::H2Upstream, &e).expect_err("no h2 to servers").contains("grpc_pass"));
 }
+
+#[test]
+fn traced_setups_send_spans_to_an_origin_and_peers_say_why_they_cannot() {
+    let f = Fixture::new("traced");
+    for (setup, ratio) in [(Setup::Traced1, "0.01"), (Setup::TracedAll, "1.0")] {
+        let sw = switchyard(setup, &f.env());
+        assert!(sw.contains("path_suffix = \".png\", pool = \"images\""), "{sw}");
+        // The table comes last: every key after its header belongs to it.
+        let tracing = sw.split("\n[tracing]\n").nth(1).expect("a [tracing] table");
+        assert!(tracing.contains("endpoint = \"http://127.0.0.1:41003/v1/traces\""), "{sw}");
+        assert!(tracing.contains(&format!("sample_ratio = {ratio}")), "{sw}");
+        assert!(haproxy(setup, &f.env()).expect_err("no OTLP").contains("OpenTracing"));
+        assert!(nginx(setup, &f.env()).expect_err("no OTLP").contains("ngx_otel_module"));
+    }
+    assert!(!switchyard(Setup::L7, &f.env()).contains("[tracing]"));
+}

@@ -14,14 +14,22 @@
 # the same with 0 requests. (instructions(N) - instructions(0)) / N is the cost of one
 # request, start-up and shutdown cancelled out.
 #
+# The same for HTTP/2: PROTO=h2c sends the requests as h2c streams (prior knowledge, STREAMS
+# at a time on each connection), and POOL=h2 makes the pools speak h2c to the origin
+# (`protocol = "h2"`) instead of HTTP/1.1.
+#
 # Usage: scripts/callgrind-l7.sh BINARY [BINARY...]
 # Environment: REQUESTS=2000, PER_CONN=0 (requests per connection; 0 = all on one),
+#              PROTO=h1 (or h2c), STREAMS=10 (h2c streams at a time), POOL=h1 (or h2),
 #              BASE_PORT=29000, OUT (default bench-out/callgrind-l7-<timestamp>).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REQUESTS=${REQUESTS:-2000}
 PER_CONN=${PER_CONN:-0}
+PROTO=${PROTO:-h1}
+STREAMS=${STREAMS:-10}
+POOL=${POOL:-h1}
 BASE_PORT=${BASE_PORT:-29000}
 OUT=${OUT:-$ROOT/bench-out/callgrind-l7-$(date +%Y%m%d-%H%M%S)}
 [[ $# -ge 1 ]] || { echo "usage: $0 BINARY [BINARY...]" >&2; exit 2; }
@@ -47,6 +55,8 @@ wait_port() {
     return 1
 }
 
+pool_protocol=""
+[[ $POOL == h2 ]] && pool_protocol='protocol = "h2"'
 cat >"$OUT/switchyard.toml" <<EOF
 workers = 1
 
@@ -58,10 +68,12 @@ rules = [{ path_suffix = ".png", pool = "images" }]
 
 [[pool]]
 name = "main"
+$pool_protocol
 servers = [{ address = "$ORIGIN" }]
 
 [[pool]]
 name = "images"
+$pool_protocol
 servers = [{ address = "$ORIGIN" }]
 EOF
 
@@ -79,7 +91,9 @@ instructions() {
     if [[ $count -gt 0 ]]; then
         local conns=1
         [[ $PER_CONN -gt 0 ]] && conns=$((count / PER_CONN))
-        h2load --h1 -n "$count" -c "$conns" -m 1 "http://$LISTEN/index.html?size=128" >"$OUT/$tag.$count.h2load" 2>&1
+        local shape=(--h1 -m 1)
+        [[ $PROTO == h2c ]] && shape=(-m "$STREAMS")
+        h2load "${shape[@]}" -n "$count" -c "$conns" "http://$LISTEN/index.html?size=128" >"$OUT/$tag.$count.h2load" 2>&1
     fi
     kill -TERM "$pid"
     wait "$pid" || true

@@ -154,6 +154,20 @@ impl Sink for WriteHalf<'_> {
     }
 }
 
+/// [`Sink::try_write_two_now`] for sinks without a gathered write: `a`, then
+/// `b` if all of `a` was taken.
+pub(crate) fn write_two_now<W: Sink + ?Sized>(dst: &W, a: &[u8], b: &[u8]) -> io::Result<usize> {
+    let n = dst.try_write_now(a)?;
+    if n < a.len() {
+        return Ok(n);
+    }
+    match dst.try_write_now(b) {
+        Ok(m) => Ok(n + m),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(n),
+        Err(e) => Err(e),
+    }
+}
+
 /// Bytes each direction of a bridge buffers before the writer waits.
 const PIPE_BUFFER: usize = 64 * 1024;
 

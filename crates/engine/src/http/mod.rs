@@ -686,10 +686,9 @@ async fn handle<S: ClientStream>(
         Err(Failed { error, relayed: Some(status) }) => {
             // Headers already went out: the only honest signal left is to
             // close the connection before the body is complete (an HTTP/2
-            // client's stream is reset with the server's own code, if it gave one).
-            if let Some(code) = client.trace.server_reset {
-                reset_client(client, code);
-            }
+            // client's stream is reset with the server's own code, if it gave
+            // one, else INTERNAL_ERROR).
+            reset_client(client, client.trace.server_reset.unwrap_or(INTERNAL_ERROR));
             log(client, service, status, Some(&error), started);
             false
         }
@@ -698,6 +697,8 @@ async fn handle<S: ClientStream>(
 
 /// RST_STREAM's REFUSED_STREAM code (RFC 9113 7).
 const REFUSED_STREAM: u32 = 0x7;
+/// RST_STREAM's INTERNAL_ERROR code (RFC 9113 7).
+const INTERNAL_ERROR: u32 = 0x2;
 
 /// Asks an HTTP/2 client's stream to be reset with `code` instead of being
 /// answered or finished; false when the client has no stream to reset.
@@ -785,14 +786,13 @@ async fn forward<S: ClientStream>(
                 let header = if private { proxy_header(pool_cfg, client) } else { Vec::new() };
                 let tls = local.gen.upstream_tls.get(pool.0).and_then(Option::as_ref);
                 let opened = if h2 {
-                    let (connect, idle) = (service.timeouts.connect, service.timeouts.server_response);
+                    let connect = service.timeouts.connect;
                     let client_stream = client.stream.resets();
                     let target = upstream::h2::Target {
                         addr,
                         server,
                         tls,
                         connect,
-                        idle,
                         proxy_header: &header,
                         client: client_stream,
                     };

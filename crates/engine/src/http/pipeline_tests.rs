@@ -425,3 +425,106 @@ fn trailers_pass_both_ways_and_the_grpc_status_is_counted() {
         assert_eq!((grpc.get("INTERNAL"), grpc.get("OK")), (1, 0));
     });
 }
+
+/// An HTTP/2 client connection (prior knowledge) to the service, served by
+/// the HTTP/2 codec on its own task.
+async fn connect_h2(worker: &Rc<Worker>) -> h2::client::SendRequest<bytes::Bytes> {
+    let (near, far) = tokio::io::duplex(256 * 1024);
+    let conn = crate::http2::Conn {
+        peer: "192.0.2.7:40000".parse().expect("address"),
+        local_addr: Some("127.0.0.1:8080".parse().expect("address")),
+    };
+    tokio::task::spawn_local(crate::http2::run(far, conn, worker.local(), 0, worker.clone(), Transport::default()));
+    let (send, connection) = h2::client::handshake(near).await.expect("handshake");
+    tokio::task::spawn_local(async move {
+        let _ = connection.await;
+    });
+    send
+}
+
+/// A response's DATA payload, and its trailers.
+async fn h2_body(mut body: h2::RecvStream) -> (Vec<u8>, Option<http::HeaderMap>) {
+    let mut payload = Vec::new();
+    while let Some(data) = body.data().await {
+        let data = data.expect("data");
+        let _ = body.flow_control().release_capacity(data.len());
+        payload.extend_from_slice(&data);
+    }
+    (payload, body.trailers().await.expect("trailers"))
+}
+
+#[test]
+fn http2_trailers_cross_to_a_chunked_server_and_back() {
+    run(|| async {
+        server(SERVER_A, trailing);
+        let w = worker(&one_service("{ address = \"{A}\" }", ""));
+        let mut send = connect_h2(&w).await.ready().await.expect("ready");
+        let request = http::Request::post("http://h/pkg.Svc/Call")
+            .header("te", "trailers")
+            .header("content-type", "application/grpc")
+            .body(())
+            .expect("request");
+        let (response, mut up) = send.send_request(request, false).expect("send");
+        up.send_data(bytes::Bytes::from_static(b"abc"), false).expect("data");
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("x-checksum", http::HeaderValue::from_static("1f"));
+        up.send_trailers(trailers).expect("trailers");
+        let response = response.await.expect("response");
+        assert_eq!(response.status(), 200);
+        let (payload, trailers) = h2_body(response.into_body()).await;
+        assert_eq!(payload, b"ok");
+        // The server saw the client's trailers as its chunked trailer section,
+        // and its own trailer section came back as HTTP/2 trailers.
+        let trailers = trailers.expect("trailers");
+        assert_eq!(trailers.get("grpc-status").map(|v| v.as_bytes()), Some(&b"13"[..]));
+        assert_eq!(trailers.get("x-got-trailers").map(|v| v.as_bytes()), Some(&b"x-checksum: 1f"[..]));
+        let grpc = w.local().gen.services[0].snapshot().grpc;
+        assert_eq!(grpc.get("INTERNAL"), 1);
+    });
+}
+
+/// A server that promises ten bytes, sends three, and closes.
+fn cut_short(mut end: PipeEnd, counts: Rc<Counts>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
+    Box::pin(async move {
+        let mut buf = Vec::new();
+        if read_head(&mut end, &mut buf).await.is_some() {
+            counts.requests.set(counts.requests.get() + 1);
+            let _ = end.to_pipeline.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc").await;
+        }
+    })
+}
+
+#[test]
+fn an_http2_response_cut_short_resets_its_stream_and_spares_the_others() {
+    run(|| async {
+        server(SERVER_A, cut_short);
+        server(SERVER_B, echo_line);
+        let rules = "rules = [{ path_prefix = \"/cut\", pool = \"cut\" }]";
+        let config = one_service("{ address = \"{B}\" }", rules)
+            + "[[pool]]\nname = \"cut\"\nservers = [{ address = \"{A}\" }]\n";
+        let w = worker(&config);
+        let mut send = connect_h2(&w).await.ready().await.expect("ready");
+        let (cut, _) =
+            send.send_request(http::Request::get("http://h/cut").body(()).expect("request"), true).expect("send");
+        let response = cut.await.expect("the head went out before the cut");
+        assert_eq!(response.status(), 200);
+        let mut body = response.into_body();
+        let mut got = Vec::new();
+        let error = loop {
+            match body.data().await {
+                Some(Ok(data)) => got.extend_from_slice(&data),
+                Some(Err(e)) => break e,
+                None => panic!("a cut response must not end cleanly (got {got:?})"),
+            }
+        };
+        assert_eq!((got.as_slice(), error.reason()), (&b"abc"[..], Some(h2::Reason::INTERNAL_ERROR)));
+        // The connection still serves other streams.
+        let mut send = send.ready().await.expect("ready");
+        let (ok, _) =
+            send.send_request(http::Request::get("http://h/next").body(()).expect("request"), true).expect("send");
+        let response = ok.await.expect("response");
+        assert_eq!(response.status(), 200);
+        let (payload, _) = h2_body(response.into_body()).await;
+        assert!(String::from_utf8_lossy(&payload).contains("/next"), "{}", String::from_utf8_lossy(&payload));
+    });
+}

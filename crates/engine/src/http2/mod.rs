@@ -2,10 +2,11 @@
 //! the HTTP/1.1 pipeline's read-head phase) and over TLS after ALPN `h2`
 //! ([`serve`]).
 //!
-//! There is one request pipeline. Each HTTP/2 stream becomes one HTTP/1.1
-//! request served by [`crate::http::serve`] over an in-memory [`crate::transport::Pipe`]
-//! ([`bridge`]), so routing, persistence, rewriting, picking, forwarding and
-//! logging behave exactly as for HTTP/1.1.
+//! There is one request pipeline. Each HTTP/2 stream is served by
+//! [`crate::http::serve`] in the stream's own task, the stream itself being
+//! the pipeline's client connection ([`stream`]): routing, persistence,
+//! caching, rewriting, picking, forwarding and logging behave exactly as for
+//! HTTP/1.1.
 //!
 //! Protections, per connection: the `h2` crate enforces
 //! `max_concurrent_streams`, the header list limit (`limits.max_header_bytes`,
@@ -21,9 +22,9 @@
 //! Invariants: no peer input can panic this code; a misbehaving connection
 //! closes only itself.
 
-mod bridge;
 pub mod flood;
 pub mod io;
+mod stream;
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
@@ -38,7 +39,7 @@ use tokio::time::Instant;
 
 use self::flood::Inspect;
 use self::io::Prefixed;
-use crate::translate::data::Ended;
+use self::stream::Ended;
 use crate::transport::Transport;
 use crate::worker::{Local, Worker};
 
@@ -52,7 +53,7 @@ pub const RESET_WINDOW: Duration = Duration::from_secs(10);
 const STREAM_WINDOW: u32 = 256 * 1024;
 /// Flow-control window of the whole connection.
 const CONNECTION_WINDOW: u32 = 1024 * 1024;
-/// Response bytes buffered per stream before the bridge waits for the client.
+/// Response bytes buffered per stream before the pipeline waits for the client.
 const SEND_BUFFER: usize = 64 * 1024;
 /// Streams the client resets before they are accepted, pending at once.
 const PENDING_ACCEPT_RESETS: usize = 20;
@@ -248,9 +249,9 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
     }
 }
 
-/// One stream's task: the bridge, then the connection's bookkeeping.
+/// One stream's task: the pipeline, then the connection's bookkeeping.
 async fn stream(req: http::Request<h2::RecvStream>, respond: h2::server::SendResponse<Bytes>, shared: Rc<Shared>) {
-    let ended = bridge::stream(req, respond, shared.clone()).await;
+    let ended = stream::serve(req, respond, shared.clone()).await;
     let now = Instant::now();
     if ended == Ended::PeerReset && shared.resets.record(now, RESET_WINDOW) {
         shared.wake.notify_one();

@@ -1,81 +1,147 @@
-//! Moving message bodies between an in-memory HTTP/1.1 pipe and HTTP/2 DATA
-//! frames, within flow control. Used in both directions: by the front end's
-//! bridge (client streams) and by HTTP/2 towards servers
+//! Message bodies between HTTP/2 frames and the HTTP/1.1 byte form the
+//! pipeline relays, as poll functions run inside the task that serves the
+//! request: no pipe, no task of their own. Used in both directions: for a
+//! client's stream ([`crate::http2`]) and for a stream to a server
 //! (`upstream::h2`).
 //!
-//! HTTP/1.1 framing (length or chunked) is removed on the way to DATA frames
-//! and added on the way back. Trailers cross both ways: HTTP/2 trailers
-//! become the chunked body's trailer section, and a trailer section becomes
-//! HTTP/2 trailers (a body framed by a length cannot carry them: RFC 9112
-//! has trailers only in chunked coding). Fields that must not be trailers
-//! (framing, routing and connection fields, RFC 9110 6.5.1) are dropped.
+//! [`Inbound`] reads a stream's DATA frames as body bytes — as they came when
+//! the message has a length, else in chunked coding with the stream's
+//! trailers as the trailer section — and releases each frame's flow-control
+//! capacity once the pipeline has read it, so a slow reader slows the peer
+//! down within its window. [`Outbound`] takes the body bytes the pipeline
+//! writes, removes their HTTP/1.1 framing and sends the payload as DATA frames,
+//! END_STREAM on the last, a chunked body's trailer section as HTTP/2 trailers
+//! (a body framed by a length cannot carry any: RFC 9112 has trailers only in
+//! chunked coding). A write waits for the peer's window before it is taken,
+//! so at most one write's payload is buffered beyond the window.
+//! Fields that must not be trailers (framing, routing and connection fields,
+//! RFC 9110 6.5.1) are dropped both ways.
 
-use std::future::Future;
+use std::io;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use h2::{Reason, RecvStream, SendStream};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::io::ReadBuf;
 
 use switchyard_http::chunked::ChunkedScanner;
 use switchyard_http::parse::Framing;
 
-/// Bytes read from the pipe at once.
-const READ_CHUNK: usize = 16 * 1024;
+/// The RST_STREAM code a peer reset a stream with, when `e` says it did.
+pub(crate) fn peer_reset(e: &h2::Error) -> Option<u32> {
+    (e.is_reset() && e.is_remote()).then(|| e.reason().map_or(u32::from(Reason::CANCEL), u32::from))
+}
 
-/// How sending on a stream ended.
+/// An I/O error standing for an HTTP/2 one (kept by its owner for the log).
+fn io_error(e: &h2::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionAborted, e.to_string())
+}
+
+/// Where [`Inbound`] is in the message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ended {
-    /// The message went out whole.
+enum In {
+    Data,
+    Trailers,
     Done,
-    /// The peer reset the stream (counted by the rapid-reset defence on client streams).
-    PeerReset,
-    /// The message could not be completed.
-    Failed,
 }
 
-/// Why [`recv_to_pipe`] stopped before the end of the body.
-#[derive(Debug)]
-pub(crate) enum RecvFailed {
-    /// The stream failed (reset by the peer, or with its connection).
-    Stream(h2::Error),
-    /// The pipe's reader went away.
-    Stopped,
-}
-
-/// Moves a body from DATA frames into the pipe, in chunked coding when
-/// `chunked`, releasing each frame's flow-control capacity once the pipe has
-/// taken it (so a slow reader slows the peer down, within its window).
-/// A chunked body ends with the stream's trailers, if it has any.
-pub(crate) async fn recv_to_pipe(
-    body: &mut RecvStream,
-    pipe: &mut DuplexStream,
+/// A stream's received body as HTTP/1.1 body bytes (see the module docs).
+pub(crate) struct Inbound {
+    recv: Option<RecvStream>,
     chunked: bool,
-) -> Result<(), RecvFailed> {
-    while let Some(data) = body.data().await {
-        let data = data.map_err(RecvFailed::Stream)?;
-        let n = data.len();
-        let written = if chunked && n > 0 {
-            let size = format!("{n:x}\r\n");
-            let mut ok = pipe.write_all(size.as_bytes()).await.is_ok();
-            ok = ok && pipe.write_all(&data).await.is_ok();
-            ok && pipe.write_all(b"\r\n").await.is_ok()
-        } else {
-            pipe.write_all(&data).await.is_ok()
-        };
-        if !written {
-            return Err(RecvFailed::Stopped);
+    /// Bytes ready for the reader.
+    pending: Bytes,
+    /// Flow-control capacity to release once `pending` has been read.
+    release: usize,
+    state: In,
+    /// The stream's failure, when reading failed.
+    error: Option<h2::Error>,
+}
+
+impl Inbound {
+    /// The body of `recv`, in chunked coding when `chunked`; `prefix` is
+    /// read first (a response head written for the pipeline).
+    pub(crate) fn new(recv: RecvStream, chunked: bool, prefix: Bytes) -> Self {
+        Inbound { recv: Some(recv), chunked, pending: prefix, release: 0, state: In::Data, error: None }
+    }
+
+    /// A message without a body: `prefix`, then the end.
+    pub(crate) fn empty(prefix: Bytes) -> Self {
+        Inbound { recv: None, chunked: false, pending: prefix, release: 0, state: In::Done, error: None }
+    }
+
+    /// Why reading failed, when the stream failed.
+    pub(crate) fn error(&self) -> Option<&h2::Error> {
+        self.error.as_ref()
+    }
+
+    /// Reads what is ready into `buf`; nothing added means the end of the body.
+    pub(crate) fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        loop {
+            if !self.pending.is_empty() {
+                let n = self.pending.len().min(buf.remaining());
+                buf.put_slice(&self.pending[..n]);
+                self.pending.advance(n);
+                if self.pending.is_empty() && self.release > 0 {
+                    if let Some(recv) = self.recv.as_mut() {
+                        let _ = recv.flow_control().release_capacity(self.release);
+                    }
+                    self.release = 0;
+                }
+                return Poll::Ready(Ok(()));
+            }
+            let Some(recv) = self.recv.as_mut() else {
+                return Poll::Ready(Ok(()));
+            };
+            match self.state {
+                In::Done => return Poll::Ready(Ok(())),
+                In::Data => match recv.poll_data(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Some(Ok(data))) => {
+                        self.release = data.len();
+                        self.pending = if self.chunked && !data.is_empty() { chunk(&data) } else { data };
+                        if self.pending.is_empty() && self.release > 0 {
+                            let _ = recv.flow_control().release_capacity(self.release);
+                            self.release = 0;
+                        }
+                    }
+                    Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(self.failed(e))),
+                    Poll::Ready(None) => self.state = if self.chunked { In::Trailers } else { In::Done },
+                },
+                In::Trailers => match recv.poll_trailers(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(trailers)) => {
+                        self.pending = last_chunk(trailers.as_ref());
+                        self.state = In::Done;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(self.failed(e))),
+                },
+            }
         }
-        let _ = body.flow_control().release_capacity(n);
     }
-    if !chunked {
-        return Ok(());
+
+    fn failed(&mut self, e: h2::Error) -> io::Error {
+        let io = io_error(&e);
+        self.error = Some(e);
+        self.state = In::Done;
+        io
     }
-    let trailers = body.trailers().await.map_err(RecvFailed::Stream)?;
-    let mut end = Vec::with_capacity(64);
+}
+
+/// One DATA frame's payload as a chunk.
+fn chunk(data: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(data.len() + 20);
+    out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+    out.freeze()
+}
+
+/// The last chunk, with the trailers HTTP/1.1 may carry as its trailer section.
+fn last_chunk(trailers: Option<&http::HeaderMap>) -> Bytes {
+    let mut end = BytesMut::with_capacity(64);
     end.extend_from_slice(b"0\r\n");
-    for (name, value) in trailers.iter().flatten() {
+    for (name, value) in trailers.into_iter().flatten() {
         if may_trail(name.as_str().as_bytes()) {
             end.extend_from_slice(name.as_str().as_bytes());
             end.extend_from_slice(b": ");
@@ -84,7 +150,7 @@ pub(crate) async fn recv_to_pipe(
         }
     }
     end.extend_from_slice(b"\r\n");
-    pipe.write_all(&end).await.map_err(|_| RecvFailed::Stopped)
+    end.freeze()
 }
 
 /// Whether a field may be relayed as a trailer: not one that frames, routes
@@ -121,115 +187,176 @@ fn trailer_map(scanner: &ChunkedScanner) -> Option<http::HeaderMap> {
     (!map.is_empty()).then_some(map)
 }
 
-/// Streams an HTTP/1.1 message body of `framing` from the pipe (`buf` holds
-/// what was already read) as DATA frames, END_STREAM on the last: the
-/// response body towards a client, the request body towards a server.
-pub(crate) async fn body(
-    pipe: &mut DuplexStream,
-    buf: &mut BytesMut,
-    send: &mut SendStream<Bytes>,
-    framing: Framing,
-    idle: Duration,
-) -> Ended {
-    let mut remaining = match framing {
-        Framing::Length(n) => Some(n),
-        _ => None,
-    };
-    let mut chunked = (framing == Framing::Chunked).then(ChunkedScanner::collecting_trailers);
-    loop {
-        // Take the payload out of what was read.
-        let payload = if let Some(scanner) = chunked.as_mut() {
-            let mut out = BytesMut::new();
-            match scanner.scan_with(buf, |run| out.extend_from_slice(&buf[run])) {
-                Ok(consumed) => buf.advance(consumed),
-                Err(_) => return Ended::Failed,
-            }
-            out.freeze()
-        } else if let Some(n) = remaining.as_mut() {
-            let take = buf.len().min(usize::try_from(*n).unwrap_or(usize::MAX));
-            *n -= take as u64;
-            buf.split_to(take).freeze()
-        } else {
-            buf.split().freeze()
-        };
-        let finished = remaining == Some(0) || chunked.as_ref().is_some_and(ChunkedScanner::is_done);
-        let trailers = if finished { chunked.as_ref().and_then(trailer_map) } else { None };
-        if let Err(ended) = send_data(send, payload, finished && trailers.is_none(), idle).await {
-            return ended;
-        }
-        if let Some(trailers) = trailers {
-            // The trailers' HEADERS frame carries END_STREAM.
-            return if send.send_trailers(trailers).is_ok() { Ended::Done } else { Ended::Failed };
-        }
-        if finished {
-            return Ended::Done;
-        }
-        buf.reserve(READ_CHUNK);
-        match unless_reset(|cx| send.poll_reset(cx), pipe.read_buf(buf)).await {
-            Err(ended) => return ended,
-            // The writer closes the pipe to end a body without a length.
-            Ok(Ok(0)) if framing == Framing::UntilClose => {
-                return send_data(send, Bytes::new(), true, idle).await.err().unwrap_or(Ended::Done)
-            }
-            Ok(Ok(0)) | Ok(Err(_)) => return Ended::Failed,
-            Ok(Ok(_)) => {}
-        }
-    }
+/// A body the pipeline writes in HTTP/1.1 form, sent as DATA frames (see
+/// the module docs).
+pub(crate) struct Outbound {
+    send: SendStream<Bytes>,
+    /// Payload bytes still to come, for a body with a length.
+    remaining: Option<u64>,
+    /// The chunked coding being removed, for a chunked body.
+    chunked: Option<ChunkedScanner>,
+    /// END_STREAM went out (or the stream was reset).
+    ended: bool,
+    /// The stream's failure, when sending failed.
+    error: Option<h2::Error>,
 }
 
-/// Sends `data` as DATA frames as the peer's flow-control window allows,
-/// waiting at most `idle` for each window opening.
-pub(crate) async fn send_data(
-    send: &mut SendStream<Bytes>,
-    mut data: Bytes,
-    end: bool,
-    idle: Duration,
-) -> Result<(), Ended> {
-    let mut ended = false;
-    while !data.is_empty() {
-        send.reserve_capacity(data.len());
-        let granted = tokio::time::timeout(idle, std::future::poll_fn(|cx| send.poll_capacity(cx))).await;
-        let n = match granted {
-            Ok(Some(Ok(n))) => n,
-            // A peer that keeps its window closed is treated like one that stops reading.
-            Err(_) => return Err(Ended::Failed),
-            Ok(Some(Err(e))) if e.is_reset() && e.is_remote() => return Err(Ended::PeerReset),
-            Ok(Some(Err(_))) | Ok(None) => return Err(Ended::Failed),
+impl Outbound {
+    /// Sends a body of `framing` on `send` (a body ended by closing the
+    /// connection ends with [`Outbound::end`]).
+    pub(crate) fn new(send: SendStream<Bytes>, framing: Framing) -> Self {
+        let remaining = match framing {
+            Framing::Length(n) => Some(n),
+            _ => None,
         };
-        if n == 0 {
-            continue;
+        let chunked = (framing == Framing::Chunked).then(ChunkedScanner::collecting_trailers);
+        let ended = remaining == Some(0);
+        let mut out = Outbound { send, remaining, chunked, ended: false, error: None };
+        if ended {
+            out.data(Bytes::new(), true);
         }
-        let chunk = data.split_to(n.min(data.len()));
-        ended = end && data.is_empty();
-        if send.send_data(chunk, ended).is_err() {
-            return Err(Ended::Failed);
-        }
+        out
     }
-    if end && !ended {
-        // Nothing was left to carry END_STREAM: an empty frame does.
-        send.send_data(Bytes::new(), true).map_err(|_| Ended::Failed)?;
-    }
-    Ok(())
-}
 
-/// Runs `work` unless the stream is reset first: by the peer
-/// (`Err(PeerReset)`) or with its connection (`Err(Failed)`).
-pub(crate) async fn unless_reset<F: Future>(
-    mut poll_reset: impl FnMut(&mut Context<'_>) -> Poll<Result<Reason, h2::Error>>,
-    work: F,
-) -> Result<F::Output, Ended> {
-    tokio::pin!(work);
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(out) = work.as_mut().poll(cx) {
-            return Poll::Ready(Ok(out));
+    /// Whether the whole body went out.
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Why sending failed, when the stream failed.
+    pub(crate) fn error(&self) -> Option<&h2::Error> {
+        self.error.as_ref()
+    }
+
+    /// The stream, to watch for or send a reset.
+    pub(crate) fn stream(&mut self) -> &mut SendStream<Bytes> {
+        &mut self.send
+    }
+
+    /// Takes what it can of `data` once the peer's window has room.
+    pub(crate) fn poll_write(&mut self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        if !self.ended && !data.is_empty() {
+            if let Err(e) = std::task::ready!(self.poll_room(cx, data.len())) {
+                return Poll::Ready(Err(e));
+            }
         }
-        match poll_reset(cx) {
-            Poll::Ready(Ok(_)) => Poll::Ready(Err(Ended::PeerReset)),
-            Poll::Ready(Err(_)) => Poll::Ready(Err(Ended::Failed)),
-            Poll::Pending => Poll::Pending,
+        Poll::Ready(self.take(data))
+    }
+
+    /// Takes what it can of `data` without waiting for the window (h2
+    /// buffers the payload until the window opens).
+    pub(crate) fn write_now(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.take(data)
+    }
+
+    /// Whether the body is delimited by the end of its connection (no
+    /// length, not chunked).
+    pub(crate) fn ends_with_close(&self) -> bool {
+        self.remaining.is_none() && self.chunked.is_none()
+    }
+
+    /// Ends a body delimited by the end of its connection: END_STREAM.
+    pub(crate) fn end(&mut self) {
+        if !self.ended {
+            self.data(Bytes::new(), true);
         }
-    })
-    .await
+    }
+
+    /// Resets the stream with `code` unless the body went out whole.
+    pub(crate) fn reset(&mut self, code: Reason) {
+        if !self.ended {
+            self.send.send_reset(code);
+            self.ended = true;
+        }
+    }
+
+    /// Waits until the stream may send more (capacity assigned from both windows).
+    fn poll_room(&mut self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<()>> {
+        if self.send.capacity() > 0 {
+            return Poll::Ready(Ok(()));
+        }
+        self.send.reserve_capacity(want);
+        loop {
+            return match self.send.poll_capacity(cx) {
+                Poll::Ready(Some(Ok(_))) if self.send.capacity() > 0 => Poll::Ready(Ok(())),
+                // Assigned and used again already: wait for the next window update.
+                Poll::Ready(Some(Ok(_))) => continue,
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Err(self.failed(e))),
+                Poll::Ready(None) => Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+    }
+
+    /// Removes the framing from `data` and sends the payload; returns the
+    /// bytes of `data` that belonged to the body.
+    fn take(&mut self, data: &[u8]) -> io::Result<usize> {
+        if self.ended {
+            return if data.is_empty() {
+                Ok(0)
+            } else {
+                Err(io::Error::new(io::ErrorKind::InvalidData, "bytes after the end of the message"))
+            };
+        }
+        if let Some(scanner) = self.chunked.as_mut() {
+            let mut payload = BytesMut::new();
+            let consumed = scanner
+                .scan_with(data, |run| payload.extend_from_slice(&data[run]))
+                .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))?;
+            if scanner.is_done() {
+                match trailer_map(scanner) {
+                    Some(trailers) => {
+                        if !payload.is_empty() {
+                            self.data(payload.freeze(), false);
+                        }
+                        if let Err(e) = self.send.send_trailers(trailers) {
+                            return Err(self.failed(e));
+                        }
+                        self.ended = true;
+                    }
+                    None => self.data(payload.freeze(), true),
+                }
+            } else if !payload.is_empty() {
+                self.data(payload.freeze(), false);
+            }
+            return self.result(consumed);
+        }
+        let n = match self.remaining.as_mut() {
+            Some(left) => {
+                let n = data.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+                *left -= n as u64;
+                n
+            }
+            None => data.len(),
+        };
+        self.data(Bytes::copy_from_slice(&data[..n]), self.remaining == Some(0));
+        self.result(n)
+    }
+
+    /// Queues one DATA frame (h2 sends it as the window allows).
+    fn data(&mut self, payload: Bytes, end: bool) {
+        if payload.is_empty() && !end {
+            return;
+        }
+        if let Err(e) = self.send.send_data(payload, end) {
+            self.failed(e);
+        }
+        self.ended |= end;
+    }
+
+    fn result(&self, n: usize) -> io::Result<usize> {
+        match &self.error {
+            Some(e) => Err(io_error(e)),
+            None => Ok(n),
+        }
+    }
+
+    fn failed(&mut self, e: h2::Error) -> io::Error {
+        let io = io_error(&e);
+        self.error = Some(e);
+        self.ended = true;
+        io
+    }
 }
 
 #[cfg(test)]
@@ -248,6 +375,20 @@ mod tests {
         (client, server.await.expect("task").expect("server handshake"))
     }
 
+    /// Reads an [`Inbound`] to its end.
+    async fn read_all(inbound: &mut Inbound) -> Vec<u8> {
+        let mut out = Vec::new();
+        loop {
+            let mut space = [0u8; 7];
+            let mut buf = ReadBuf::new(&mut space);
+            std::future::poll_fn(|cx| inbound.poll_read(cx, &mut buf)).await.expect("read");
+            if buf.filled().is_empty() {
+                return out;
+            }
+            out.extend_from_slice(buf.filled());
+        }
+    }
+
     #[tokio::test]
     async fn trailers_cross_from_http2_into_chunked_coding_and_back() {
         let (client, mut server) = pair().await;
@@ -263,31 +404,51 @@ mod tests {
         let (req, mut respond) = server.accept().await.expect("stream").expect("valid");
         tokio::spawn(async move { while std::future::poll_fn(|cx| server.poll_closed(cx)).await.is_ok() {} });
 
-        // HTTP/2 → chunked: the trailer section carries the trailers.
-        let (mut to_pipe, mut from_pipe) = tokio::io::duplex(64 * 1024);
-        let mut upload = req.into_body();
-        recv_to_pipe(&mut upload, &mut to_pipe, true).await.expect("relayed");
-        drop(to_pipe);
-        let mut text = Vec::new();
-        from_pipe.read_to_end(&mut text).await.expect("read");
-        assert_eq!(String::from_utf8_lossy(&text), "5\r\nhello\r\n0\r\nx-checksum: abc\r\n\r\n");
+        // HTTP/2 → chunked: the trailer section carries the trailers, after a prefix.
+        let mut inbound = Inbound::new(req.into_body(), true, Bytes::from_static(b"HEAD\r\n"));
+        let text = read_all(&mut inbound).await;
+        assert_eq!(String::from_utf8_lossy(&text), "HEAD\r\n5\r\nhello\r\n0\r\nx-checksum: abc\r\n\r\n");
 
-        // Chunked → HTTP/2: the trailer section becomes trailers, END_STREAM on them.
-        let mut send = respond.send_response(http::Response::new(()), false).expect("head");
-        let (mut pipe_in, mut pipe) = tokio::io::duplex(64 * 1024);
-        pipe_in.write_all(b"3\r\nabc\r\n0\r\ngrpc-status: 7\r\ngrpc-message: denied\r\n\r\n").await.expect("write");
-        let mut buf = BytesMut::new();
-        let ended = body(&mut pipe, &mut buf, &mut send, Framing::Chunked, Duration::from_secs(5)).await;
-        assert_eq!(ended, Ended::Done);
+        // Chunked → HTTP/2, written in pieces that split the framing: the
+        // trailer section becomes trailers, END_STREAM on them.
+        let send = respond.send_response(http::Response::new(()), false).expect("head");
+        let mut outbound = Outbound::new(send, Framing::Chunked);
+        let wire = b"3\r\nabc\r\n2\r\nde\r\n0\r\ngrpc-status: 7\r\ngrpc-message: denied\r\n\r\n";
+        for piece in wire.chunks(5) {
+            let n = std::future::poll_fn(|cx| outbound.poll_write(cx, piece)).await.expect("write");
+            assert_eq!(n, piece.len());
+        }
+        assert!(outbound.is_ended());
         let mut down = response.await.expect("response").into_body();
         let mut payload = Vec::new();
         while let Some(data) = down.data().await {
             payload.extend_from_slice(&data.expect("data"));
         }
-        assert_eq!(payload, b"abc");
+        assert_eq!(payload, b"abcde");
         let trailers = down.trailers().await.expect("trailers").expect("some");
         assert_eq!(trailers.get("grpc-status").map(|v| v.as_bytes()), Some(&b"7"[..]));
         assert_eq!(trailers.get("grpc-message").map(|v| v.as_bytes()), Some(&b"denied"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_body_with_a_length_ends_the_stream_and_refuses_more() {
+        let (client, mut server) = pair().await;
+        let mut client = client.ready().await.expect("ready");
+        let (response, _up) =
+            client.send_request(http::Request::get("http://h/").body(()).expect("request"), true).expect("send");
+        let (_req, mut respond) = server.accept().await.expect("stream").expect("valid");
+        tokio::spawn(async move { while std::future::poll_fn(|cx| server.poll_closed(cx)).await.is_ok() {} });
+        let send = respond.send_response(http::Response::new(()), false).expect("head");
+        let mut outbound = Outbound::new(send, Framing::Length(4));
+        let n = std::future::poll_fn(|cx| outbound.poll_write(cx, b"abcdef")).await.expect("write");
+        assert_eq!((n, outbound.is_ended()), (4, true));
+        assert!(std::future::poll_fn(|cx| outbound.poll_write(cx, b"ef")).await.is_err(), "past the length");
+        let mut down = response.await.expect("response").into_body();
+        let mut payload = Vec::new();
+        while let Some(data) = down.data().await {
+            payload.extend_from_slice(&data.expect("data"));
+        }
+        assert_eq!(payload, b"abcd");
     }
 
     #[test]

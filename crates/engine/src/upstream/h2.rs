@@ -9,18 +9,19 @@
 //! at a time per worker, so a burst of requests waits for it rather than
 //! opening one connection each.
 //!
-//! The pipeline is not changed for HTTP/2: a request's stream is presented
-//! to it as an [`H2Stream`], an in-memory byte stream that takes the
-//! HTTP/1.1 request the pipeline writes (head, then the body with its
-//! length or chunked) and gives back the server's response as HTTP/1.1
-//! (interim 1xx responses dropped, trailers dropped). A task per stream
-//! translates between the two ([`exchange`]); dropping the [`H2Stream`]
-//! (the pipeline is done, timed out or failed) ends that task, which resets
-//! the stream if it is still open. Timeouts stay the pipeline's: it sees a
-//! server that answers slowly exactly as it would over HTTP/1.1.
+//! A request's stream is the pipeline's server connection, an [`H2Stream`]:
+//! the request head the pipeline writes opens the stream, its body goes out
+//! as DATA frames (a chunked body's trailer section as trailers), and the
+//! server's response is read as an HTTP/1.1 head followed by its DATA frames
+//! (chunked, with the trailers, when it has no length; interim 1xx
+//! responses are not passed on). The translation runs in the request's own
+//! task, inside the stream's reads and writes: no pipe, no task per stream.
+//! Dropping the [`H2Stream`] (the pipeline is done, timed out or failed)
+//! resets the stream if it is still open. Timeouts stay the pipeline's: it
+//! sees a server that answers slowly exactly as it would over HTTP/1.1.
 //!
-//! A failed connection or a GOAWAY ends the streams it carried: their pipes
-//! close before or during the response, which the pipeline reports as a
+//! A failed connection or a GOAWAY ends the streams it carried: their reads
+//! fail before or during the response, which the pipeline reports as a
 //! closed server connection (502), with the HTTP/2 cause kept for the log
 //! ([`H2Stream::failure`]). An [`H2Stream`] never goes to the HTTP/1.1 idle
 //! pool: the shared connection is the reuse.
@@ -29,7 +30,10 @@
 //! fails only the streams it carried.
 
 use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -38,16 +42,15 @@ use bytes::{Buf, Bytes, BytesMut};
 use h2::client::{ResponseFuture, SendRequest};
 use h2::Reason;
 use switchyard_config::Pool;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 
 use super::stream::ServerStream;
 use super::tls::PoolTls;
 use super::UpstreamConn;
-use crate::translate::data::{self, RecvFailed};
+use crate::translate::data::{Inbound, Outbound};
 use crate::translate::head;
-use crate::transport::{Pipe, PipeEnd, Resets};
+use crate::transport::Resets;
 use switchyard_http::error::{Kind, ProxyError};
 use switchyard_http::parse::{self, Framing, HeadLimits};
 
@@ -73,8 +76,6 @@ pub struct Target<'a> {
     pub tls: Option<&'a PoolTls>,
     /// Connect timeout (TCP, PROXY header, TLS and the HTTP/2 preface).
     pub connect: Duration,
-    /// How long a stream waits for the server's flow-control window.
-    pub idle: Duration,
     /// PROXY header for a connection of this request alone; empty: none,
     /// and the connection is shared.
     pub proxy_header: &'a [u8],
@@ -266,19 +267,22 @@ async fn connect(target: &Target<'_>, deadline: tokio::time::Instant) -> Result<
     Ok(Shared { send, state })
 }
 
-/// Hands out one stream of `shared`: the pipeline's end, and the task that
-/// translates on the other.
+/// Hands out one stream of `shared`, to be opened by the request head the
+/// pipeline writes on it.
 fn open_stream(shared: &Shared, scheme: &'static str, target: &Target<'_>) -> UpstreamConn {
     let state = &shared.state;
     state.streams.set(state.streams.get() + 1);
-    let open = StreamGuard(state.clone());
-    let (pipe, PipeEnd { to_pipeline, from_pipeline, .. }) = Pipe::pair(None);
+    let link = Rc::new(RefCell::new(Link::default()));
     let failure = Rc::new(Cell::new(None));
-    let cancel = Rc::new(Cancel::default());
-    let ends = Ends { from_pipeline, to_pipeline, failure: failure.clone(), cancel: cancel.clone() };
-    let authority = target.addr.to_string();
-    let task = tokio::task::spawn_local(exchange(shared.send.clone(), ends, scheme, authority, target.idle, open));
-    let stream = H2Stream { pipe, task, failure, client: target.client.cloned(), cancel };
+    let wr = Wr {
+        state: RefCell::new(Up::Head { send: shared.send.clone(), buf: BytesMut::new() }),
+        scheme,
+        authority: target.addr.to_string(),
+        link: link.clone(),
+        failure: failure.clone(),
+    };
+    let rd = Rd { state: Down::Waiting, link, failure: failure.clone() };
+    let stream = H2Stream { rd, wr, failure, client: target.client.cloned(), _open: StreamGuard(state.clone()) };
     UpstreamConn { stream: ServerStream::H2(Box::new(stream)), buf: BytesMut::with_capacity(16 * 1024), served: 0 }
 }
 
@@ -295,17 +299,20 @@ impl Drop for StreamGuard {
     }
 }
 
-/// One request's stream as the pipeline sees it: a byte stream that takes
-/// an HTTP/1.1 request and answers an HTTP/1.1 response. Dropping it ends
-/// the exchange (the stream is reset if still open).
+/// One request's stream as the pipeline sees it: a server connection that
+/// takes an HTTP/1.1 request ([`Wr`]: the head opens the stream, the body
+/// goes out as DATA frames and trailers) and answers an HTTP/1.1 response
+/// ([`Rd`]: the head written from the server's HEADERS, then its DATA
+/// frames, chunked with the trailers when it has no length). Dropping it
+/// ends the exchange: a stream still open is reset (CANCEL, or the client's
+/// own code when an HTTP/2 client reset its stream).
 pub struct H2Stream {
-    /// Reads the response, written by [`exchange`]; writes the request, read by it.
-    pipe: Pipe,
-    task: JoinHandle<()>,
+    rd: Rd,
+    wr: Wr,
     failure: Rc<Cell<Option<Failure>>>,
     /// The client's HTTP/2 stream's reset codes, when there is one.
     client: Option<Rc<Resets>>,
-    cancel: Rc<Cancel>,
+    _open: StreamGuard,
 }
 
 /// Why a stream failed on the HTTP/2 side: for the log, and the server's
@@ -316,11 +323,48 @@ struct Failure {
     reset: Option<u32>,
 }
 
-/// Asks [`exchange`] to reset its stream with a code (the client's).
+/// What the request side hands the response side once the stream is open.
 #[derive(Default)]
-struct Cancel {
-    code: Cell<Option<u32>>,
-    wake: Notify,
+struct Link {
+    response: Option<ResponseFuture>,
+    head_request: bool,
+    /// The response side waited before the stream was open.
+    waker: Option<Waker>,
+}
+
+/// The request side of a stream.
+pub struct Wr {
+    /// In a cell: the relay's non-blocking write attempt has a shared borrow.
+    state: RefCell<Up>,
+    scheme: &'static str,
+    authority: String,
+    link: Rc<RefCell<Link>>,
+    failure: Rc<Cell<Option<Failure>>>,
+}
+
+enum Up {
+    /// Reading the request head the pipeline writes.
+    Head { send: SendRequest<Bytes>, buf: BytesMut },
+    /// Sending its body.
+    Body(Outbound),
+    /// Sent whole: the stream is kept to pass on a client's reset.
+    Sent(h2::SendStream<Bytes>),
+    /// Failed before the stream opened.
+    Failed,
+}
+
+/// The response side of a stream.
+pub struct Rd {
+    state: Down,
+    link: Rc<RefCell<Link>>,
+    failure: Rc<Cell<Option<Failure>>>,
+}
+
+enum Down {
+    /// Waiting for the response head.
+    Waiting,
+    /// Reading the response.
+    Body(Inbound),
 }
 
 impl std::fmt::Debug for H2Stream {
@@ -329,31 +373,38 @@ impl std::fmt::Debug for H2Stream {
     }
 }
 
+impl std::fmt::Debug for Rd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("h2::Rd").finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Wr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("h2::Wr").finish_non_exhaustive()
+    }
+}
+
 impl Drop for H2Stream {
     fn drop(&mut self) {
-        match self.client.as_ref().and_then(|r| r.by_client.get()) {
-            // The client reset its stream: the server's is reset with the same
-            // code (the task ends itself once it has sent it).
-            Some(code) => {
-                self.cancel.code.set(Some(code));
-                self.cancel.wake.notify_one();
-            }
-            // Done, timed out or failed: dropping the stream resets it (CANCEL) if still open.
-            None => self.task.abort(),
+        // The client reset its stream: the server's is reset with the same
+        // code. Otherwise dropping the handles resets a stream still open
+        // (CANCEL): the pipeline is done, timed out or failed.
+        let Some(code) = self.client.as_ref().and_then(|r| r.by_client.get()) else {
+            return;
+        };
+        match self.wr.state.get_mut() {
+            Up::Body(body) => body.reset(Reason::from(code)),
+            Up::Sent(send) => send.send_reset(Reason::from(code)),
+            Up::Head { .. } | Up::Failed => {}
         }
     }
 }
 
 impl H2Stream {
-    /// The pipeline's end of the pipes (the same [`Pipe`] a client stream of
-    /// the HTTP/2 front end is served over).
-    pub fn pipe(&mut self) -> &mut Pipe {
-        &mut self.pipe
-    }
-
-    /// The pipeline's end, shared.
-    pub fn pipe_ref(&self) -> &Pipe {
-        &self.pipe
+    /// Both directions at once (full-duplex body relay).
+    pub fn halves(&mut self) -> (&mut Rd, &mut Wr) {
+        (&mut self.rd, &mut self.wr)
     }
 
     /// Why the stream failed on the HTTP/2 side, when that says more than
@@ -368,120 +419,187 @@ impl H2Stream {
     }
 }
 
-/// The translating task's ends of a stream's pipes.
-struct Ends {
-    /// The request, as the pipeline wrote it.
-    from_pipeline: DuplexStream,
-    /// The response, for the pipeline to read.
-    to_pipeline: DuplexStream,
-    failure: Rc<Cell<Option<Failure>>>,
-    cancel: Rc<Cancel>,
-}
+impl Wr {
+    fn poll_write(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let mut state = self.state.borrow_mut();
+        match &mut *state {
+            Up::Head { send, buf } => {
+                // Ready for another stream before any byte is taken.
+                if let Err(e) = std::task::ready!(send.poll_ready(cx)) {
+                    self.failure.set(cause(&e));
+                    *state = Up::Failed;
+                    return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
+                }
+                buf.extend_from_slice(data);
+                Poll::Ready(self.open(&mut state).map(|()| data.len()))
+            }
+            Up::Body(body) => match body.poll_write(cx, data) {
+                Poll::Ready(Err(e)) => {
+                    self.failure.set(body.error().and_then(cause));
+                    Poll::Ready(Err(e))
+                }
+                other => other,
+            },
+            Up::Sent(_) if data.is_empty() => Poll::Ready(Ok(0)),
+            Up::Sent(_) => Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, "bytes after the request"))),
+            Up::Failed => Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into())),
+        }
+    }
 
-/// One request over HTTP/2: reads the pipeline's request head, opens the
-/// stream, then sends the request body while the response comes back.
-/// Returning closes the pipes: before the response head, the pipeline sees
-/// a server that closed without answering; mid-body, a truncated body.
-async fn exchange(
-    send: SendRequest<Bytes>,
-    mut ends: Ends,
-    scheme: &'static str,
-    authority: String,
-    idle: Duration,
-    _open: StreamGuard,
-) {
-    let cancel = ends.cancel.clone();
-    let cancelled = async {
-        cancel.wake.notified().await;
-        cancel.code.get()
-    };
-    tokio::pin!(cancelled);
-    let mut buf = BytesMut::with_capacity(4096);
-    let mut fields = Vec::new();
-    let head = loop {
-        match parse::parse_request(&buf, HEAD_LIMITS, &mut fields) {
-            Ok(Some(head)) => break head,
-            Ok(None) => {}
-            Err(_) => return,
-        }
-        buf.reserve(4096);
-        match ends.from_pipeline.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-    };
-    let head_request = &buf[head.method.clone()] == b"HEAD";
-    let request = match head::server_request(&buf, &head, &fields, scheme, &authority) {
-        Ok(request) => request,
-        Err(why) => {
-            ends.failure.set(Some(Failure { why, reset: None }));
-            return;
-        }
-    };
-    buf.advance(head.len);
-    let bodiless = matches!(head.framing, Framing::Empty | Framing::Length(0));
-    let opened = async {
-        let mut send = send.ready().await?;
-        send.send_request(request, bodiless)
-    };
-    let opened = tokio::select! {
-        opened = opened => opened,
-        // The client went before the stream opened: nothing to reset.
-        _ = &mut cancelled => return,
-    };
-    let (response, mut body) = match opened {
-        Ok(pair) => pair,
-        Err(e) => {
-            ends.failure.set(cause(&e));
-            return;
-        }
-    };
-    let (failure, from_pipeline, to_pipeline) = (&ends.failure, &mut ends.from_pipeline, &mut ends.to_pipeline);
-    let up = async {
-        if !bodiless {
-            data::body(from_pipeline, &mut buf, &mut body, head.framing, idle).await;
-        }
-    };
-    let down = download(response, to_pipeline, head_request, failure);
-    let reset = {
-        tokio::pin!(up, down);
-        let mut uploading = true;
-        loop {
-            tokio::select! {
-                () = &mut up, if uploading => uploading = false,
-                () = &mut down => break None,
-                code = &mut cancelled => break code,
+    /// Opens the stream once the request head is complete, and sends the
+    /// body bytes written with it.
+    fn open(&self, state: &mut Up) -> io::Result<()> {
+        let Up::Head { send, buf } = state else {
+            return Ok(());
+        };
+        let mut fields = Vec::new();
+        let head = match parse::parse_request(buf, HEAD_LIMITS, &mut fields) {
+            Ok(Some(head)) => head,
+            Ok(None) => return Ok(()),
+            Err(_) => return Err(io::Error::new(io::ErrorKind::InvalidData, "invalid request head")),
+        };
+        let request = match head::server_request(buf, &head, &fields, self.scheme, &self.authority) {
+            Ok(request) => request,
+            Err(why) => {
+                self.failure.set(Some(Failure { why, reset: None }));
+                *state = Up::Failed;
+                return Err(io::Error::new(io::ErrorKind::InvalidData, why));
+            }
+        };
+        let head_request = &buf[head.method.clone()] == b"HEAD";
+        let bodiless = matches!(head.framing, Framing::Empty | Framing::Length(0));
+        let (response, stream) = match send.send_request(request, bodiless) {
+            Ok(pair) => pair,
+            Err(e) => {
+                self.failure.set(cause(&e));
+                *state = Up::Failed;
+                return Err(io::ErrorKind::ConnectionAborted.into());
+            }
+        };
+        buf.advance(head.len);
+        let rest = std::mem::take(buf);
+        {
+            let mut link = self.link.borrow_mut();
+            link.response = Some(response);
+            link.head_request = head_request;
+            if let Some(waker) = link.waker.take() {
+                waker.wake();
             }
         }
-    };
-    if let Some(code) = reset {
-        body.send_reset(Reason::from(code));
+        if bodiless {
+            *state = Up::Sent(stream);
+            return Ok(());
+        }
+        let mut body = Outbound::new(stream, head.framing);
+        let mut at = 0;
+        while at < rest.len() && !body.is_ended() {
+            at += body.write_now(&rest[at..])?;
+        }
+        *state = Up::Body(body);
+        Ok(())
     }
 }
 
-/// Waits for the server's response and writes it to the pipe as HTTP/1.1.
-async fn download(
-    response: ResponseFuture,
-    pipe: &mut DuplexStream,
-    head_request: bool,
-    failure: &Cell<Option<Failure>>,
-) {
-    let response = match response.await {
-        Ok(response) => response,
-        Err(e) => {
-            failure.set(cause(&e));
-            return;
+impl Rd {
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if let Down::Waiting = self.state {
+            let mut link = self.link.borrow_mut();
+            let Some(response) = link.response.as_mut() else {
+                link.waker = Some(cx.waker().clone());
+                return Poll::Pending;
+            };
+            let response = match std::task::ready!(Pin::new(response).poll(cx)) {
+                Ok(response) => response,
+                Err(e) => {
+                    self.failure.set(cause(&e));
+                    return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
+                }
+            };
+            link.response = None;
+            let (parts, body) = response.into_parts();
+            let mut out = BytesMut::with_capacity(1024);
+            let has_body = parse::response_has_body(link.head_request, parts.status.as_u16());
+            let chunked = head::server_response_head(&parts, link.head_request, body.is_end_stream(), &mut out);
+            self.state = Down::Body(if has_body {
+                Inbound::new(body, chunked, out.freeze())
+            } else {
+                Inbound::empty(out.freeze())
+            });
         }
-    };
-    let (parts, mut body) = response.into_parts();
-    let mut out = BytesMut::with_capacity(1024);
-    let chunked = head::server_response_head(&parts, head_request, body.is_end_stream(), &mut out);
-    drop(parts);
-    if pipe.write_all(&out).await.is_err() {
-        return;
+        let Down::Body(body) = &mut self.state else {
+            return Poll::Pending;
+        };
+        match body.poll_read(cx, buf) {
+            Poll::Ready(Err(e)) => {
+                self.failure.set(body.error().and_then(cause));
+                Poll::Ready(Err(e))
+            }
+            other => other,
+        }
     }
-    if let Err(RecvFailed::Stream(e)) = data::recv_to_pipe(&mut body, pipe, chunked).await {
-        failure.set(cause(&e));
+}
+
+impl AsyncRead for Rd {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Wr {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        self.get_mut().poll_write(cx, data)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// A write that need not wait (the request head, a body within the
+/// server's window) is taken at once, sparing the relay a timer; one that
+/// would wait answers `WouldBlock`.
+impl crate::transport::Sink for Wr {
+    fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.poll_write(&mut cx, data) {
+            Poll::Ready(result) => result,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
+        crate::transport::write_two_now(self, a, b)
+    }
+}
+
+impl H2Stream {
+    /// The request side, for the relay's non-blocking writes.
+    pub fn writer(&self) -> &Wr {
+        &self.wr
+    }
+}
+
+impl AsyncRead for H2Stream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().rd.poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for H2Stream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        self.get_mut().wr.poll_write(cx, data)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
     }
 }
 

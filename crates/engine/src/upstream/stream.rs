@@ -1,5 +1,5 @@
 //! The byte stream to a server: clear TCP, TLS over TCP (re-encryption), or
-//! one HTTP/2 stream presented as HTTP/1.1 bytes ([`super::h2`]); in the
+//! one HTTP/2 stream read and written as HTTP/1.1 bytes ([`super::h2`]); in the
 //! in-process tests also an in-memory connection ([`super::memory`]).
 //!
 //! An enum rather than a generic parameter, so one idle pool holds both kinds
@@ -19,6 +19,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 use super::h2::H2Stream;
+#[cfg(test)]
 use crate::transport::ClientStream;
 use crate::transport::Sink;
 
@@ -48,7 +49,9 @@ pub enum ServerRd<'a> {
     Plain(ReadHalf<'a>),
     /// TLS.
     Tls(tokio::io::ReadHalf<TlsRef<'a>>),
-    /// An in-memory stream: an HTTP/2 stream's pipe, or a test server's.
+    /// The response side of an HTTP/2 stream.
+    H2(&'a mut super::h2::Rd),
+    /// An in-memory stream of a test server.
     Piped(&'a mut DuplexStream),
 }
 
@@ -59,7 +62,9 @@ pub enum ServerWr<'a> {
     Plain(WriteHalf<'a>),
     /// TLS.
     Tls(tokio::io::WriteHalf<TlsRef<'a>>),
-    /// An in-memory stream: an HTTP/2 stream's pipe, or a test server's.
+    /// The request side of an HTTP/2 stream.
+    H2(&'a mut super::h2::Wr),
+    /// An in-memory stream of a test server.
     Piped(&'a mut DuplexStream),
 }
 
@@ -117,8 +122,8 @@ impl ServerStream {
                 (ServerRd::Tls(r), ServerWr::Tls(w))
             }
             ServerStream::H2(s) => {
-                let (r, w) = s.pipe().halves();
-                (ServerRd::Piped(r), ServerWr::Piped(w))
+                let (r, w) = s.halves();
+                (ServerRd::H2(r), ServerWr::H2(w))
             }
             #[cfg(test)]
             ServerStream::Memory(s) => {
@@ -139,6 +144,7 @@ impl Sink for ServerStream {
     fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
         match self {
             ServerStream::Plain(s) => s.try_write(data),
+            ServerStream::H2(s) => s.writer().try_write_now(data),
             _ => would_block(),
         }
     }
@@ -146,6 +152,7 @@ impl Sink for ServerStream {
     fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
         match self {
             ServerStream::Plain(s) => s.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)]),
+            ServerStream::H2(s) => s.writer().try_write_two_now(a, b),
             _ => would_block(),
         }
     }
@@ -155,6 +162,7 @@ impl Sink for ServerWr<'_> {
     fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
         match self {
             ServerWr::Plain(w) => w.try_write(data),
+            ServerWr::H2(w) => w.try_write_now(data),
             ServerWr::Tls(_) | ServerWr::Piped(_) => would_block(),
         }
     }
@@ -162,6 +170,7 @@ impl Sink for ServerWr<'_> {
     fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
         match self {
             ServerWr::Plain(w) => w.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)]),
+            ServerWr::H2(w) => w.try_write_two_now(a, b),
             ServerWr::Tls(_) | ServerWr::Piped(_) => would_block(),
         }
     }
@@ -172,7 +181,7 @@ impl AsyncRead for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
-            ServerStream::H2(s) => Pin::new(s.pipe()).poll_read(cx, buf),
+            ServerStream::H2(s) => Pin::new(&mut **s).poll_read(cx, buf),
             #[cfg(test)]
             ServerStream::Memory(s) => Pin::new(&mut **s).poll_read(cx, buf),
         }
@@ -184,7 +193,7 @@ impl AsyncWrite for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
-            ServerStream::H2(s) => Pin::new(s.pipe()).poll_write(cx, buf),
+            ServerStream::H2(s) => Pin::new(&mut **s).poll_write(cx, buf),
             #[cfg(test)]
             ServerStream::Memory(s) => Pin::new(&mut **s).poll_write(cx, buf),
         }
@@ -198,7 +207,7 @@ impl AsyncWrite for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
-            ServerStream::H2(s) => Pin::new(s.pipe()).poll_write_vectored(cx, bufs),
+            ServerStream::H2(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
             #[cfg(test)]
             ServerStream::Memory(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
         }
@@ -208,7 +217,7 @@ impl AsyncWrite for ServerStream {
         match self {
             ServerStream::Plain(s) => s.is_write_vectored(),
             ServerStream::Tls(s) => s.is_write_vectored(),
-            ServerStream::H2(s) => s.pipe_ref().is_write_vectored(),
+            ServerStream::H2(_) => false,
             #[cfg(test)]
             ServerStream::Memory(s) => s.is_write_vectored(),
         }
@@ -218,7 +227,7 @@ impl AsyncWrite for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => Pin::new(s).poll_flush(cx),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
-            ServerStream::H2(s) => Pin::new(s.pipe()).poll_flush(cx),
+            ServerStream::H2(s) => Pin::new(&mut **s).poll_flush(cx),
             #[cfg(test)]
             ServerStream::Memory(s) => Pin::new(&mut **s).poll_flush(cx),
         }
@@ -228,7 +237,7 @@ impl AsyncWrite for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
-            ServerStream::H2(s) => Pin::new(s.pipe()).poll_shutdown(cx),
+            ServerStream::H2(s) => Pin::new(&mut **s).poll_shutdown(cx),
             #[cfg(test)]
             ServerStream::Memory(s) => Pin::new(&mut **s).poll_shutdown(cx),
         }
@@ -240,6 +249,7 @@ impl AsyncRead for ServerRd<'_> {
         match self.get_mut() {
             ServerRd::Plain(r) => Pin::new(r).poll_read(cx, buf),
             ServerRd::Tls(r) => Pin::new(r).poll_read(cx, buf),
+            ServerRd::H2(r) => Pin::new(r).poll_read(cx, buf),
             ServerRd::Piped(r) => Pin::new(r).poll_read(cx, buf),
         }
     }
@@ -250,6 +260,7 @@ impl AsyncWrite for ServerWr<'_> {
         match self.get_mut() {
             ServerWr::Plain(w) => Pin::new(w).poll_write(cx, buf),
             ServerWr::Tls(w) => Pin::new(w).poll_write(cx, buf),
+            ServerWr::H2(w) => Pin::new(w).poll_write(cx, buf),
             ServerWr::Piped(w) => Pin::new(w).poll_write(cx, buf),
         }
     }
@@ -262,6 +273,7 @@ impl AsyncWrite for ServerWr<'_> {
         match self.get_mut() {
             ServerWr::Plain(w) => Pin::new(w).poll_write_vectored(cx, bufs),
             ServerWr::Tls(w) => Pin::new(w).poll_write_vectored(cx, bufs),
+            ServerWr::H2(w) => Pin::new(w).poll_write_vectored(cx, bufs),
             ServerWr::Piped(w) => Pin::new(w).poll_write_vectored(cx, bufs),
         }
     }
@@ -270,6 +282,7 @@ impl AsyncWrite for ServerWr<'_> {
         match self {
             ServerWr::Plain(w) => w.is_write_vectored(),
             ServerWr::Tls(w) => w.is_write_vectored(),
+            ServerWr::H2(_) => false,
             ServerWr::Piped(w) => w.is_write_vectored(),
         }
     }
@@ -278,6 +291,7 @@ impl AsyncWrite for ServerWr<'_> {
         match self.get_mut() {
             ServerWr::Plain(w) => Pin::new(w).poll_flush(cx),
             ServerWr::Tls(w) => Pin::new(w).poll_flush(cx),
+            ServerWr::H2(w) => Pin::new(w).poll_flush(cx),
             ServerWr::Piped(w) => Pin::new(w).poll_flush(cx),
         }
     }
@@ -286,6 +300,7 @@ impl AsyncWrite for ServerWr<'_> {
         match self.get_mut() {
             ServerWr::Plain(w) => Pin::new(w).poll_shutdown(cx),
             ServerWr::Tls(w) => Pin::new(w).poll_shutdown(cx),
+            ServerWr::H2(w) => Pin::new(w).poll_shutdown(cx),
             ServerWr::Piped(w) => Pin::new(w).poll_shutdown(cx),
         }
     }

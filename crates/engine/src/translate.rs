@@ -1,12 +1,12 @@
-//! Translation between HTTP/2 and the HTTP/1.1 text the pipeline reads and
-//! writes, shared by the two bridges: HTTP/2 clients ([`crate::http2`]) and
-//! HTTP/2 servers (`upstream::h2`). Heads ([`head`]: sans-io, table-tested)
-//! and bodies with their trailers ([`data`]: DATA frames to and from an
-//! in-memory pipe, within flow control).
+//! Translation between HTTP/2 and the HTTP/1.1 form the pipeline reads and
+//! writes, shared by both HTTP/2 sides: client streams ([`crate::http2`]) and
+//! server streams (`upstream::h2`). Heads ([`head`]: sans-io, table-tested)
+//! and bodies with their trailers ([`data`]: DATA frames read and written by
+//! poll functions inside the request's own task, within flow control).
 //!
-//! Both bridges go once the protocol-neutral codecs of ADR 0004 (stage 2)
-//! feed the pipeline's phases directly; until then this module is what keeps
-//! `http2` and `upstream` from importing each other.
+//! Shared here so that `http2` and `upstream` do not import each other. The
+//! heads still cross as HTTP/1.1 text (written, then parsed by the pipeline
+//! or by the HTTP/2 side): ADR 0004's head writers would remove that step.
 
 pub(crate) mod data;
 pub mod head;

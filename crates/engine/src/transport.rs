@@ -6,9 +6,10 @@
 //! reports on ([`Transport`]).
 //!
 //! A plain [`TcpStream`] implements them with zero-cost borrowed halves; TLS
-//! connections implement them in [`crate::tls`], server connections in
-//! [`crate::upstream`]. [`Pipe`] is an in-memory connection: the end of an
-//! HTTP/2 stream's bridge, and the in-process tests' clients and servers.
+//! connections implement them in [`crate::tls`], HTTP/2 streams in
+//! [`crate::http2`], server connections in [`crate::upstream`]. [`Pipe`] is
+//! an in-memory connection: the in-process tests' clients and servers, and
+//! the cache's background refresh.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -84,13 +85,13 @@ pub trait ClientStream: AsyncRead + AsyncWrite + Sink + Unpin {
     }
 }
 
-/// RST_STREAM codes crossing the bridge between an HTTP/2 stream and the
-/// pipeline, so a reset on one side is passed on with its code to the other
+/// RST_STREAM codes crossing between a client's HTTP/2 stream, the pipeline
+/// and a server's stream, so a reset on one side is passed on with its code to the other
 /// (REFUSED_STREAM stays retry-safe for the client; a client's reset reaches
 /// the server as the client sent it).
 #[derive(Debug, Default)]
 pub struct Resets {
-    /// The code the client reset its stream with (set by the bridge).
+    /// The code the client reset its stream with (set by the stream's codec).
     pub by_client: Cell<Option<u32>>,
     /// The code to reset the client's stream with instead of answering or
     /// finishing the response (set by the pipeline: a server's reset).
@@ -168,13 +169,12 @@ pub(crate) fn write_two_now<W: Sink + ?Sized>(dst: &W, a: &[u8], b: &[u8]) -> io
     }
 }
 
-/// Bytes each direction of a bridge buffers before the writer waits.
+/// Bytes each direction of a [`Pipe`] buffers before the writer waits.
 const PIPE_BUFFER: usize = 64 * 1024;
 
-/// The pipeline's end of one stream's bridge: it reads the HTTP/1.1 request
-/// from `rd` and writes the HTTP/1.1 response to `wr`. HTTP/2 towards servers
-/// uses it the other way round: the pipeline writes the request and reads
-/// the response ([`crate::upstream::h2`]). Each in-memory stream
+/// The pipeline's end of an in-memory connection: it reads the HTTP/1.1
+/// request from `rd` and writes the HTTP/1.1 response to `wr` (an in-process
+/// test's server uses it the other way round). Each in-memory stream
 /// carries one direction only, so the two halves borrow independently.
 pub struct Pipe {
     rd: DuplexStream,
@@ -183,12 +183,12 @@ pub struct Pipe {
     resets: Rc<Resets>,
 }
 
-/// The bridge's end of a [`Pipe`]: request bytes go into `to_pipeline`,
+/// The other end of a [`Pipe`]: request bytes go into `to_pipeline`,
 /// response bytes come out of `from_pipeline`.
 pub struct PipeEnd {
-    /// Where the bridge writes the request (head already passed separately, then body).
+    /// Where the request is written.
     pub to_pipeline: DuplexStream,
-    /// Where the bridge reads the response.
+    /// Where the response is read.
     pub from_pipeline: DuplexStream,
     /// Reset codes shared with the pipeline's end.
     pub resets: Rc<Resets>,

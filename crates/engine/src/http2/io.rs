@@ -1,7 +1,6 @@
 //! [`Prefixed`]: a client connection whose first bytes were already read (the
 //! h2c preface, read by [`crate::front`] while telling the protocols apart),
-//! and the pass-through write macro its siblings share. The in-memory end of
-//! one stream's bridge is [`crate::transport::Pipe`].
+//! and the pass-through write macro its siblings share.
 
 use std::io;
 use std::pin::Pin;

@@ -6,7 +6,7 @@
 //! fields are joined with `; ` (8.2.3), connection-specific fields are
 //! dropped (but `te: trailers` is kept, for the pipeline to know the client
 //! reads trailers), and the body is framed by the client's `content-length`
-//! or else chunked. Every head ends with `connection: close`: one bridge, one request.
+//! or else chunked. Every head ends with `connection: close`: one stream, one request.
 //!
 //! Response: the status and every field but the connection-specific ones.
 //!

@@ -32,6 +32,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use h2::Reason;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Notify;
@@ -207,6 +208,10 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
     });
     let mut going_away = false;
     let mut calmed = false;
+    // The streams run inside this task: a stream's progress and the frames it
+    // queued are written in the same turn, without a task of its own to spawn,
+    // schedule and wake. Each stream is polled only when it was woken.
+    let mut streams = FuturesUnordered::new();
     loop {
         if !going_away && (worker.draining.get() || worker.local().gen.service_index(&shared.name).is_none()) {
             h2.graceful_shutdown();
@@ -224,7 +229,7 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
             accepted = h2.accept() => match accepted {
                 Some(Ok((req, respond))) => {
                     shared.open.set(shared.open.get() + 1);
-                    tokio::task::spawn_local(stream(req, respond, shared.clone()));
+                    streams.push(stream(req, respond, shared.clone()));
                 }
                 Some(Err(_)) if flooded.get() => {
                     let reason = "control-frame-flood";
@@ -238,6 +243,7 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
                 }
                 None => break,
             },
+            Some(()) = streams.next(), if !streams.is_empty() => {}
             () = shared.wake.notified() => {}
             () = worker.drain.notified() => {}
             () = worker.reloaded.notified() => {}
@@ -249,7 +255,7 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
     }
 }
 
-/// One stream's task: the pipeline, then the connection's bookkeeping.
+/// One stream: the pipeline, then the connection's bookkeeping.
 async fn stream(req: http::Request<h2::RecvStream>, respond: h2::server::SendResponse<Bytes>, shared: Rc<Shared>) {
     let ended = stream::serve(req, respond, shared.clone()).await;
     let now = Instant::now();

@@ -371,9 +371,9 @@ impl Stage {
 
 /// A fixed buffer: bytes `start..buf.len()` are pending. Reads append until
 /// `size`; once everything is written the buffer is emptied, so pending bytes
-/// are always one plain slice (no wrap-around). The memory is taken on the
-/// first read and never zeroed (reads go into spare capacity), so a connection
-/// that never sends one way holds none for it and a new one costs no memset.
+/// are always one plain slice (no wrap-around). The memory is taken by a read
+/// into an empty buffer and given back once everything read is written, never
+/// zeroed (reads go into spare capacity): an idle direction holds none.
 struct Buffer {
     buf: Vec<u8>,
     size: usize,
@@ -427,8 +427,10 @@ impl Buffer {
         }
         self.start += n;
         if self.start == self.buf.len() {
+            // Everything went out: give the memory back, so an idle connection
+            // holds no buffer (the next read takes one again).
             self.start = 0;
-            self.buf.clear();
+            self.buf = Vec::new();
         }
         Ok(n)
     }

@@ -30,6 +30,8 @@ PACKAGES=(
   "keepalived:keepalived"
   "python3:python3"
   "nftables:nft"
+  # `switchyard bench` counts system calls with perf when it works, else strace.
+  "strace:strace"
 )
 
 step() {

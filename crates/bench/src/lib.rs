@@ -11,7 +11,10 @@
 //! - [`report`]: `results.json`, `report.md` and a self-contained `report.html` with SVG
 //!   charts, and the comparison of two results files.
 //! - [`suite`]: the benchmark methodology runner behind `switchyard bench`.
+//! - [`floor`]: the floor target, a minimal forwarder that is the least a relay does for
+//!   a test (`switchyard bench floor`).
 
+pub mod floor;
 pub mod load;
 pub mod origin;
 pub mod report;

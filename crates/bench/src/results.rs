@@ -280,6 +280,45 @@ pub struct Measurement {
     pub limit_fraction: Option<f64>,
     /// Warnings about this cell (generator saturated, errors seen, ...).
     pub flags: Vec<String>,
+    /// The proxy's system calls, counted on a short extra run after the measured ones
+    /// (never during them); absent where not counted (older files, the baseline, sizes
+    /// other than a test's smallest, `--syscalls off`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syscalls: Option<Syscalls>,
+}
+
+/// The system calls a proxy made over one extra run, from `perf stat` (the
+/// `syscalls:sys_enter_*` tracepoints) or `strace -c -f`, attached to its process tree.
+/// The counting window covers the whole run (no warm-up), so `requests` and
+/// `connections` are everything the generator completed in it; the few requests in
+/// flight when it ended, and the idle proxy's own calls, are counted in `total` too.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Syscalls {
+    /// How they were counted (`perf stat` or `strace -c -f`).
+    pub tool: String,
+    /// Requests the generator completed in the window.
+    pub requests: u64,
+    /// Connections the generator opened in the window.
+    pub connections: u64,
+    /// Every system call of the proxy in the window.
+    pub total: u64,
+    /// Calls per name (those counted one by one; `total` also holds the rest).
+    pub by_name: std::collections::BTreeMap<String, u64>,
+    /// Why there are no counts, when counting failed (then the counts are zero).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+}
+
+impl Syscalls {
+    /// Calls per completed request.
+    pub fn per_request(&self) -> Option<f64> {
+        (self.requests > 0 && self.unavailable.is_none()).then(|| self.total as f64 / self.requests as f64)
+    }
+
+    /// Calls per connection opened.
+    pub fn per_connection(&self) -> Option<f64> {
+        (self.connections > 0 && self.unavailable.is_none()).then(|| self.total as f64 / self.connections as f64)
+    }
 }
 
 /// Figures of one measured run.
@@ -301,6 +340,12 @@ pub struct RunFigures {
     pub bytes_per_s: f64,
     /// Proxy CPU seconds (user + system) over the run; 0 for the baseline.
     pub proxy_cpu_s: f64,
+    /// Of `proxy_cpu_s`, the seconds in user space (`utime`; absent in older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_user_cpu_s: Option<f64>,
+    /// Of `proxy_cpu_s`, the seconds in the kernel (`stime`; absent in older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_kernel_cpu_s: Option<f64>,
     /// Proxy CPU microseconds per request.
     pub proxy_cpu_us_per_request: f64,
     /// Requests per proxy CPU-second (efficiency).

@@ -42,6 +42,39 @@ pub struct BenchArgs {
     /// l7-keepalive-traced-all.
     #[arg(long, value_delimiter = ',', value_name = "TESTS")]
     only: Vec<String>,
+    /// How each proxy's system calls are counted, on one extra run at the smallest size
+    /// of each request test (never during the measured runs): perf (`perf stat` on the
+    /// syscall tracepoints), strace (`strace -c -f`), auto (perf, else strace), or off.
+    #[arg(long, value_enum, default_value_t = SyscallCounter::Auto)]
+    syscalls: SyscallCounter,
+    /// Run the sized tests at just these response sizes, in bytes, comma-separated
+    /// (e.g. 128,131072); tests with none of them are left out.
+    #[arg(long, value_delimiter = ',', value_name = "BYTES")]
+    sizes: Vec<u64>,
+}
+
+/// `--syscalls` values.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum SyscallCounter {
+    /// perf when it counts here, else strace.
+    Auto,
+    /// `perf stat -e 'syscalls:sys_enter_*'`.
+    Perf,
+    /// `strace -c -f`.
+    Strace,
+    /// No counting run.
+    Off,
+}
+
+impl From<SyscallCounter> for suite::syscalls::Choice {
+    fn from(c: SyscallCounter) -> Self {
+        match c {
+            SyscallCounter::Auto => Self::Auto,
+            SyscallCounter::Perf => Self::Perf,
+            SyscallCounter::Strace => Self::Strace,
+            SyscallCounter::Off => Self::Off,
+        }
+    }
 }
 
 /// `--tls-group` values.
@@ -73,6 +106,10 @@ enum BenchCommand {
     /// One load run against a running target (HTTP/1.1 keep-alive, clear text): closed
     /// loop, or open loop with --rate. Prints one line of key=value figures.
     Load(LoadArgs),
+    /// The floor target the suite starts itself: a minimal forwarder (no HTTP logic
+    /// beyond framing the bench's messages), pinned like the proxies, whose CPU per
+    /// request is the least a relay spends on each test.
+    Floor(FloorArgs),
     /// Compare two results (results.json files or the folders holding them).
     Compare {
         /// The first (baseline) results.
@@ -104,6 +141,21 @@ struct LoadArgs {
     /// Generator threads.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+}
+
+/// Arguments of `switchyard bench floor`.
+#[derive(Args)]
+struct FloorArgs {
+    /// What it relays: l7 (one HTTP/1.1 request and response at a time over kept-alive
+    /// origin connections) or l4 (bytes both ways).
+    #[arg(long, value_parser = ["l4", "l7"])]
+    mode: String,
+    /// Where it listens, e.g. 127.0.0.1:31014.
+    #[arg(long)]
+    listen: std::net::SocketAddr,
+    /// Origins, comma-separated, taken in turn.
+    #[arg(long, value_delimiter = ',', required = true)]
+    origins: Vec<std::net::SocketAddr>,
 }
 
 /// Runs `switchyard bench load`.
@@ -148,6 +200,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(BenchCommand::Load(load_args)) = &args.command {
         return load(load_args);
     }
+    if let Some(BenchCommand::Floor(f)) = args.command {
+        use switchyard_bench::floor::{run, Mode};
+        let mode = if f.mode == "l4" { Mode::L4 } else { Mode::L7 };
+        return run(f.listen, f.origins, mode).with_context(|| format!("floor on {}", f.listen));
+    }
     if let Some(BenchCommand::Compare { a, b }) = args.command {
         let text = switchyard_bench::report::compare(&results_file(&a), &results_file(&b))
             .with_context(|| format!("cannot compare {} and {}", a.display(), b.display()))?;
@@ -172,6 +229,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         load_cpu,
         tls_group: args.tls_group.into(),
         only,
+        syscalls: args.syscalls.into(),
+        sizes: args.sizes,
     };
     stop_children_on_signal();
     suite::run(&opts)?;
@@ -239,6 +298,36 @@ mod tests {
         let Some(BenchCommand::Load(args)) = cli.bench.command else { panic!("not load") };
         assert_eq!((args.target.port(), args.rate, args.connections), (8080, Some(5000.0), 64));
         assert!(Cli::try_parse_from(["bench", "load"]).is_err(), "--target is required");
+    }
+
+    #[test]
+    fn floor_takes_a_mode_a_listener_and_origins() {
+        let cli = Cli::try_parse_from([
+            "bench",
+            "floor",
+            "--mode",
+            "l7",
+            "--listen",
+            "127.0.0.1:9000",
+            "--origins",
+            "127.0.0.1:9001,127.0.0.1:9002",
+        ])
+        .expect("parses");
+        let Some(BenchCommand::Floor(f)) = cli.bench.command else { panic!("not floor") };
+        assert_eq!((f.mode.as_str(), f.origins.len()), ("l7", 2));
+        assert!(Cli::try_parse_from([
+            "bench",
+            "floor",
+            "--mode",
+            "l5",
+            "--listen",
+            "127.0.0.1:1",
+            "--origins",
+            "127.0.0.1:2"
+        ])
+        .is_err());
+        let off = Cli::try_parse_from(["bench", "--syscalls", "off"]).expect("parses");
+        assert!(matches!(off.bench.syscalls, SyscallCounter::Off));
     }
 
     #[test]

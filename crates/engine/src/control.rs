@@ -428,9 +428,39 @@ fn bind(proto: Proto, addr: SocketAddr, reuse_port: bool, freebind: bool) -> std
     socket.bind(&addr.into())?;
     Ok(match proto {
         Proto::Tcp => {
+            // Linux copies TCP_NODELAY from the listener to each accepted socket:
+            // set once here, it saves a setsockopt per connection (runtime.rs).
+            #[cfg(target_os = "linux")]
+            socket.set_tcp_nodelay(true)?;
             socket.listen(BACKLOG)?;
             Bound::Tcp(addr, socket.into())
         }
         Proto::Udp => Bound::Udp(addr, socket.into()),
     })
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod nodelay_tests {
+    use super::*;
+
+    /// The accept loop sets no TCP_NODELAY on Linux (runtime.rs): it relies on the
+    /// kernel copying it from the listener `bind` makes to every accepted socket.
+    #[test]
+    fn accepted_sockets_inherit_nodelay_from_the_listener() {
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
+        let Ok(Bound::Tcp(_, listener)) = bind(Proto::Tcp, any, false, false) else { panic!("no TCP listener") };
+        let addr = listener.local_addr().expect("local address");
+        let _client = std::net::TcpStream::connect(addr).expect("connect");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let accepted = loop {
+            match listener.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        };
+        assert!(socket2::SockRef::from(&accepted).tcp_nodelay().expect("getsockopt"), "TCP_NODELAY not inherited");
+    }
 }

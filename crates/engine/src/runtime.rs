@@ -154,6 +154,9 @@ async fn accept_loop(worker: Rc<Worker>, addr: SocketAddr, listener: TcpListener
                 tracing::debug!(%addr, "service full: connection refused");
             }
             Ok((stream, peer)) => {
+                // On Linux the accepted socket inherits TCP_NODELAY from the
+                // listener (control.rs sets it there): no setsockopt per connection.
+                #[cfg(not(target_os = "linux"))]
                 let _ = stream.set_nodelay(true);
                 let held = limit.max_connections.map(|_| GateGuard::enter(gate));
                 worker.open.set(worker.open.get() + 1);

@@ -182,6 +182,18 @@ pub(crate) fn build(r: &Results) -> Vec<Block> {
          spread of proxy CPU per request is the min–max over the runs. Warm-up traffic is discarded."
             .into(),
         "`direct` is the client→origin baseline without a proxy: the ceiling the machine allows.".into(),
+        "`floor` is a minimal forwarder of the bench's own (one tokio thread, no HTTP logic beyond framing \
+         the messages), pinned like the proxies: the least a relay spends per request on this machine. \
+         **Above floor** is a target's CPU per request minus the floor's (and their ratio): the part of its \
+         cost that is its own rather than the kernel's."
+            .into(),
+        "**User / kernel µs** splits the proxy's CPU per request into user-space time (utime) and kernel \
+         time (stime) from /proc; at small sizes on loopback most of it is the kernel's socket work."
+            .into(),
+        "**Syscalls/req** is the proxy's system calls per request (per connection in brackets where a \
+         connection carries several), counted with `perf stat` or `strace` on a separate short run at the \
+         smallest size of each test, never on a measured run."
+            .into(),
         "**Performance envelopes** (HTML report) plot requests/s against MB/s over the file sizes, as in \
          the F5 report: a larger envelope is better at every size."
             .into(),
@@ -211,6 +223,11 @@ pub(crate) fn build(r: &Results) -> Vec<Block> {
         d.p(test_definition(*t));
         d.table(tables::test_table(r, *t));
         d.list(tables::cell_notes(r, *t));
+        if let Some(table) = tables::syscalls_table(r, *t) {
+            d.p("**System calls** of each proxy, counted on one extra run after the measured ones (the whole \
+                 run, no warm-up), divided by the requests and connections the generator completed in it.");
+            d.table(table);
+        }
         if tables::is_http2(*t) {
             d.p(format!(
                 "**Target**: switchyard ≥ {:.1}× HAProxy's CPU efficiency per request (HAProxy's µs of CPU per \

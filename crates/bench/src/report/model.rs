@@ -52,6 +52,12 @@ pub(crate) struct Figures {
     pub mb_per_s: Option<Spread>,
     /// Proxy CPU µs per request; `None` for the baseline (no proxy).
     pub cpu_us: Option<Spread>,
+    /// Of which in user space (`utime`), µs per request; `None` in older files.
+    pub user_us: Option<Spread>,
+    /// Of which in the kernel (`stime`), µs per request; `None` in older files.
+    pub kernel_us: Option<Spread>,
+    /// The system calls counted on the cell's extra run.
+    pub syscalls: Option<crate::results::Syscalls>,
     /// Requests per proxy CPU-second.
     pub per_cpu_s: Option<Spread>,
     /// Median of the runs' p50 latency (µs).
@@ -89,6 +95,9 @@ impl Figures {
             rps: Spread::of(runs.iter().map(|r| r.rps)),
             mb_per_s: Spread::of(runs.iter().map(|r| r.bytes_per_s / 1e6)),
             cpu_us: positive(|r| r.proxy_cpu_us_per_request),
+            user_us: per_request(runs, |r| r.proxy_user_cpu_s),
+            kernel_us: per_request(runs, |r| r.proxy_kernel_cpu_s),
+            syscalls: m.syscalls.clone(),
             per_cpu_s: positive(|r| r.requests_per_cpu_s),
             p50_us: Spread::of(runs.iter().map(|r| r.latency.p50_us).filter(|x| *x > 0.0)).map(|s| s.median),
             p99_us: Spread::of(runs.iter().map(|r| r.latency.p99_us).filter(|x| *x > 0.0)).map(|s| s.median),
@@ -103,6 +112,15 @@ impl Figures {
             flags: m.flags.clone(),
         }
     }
+}
+
+/// A part of the proxy's CPU time (`part` of a run, seconds) per request, in µs, over
+/// the runs that have it and completed requests.
+fn per_request(
+    runs: &[crate::results::RunFigures],
+    part: fn(&crate::results::RunFigures) -> Option<f64>,
+) -> Option<Spread> {
+    Spread::of(runs.iter().filter(|r| r.requests > 0).filter_map(|r| Some(part(r)? * 1e6 / r.requests as f64)))
 }
 
 /// A cell as the report sees it.
@@ -156,16 +174,21 @@ pub(crate) fn sizes_of(r: &Results, test: TestKind) -> Vec<Option<u64>> {
     set.into_iter().collect()
 }
 
-/// Rank of a target name: switchyard first, then the peers, the baseline last.
+/// The name of the floor target (a minimal forwarder, see `crate::floor`).
+pub(crate) const FLOOR: &str = "floor";
+
+/// Rank of a target name: switchyard first, then the peers, the floor, the baseline last.
 fn target_rank(name: &str) -> u8 {
     match name {
         "switchyard" => 0,
-        "direct" => 2,
+        FLOOR => 2,
+        "direct" => 3,
         _ => 1,
     }
 }
 
-/// Target names in report order: switchyard, the peers as listed, the `direct` baseline last.
+/// Target names in report order: switchyard, the peers as listed, the floor, the `direct`
+/// baseline last.
 pub(crate) fn targets_in_order(r: &Results) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     let all = r.targets.iter().map(|t| t.name.as_str()).chain(r.tests.iter().map(|t| t.target.as_str()));

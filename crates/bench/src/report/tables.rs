@@ -44,6 +44,39 @@ fn cpu_median(f: &Figures, target: &str) -> String {
     }
 }
 
+/// "2.8 / 9.5": the proxy's user and kernel µs of CPU per request (medians).
+fn cpu_split(f: &Figures) -> String {
+    match (f.user_us, f.kernel_us) {
+        (Some(u), Some(k)) => format!("{} / {}", fmt_num(u.median), fmt_num(k.median)),
+        _ => "—".into(),
+    }
+}
+
+/// The floor's median µs of CPU per request for (test, size), if measured.
+fn floor_cpu(r: &Results, test: TestKind, size: Option<u64>) -> Option<f64> {
+    view(r, test, size, model::FLOOR).figures().and_then(|f| f.cpu_us).map(|s| s.median)
+}
+
+/// A target's distance above the floor: "+3.2 (1.30×)"; "—" without both figures.
+fn above_floor(f: &Figures, floor: Option<f64>, target: &str) -> String {
+    match (f.cpu_us, floor) {
+        (Some(_), _) if target == model::FLOOR => "the floor".into(),
+        (Some(c), Some(fl)) if fl > 0.0 => format!("{:+.1} ({:.2}×)", c.median - fl, c.median / fl),
+        _ => "—".into(),
+    }
+}
+
+/// System calls per request of a cell's counting run, with per connection where a
+/// connection carries more than one request: "4.1 (41/conn)".
+fn syscalls_per_request(f: &Figures) -> String {
+    let Some(s) = &f.syscalls else { return "—".into() };
+    match (s.per_request(), s.per_connection()) {
+        (Some(r), Some(c)) if s.connections < s.requests => format!("{r:.1} ({c:.0}/conn)"),
+        (Some(r), _) => format!("{r:.1}"),
+        _ => "not counted".into(),
+    }
+}
+
 /// Sizes of a test shown in the summary: 128 B and 128 KB (or the unsized cell).
 fn summary_sizes(r: &Results, t: TestKind) -> Vec<Option<u64>> {
     model::sizes_of(r, t).into_iter().filter(|s| matches!(s, None | Some(SMALL) | Some(LARGE))).collect()
@@ -60,6 +93,9 @@ pub(crate) fn summary(r: &Results) -> Table {
         "switchyard µs CPU/req",
         "peer µs CPU/req",
         "switchyard efficiency",
+        "floor µs CPU/req",
+        "switchyard above floor",
+        "peer above floor",
         "switchyard req/s",
         "peer req/s",
         "req/s ratio",
@@ -98,11 +134,15 @@ pub(crate) fn summary(r: &Results) -> Table {
                     _ => "—".into(),
                 };
                 let mark = |f: &Figures| if f.saturated_runs > 0 { " ⚠" } else { "" };
+                let floor = floor_cpu(r, test, size);
                 let mut cells = lead;
                 cells.extend([
                     cpu_median(a, "switchyard"),
                     cpu_median(b, other),
                     efficiency,
+                    fmt_opt(floor),
+                    above_floor(a, floor, "switchyard"),
+                    above_floor(b, floor, other),
                     format!("{}{}", fmt_opt(a.rps.map(|s| s.median)), mark(a)),
                     format!("{}{}", fmt_opt(b.rps.map(|s| s.median)), mark(b)),
                     rps_ratio,
@@ -275,6 +315,9 @@ pub(crate) fn test_table(r: &Results, test: TestKind) -> Table {
         "MB/s",
         "proxy µs CPU/req",
         "spread (min–max)",
+        "user / kernel µs",
+        "above floor µs",
+        "syscalls/req",
         "req per CPU-s",
         "p50",
         "p99",
@@ -299,6 +342,9 @@ pub(crate) fn test_table(r: &Results, test: TestKind) -> Table {
             fmt_opt(f.mb_per_s.map(|s| s.median)),
             cpu_median(f, &target),
             cpu_spread(f),
+            cpu_split(f),
+            above_floor(f, floor_cpu(r, test, size), &target),
+            syscalls_per_request(f),
             fmt_opt(f.per_cpu_s.map(|s| s.median)),
             fmt_latency(f.p50_us),
             fmt_latency(f.p99_us),
@@ -319,6 +365,51 @@ fn ratio(f: &Figures) -> String {
     f.compression_ratio.map_or_else(|| "—".into(), |s| format!("{:.1} %", s.median * 100.0))
 }
 
+/// Most calls named in one row of the system-call table.
+const TOP_CALLS: usize = 8;
+
+/// The system calls of a test's counted cells: per target, the counter, the calls per
+/// request and per connection, and the most frequent calls per request by name.
+/// `None` when no cell of the test was counted.
+pub(crate) fn syscalls_table(r: &Results, test: TestKind) -> Option<Table> {
+    let mut t = Table::new(&[
+        "Size",
+        "Target",
+        "counted with",
+        "requests",
+        "connections",
+        "calls/req",
+        "calls/conn",
+        "most frequent, per request",
+    ]);
+    let mut any = false;
+    for (size, target, c) in model::cells_in_order(r, test) {
+        let Some(s) = View::of(&c.outcome).figures().and_then(|f| f.syscalls.clone()) else { continue };
+        any = true;
+        let lead = vec![fmt_size(size), target.clone()];
+        if let Some(why) = &s.unavailable {
+            t.note(lead, format!("not counted: {why}"));
+            continue;
+        }
+        let mut named: Vec<(&String, &u64)> = s.by_name.iter().collect();
+        named.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let per = |n: u64| if s.requests > 0 { n as f64 / s.requests as f64 } else { 0.0 };
+        let top: Vec<String> =
+            named.iter().take(TOP_CALLS).map(|(name, n)| format!("{name} {:.2}", per(**n))).collect();
+        let mut cells = lead;
+        cells.extend([
+            s.tool.clone(),
+            fmt_int(s.requests),
+            fmt_int(s.connections),
+            s.per_request().map_or_else(|| "—".into(), |x| format!("{x:.2}")),
+            s.per_connection().map_or_else(|| "—".into(), |x| format!("{x:.1}")),
+            top.join(", "),
+        ]);
+        t.row(cells);
+    }
+    any.then_some(t)
+}
+
 /// The cost of the access log per target: L7 keep-alive at 128 B with and without it.
 pub(crate) fn logging_cost(r: &Results) -> Table {
     let mut t = Table::new(&[
@@ -331,7 +422,7 @@ pub(crate) fn logging_cost(r: &Results) -> Table {
         "req/s with log",
     ]);
     let targets = model::targets_in_order(r);
-    for target in targets.iter().filter(|t| *t != "direct") {
+    for target in targets.iter().filter(|t| *t != "direct" && *t != model::FLOOR) {
         let plain = view(r, TestKind::L7KeepaliveRps, Some(SMALL), target);
         let logged = view(r, TestKind::L7KeepaliveAccessLog, Some(SMALL), target);
         let lead = vec![target.clone()];

@@ -46,6 +46,8 @@ fn run(rps: f64, cpu_us: f64, size: u64, saturated: bool) -> RunFigures {
         cps: rps / 10.0,
         bytes_per_s: rps * size as f64,
         proxy_cpu_s: if cpu_us > 0.0 { requests as f64 * cpu_us / 1e6 } else { 0.0 },
+        proxy_user_cpu_s: (cpu_us > 0.0).then(|| requests as f64 * cpu_us * 0.25 / 1e6),
+        proxy_kernel_cpu_s: (cpu_us > 0.0).then(|| requests as f64 * cpu_us * 0.75 / 1e6),
         proxy_cpu_us_per_request: cpu_us,
         requests_per_cpu_s: if cpu_us > 0.0 { 1e6 / cpu_us } else { 0.0 },
         generator_cpu_s: 2.9,
@@ -87,7 +89,7 @@ fn measured(rps: f64, cpu_us: f64, size: u64, saturated: bool, latency: bool) ->
         Vec::new()
     };
     let flags = if saturated { vec!["generator saturated in 1 of 3 runs".into()] } else { Vec::new() };
-    Outcome::Measured(Measurement { runs, latency_at_load, limit_fraction: None, flags })
+    Outcome::Measured(Measurement { runs, latency_at_load, limit_fraction: None, flags, syscalls: None })
 }
 
 fn cell(test: TestKind, size: Option<u64>, target: &str, outcome: Outcome) -> TestResult {
@@ -113,6 +115,28 @@ pub(crate) fn sample() -> Results {
                 tests.push(cell(test, Some(size), target, measured(rps, cpu(target), size, saturated, latency)));
             }
         }
+    }
+    // The floor (8 µs) at L7 keep-alive, and switchyard's system calls at 128 B there.
+    for size in [SMALL, 5 * 1024, LARGE] {
+        let rps = 40_000.0 / (1.0 + size as f64 / 16_384.0);
+        tests.push(cell(TestKind::L7KeepaliveRps, Some(size), "floor", measured(rps, 8.0, size, false, false)));
+    }
+    if let Some(Outcome::Measured(m)) = tests
+        .iter_mut()
+        .find(|c| c.test == TestKind::L7KeepaliveRps && c.size == Some(SMALL) && c.target == "switchyard")
+        .map(|c| &mut c.outcome)
+    {
+        m.syscalls = Some(crate::results::Syscalls {
+            tool: "perf stat".into(),
+            requests: 1000,
+            connections: 50,
+            total: 4100,
+            by_name: [("recvfrom", 2000), ("sendto", 1000), ("writev", 1000), ("epoll_wait", 100)]
+                .into_iter()
+                .map(|(n, c)| (n.to_string(), c))
+                .collect(),
+            unavailable: None,
+        });
     }
     for target in ["switchyard", "haproxy", "nginx", "direct"] {
         let outcome = match target {
@@ -194,6 +218,7 @@ pub(crate) fn sample() -> Results {
                 latency_at_load: vec![],
                 limit_fraction: None,
                 flags: vec![],
+                syscalls: None,
             })
         };
         tests.push(cell(TestKind::L7Failover, None, target, outcome));
@@ -355,6 +380,25 @@ fn the_cost_of_logging_is_the_difference_from_keep_alive() {
     assert!(row("haproxy").contains("| +3.0 | +10 % |"), "{}", row("haproxy"));
     assert!(md.contains("| nginx | *failed: function check failed: 0 of 7 requests reached the access log*"), "{md}");
     assert!(html.contains("The cost of access logging"));
+}
+
+#[test]
+fn cpu_is_split_and_set_beside_the_floor_with_the_system_calls() {
+    let (_dir, md, html) = written(&sample());
+    let ka = md.split("### L7 keep-alive").nth(1).unwrap_or_default();
+    let row = |target: &str| ka.lines().find(|l| l.starts_with(&format!("| 128 B | {target} |"))).unwrap_or_default();
+    // switchyard 20 µs = 5 user + 15 kernel, 12 µs above the floor's 8 (2.5×); 4,100 calls
+    // over 1,000 requests on 50 connections.
+    let sw = row("switchyard");
+    assert!(sw.contains("| 5.00 / 15.0 | +12.0 (2.50×) | 4.1 (82/conn) |"), "{sw}");
+    assert!(row("floor").contains("| 2.00 / 6.00 | the floor |"), "{}", row("floor"));
+    assert!(row("haproxy").contains("| +22.0 (3.75×) | — |"), "{}", row("haproxy"));
+    assert!(row("direct").contains("| — (no proxy) |"), "{}", row("direct"));
+    assert!(ka.contains("| 128 B | switchyard | perf stat | 1,000 | 50 | 4.10 | 82.0 | recvfrom 2.00, sendto 1.00, writev 1.00, epoll_wait 0.10 |"), "{ka}");
+    // The summary prints the floor and each proxy's distance above it.
+    let summary = md.lines().find(|l| l.starts_with("| L7 KA RPS | 128 B | haproxy |")).unwrap_or_default();
+    assert!(summary.contains("| 8.00 | +12.0 (2.50×) | +22.0 (3.75×) |"), "{summary}");
+    assert!(html.contains("above floor"));
 }
 
 #[test]

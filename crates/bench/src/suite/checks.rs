@@ -324,7 +324,8 @@ pub fn check(
     match (target, setup) {
         (_, Setup::Udp) => check_udp(addr),
         (TargetKind::Direct, _) => ok_from(addr, "/index.html?size=128", &[]).map(|_| ()),
-        (_, Setup::L4) => {
+        // The floor relays to the two `main` origins in turn, at L7 as at L4.
+        (_, Setup::L4) | (TargetKind::Floor, _) => {
             let o = origin_of(&ok_from(addr, "/index.html?size=128", &[])?);
             ensure!(o == "main-a" || o == "main-b", "relayed to `{o}`, expected main-a or main-b");
             Ok(())

@@ -85,7 +85,7 @@ impl Observer {
                 from: 0,
                 needle: format!("127.0.0.1:{killed}"),
             },
-            TargetKind::Direct => bail!("the baseline has no servers to fail over"),
+            TargetKind::Direct | TargetKind::Floor => bail!("the baseline and the floor have no servers to fail over"),
         })
     }
 

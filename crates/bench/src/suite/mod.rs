@@ -15,6 +15,7 @@ pub mod machine;
 pub mod plan;
 pub mod procs;
 pub mod runner;
+pub mod syscalls;
 pub mod targets;
 
 use std::collections::BTreeMap;
@@ -53,6 +54,10 @@ pub struct SuiteOptions {
     /// `--only`: run just these tests of the plan (all when empty); see
     /// [`plan::parse_only`].
     pub only: Vec<crate::results::TestKind>,
+    /// `--syscalls`: how each proxy's system calls are counted (an extra run per test).
+    pub syscalls: syscalls::Choice,
+    /// `--sizes`: run the sized tests at just these sizes, bytes (all when empty).
+    pub sizes: Vec<u64>,
 }
 
 /// A target as discovered at start: its program (none for `direct`) or why it is missing.
@@ -97,7 +102,14 @@ pub fn run(opts: &SuiteOptions) -> anyhow::Result<Results> {
     let mut tlist = discover(opts)?;
     let mut plan = plan::plan(opts.quick);
     plan::restrict(&mut plan, &opts.only).map_err(anyhow::Error::msg)?;
+    plan::restrict_sizes(&mut plan, &opts.sizes).map_err(|e| anyhow::anyhow!("--sizes: {e}"))?;
     plan.tls_group = opts.tls_group;
+    let counter = syscalls::pick(opts.syscalls);
+    match &counter {
+        Ok(Some(tool)) => eprintln!("bench: system calls counted with {} on an extra run per test", tool.name()),
+        Ok(None) => plan.syscalls = false,
+        Err(why) => eprintln!("bench: warning: system calls cannot be counted here: {why}"),
+    }
     // Generate every configuration and decide support per (target, setup).
     let mut support: BTreeMap<(TargetKind, Setup), Support> = BTreeMap::new();
     let setups: Vec<Setup> = {
@@ -116,6 +128,8 @@ pub fn run(opts: &SuiteOptions) -> anyhow::Result<Results> {
         TargetKind::Direct => plan::direct_support(tp),
         _ => support[&(k, tp.setup)].clone(),
     });
+    // The floor has a row only where it can move the test's bytes.
+    cells.retain(|c| c.target != TargetKind::Floor || plan::has_floor(plan.tests[c.test].kind));
     for c in cells.iter_mut().filter(|c| plan.tests[c.test].setup == Setup::Cache && c.support == Support::Yes) {
         if let (Some(size), Some(max)) = (c.size, targets::cache_max_object(c.target)) {
             if size > max {
@@ -196,6 +210,7 @@ pub fn run(opts: &SuiteOptions) -> anyhow::Result<Results> {
         env: &env,
         bin: &opts.switchyard_bin,
         logs: &logs,
+        syscalls: counter,
     };
     for &setup in &setups {
         let tests: Vec<usize> = (0..plan.tests.len()).filter(|&i| plan.tests[i].setup == setup).collect();
@@ -205,7 +220,7 @@ pub fn run(opts: &SuiteOptions) -> anyhow::Result<Results> {
         for t in wanted {
             let addr = SocketAddr::from(([127, 0, 0, 1], ports.target_port(t.kind, setup)));
             bar.set_message(format!("starting {} ({})", t.kind.name(), setup.name()));
-            let started = start(t, setup, opts, out).and_then(|mut p| {
+            let started = start(t, setup, opts, out, &ports).and_then(|mut p| {
                 if let Some(p) = p.as_mut() {
                     let log = logs.join(format!("{}-{}.log", t.kind.name(), setup.name()));
                     p.wait_ready(addr, setup == Setup::Udp, &log)?;
@@ -315,7 +330,13 @@ fn discover(opts: &SuiteOptions) -> anyhow::Result<Vec<Target>> {
         Target {
             kind: TargetKind::Switchyard,
             program: Ok(opts.switchyard_bin.clone()),
-            version: sw,
+            version: sw.clone(),
+            configs: Vec::new(),
+        },
+        Target {
+            kind: TargetKind::Floor,
+            program: Ok(opts.switchyard_bin.clone()),
+            version: format!("minimal forwarder, `switchyard bench floor` ({sw})"),
             configs: Vec::new(),
         },
     ];
@@ -344,8 +365,10 @@ fn discover(opts: &SuiteOptions) -> anyhow::Result<Vec<Target>> {
 
 /// Writes the target's configuration for `setup` and says whether it can be measured.
 fn configure(t: &mut Target, setup: Setup, env: &targets::Env, out: &Path) -> Support {
-    if t.kind == TargetKind::Direct {
-        return Support::Yes;
+    match (t.kind, setup) {
+        (TargetKind::Direct, _) | (TargetKind::Floor, Setup::L7 | Setup::L4) => return Support::Yes,
+        (TargetKind::Floor, _) => return Support::No("the floor moves HTTP/1.1 and TCP bytes only".into()),
+        _ => {}
     }
     let program = match &t.program {
         Ok(p) => p.clone(),
@@ -389,7 +412,13 @@ fn configure(t: &mut Target, setup: Setup, env: &targets::Env, out: &Path) -> Su
 }
 
 /// Starts a target for a setup (none for `direct`).
-fn start(t: &Target, setup: Setup, opts: &SuiteOptions, out: &Path) -> anyhow::Result<Option<Proc>> {
+fn start(
+    t: &Target,
+    setup: Setup,
+    opts: &SuiteOptions,
+    out: &Path,
+    ports: &targets::Ports,
+) -> anyhow::Result<Option<Proc>> {
     let Ok(program) = &t.program else { return Ok(None) };
     let file = out.join(format!("configs/{}/{}", t.kind.name(), targets::config_file_name(t.kind, setup)));
     let log = out.join(format!("logs/{}-{}.log", t.kind.name(), setup.name()));
@@ -411,6 +440,14 @@ fn start(t: &Target, setup: Setup, opts: &SuiteOptions, out: &Path) -> anyhow::R
                 "-c".into(),
                 file.display().to_string(),
             ]
+        }
+        TargetKind::Floor => {
+            let mode = if setup == Setup::L4 { "l4" } else { "l7" };
+            let main: Vec<String> = ports.origins[..2].iter().map(|p| format!("127.0.0.1:{p}")).collect();
+            let listen = format!("127.0.0.1:{}", ports.target_port(TargetKind::Floor, setup));
+            ["bench", "floor", "--mode", mode, "--listen", &listen, "--origins", &main.join(",")]
+                .map(String::from)
+                .to_vec()
         }
         TargetKind::Direct => return Ok(None),
     };

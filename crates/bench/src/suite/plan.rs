@@ -51,6 +51,9 @@ pub enum TargetKind {
     Haproxy,
     /// NGINX (peer).
     Nginx,
+    /// The floor: a minimal forwarder of the bench's own (`crate::floor`), the least a
+    /// relay does for the test on this machine.
+    Floor,
 }
 
 impl TargetKind {
@@ -61,6 +64,7 @@ impl TargetKind {
             TargetKind::Switchyard => "switchyard",
             TargetKind::Haproxy => "haproxy",
             TargetKind::Nginx => "nginx",
+            TargetKind::Floor => "floor",
         }
     }
 
@@ -215,6 +219,31 @@ pub struct Plan {
     pub timing: Timing,
     /// Key-exchange group the generator offers in TLS tests.
     pub tls_group: crate::load::KxGroup,
+    /// Whether each proxy's system calls are counted on an extra run at the smallest size
+    /// of each request test (see [`counts_syscalls`]).
+    pub syscalls: bool,
+}
+
+/// Seconds of `perf stat`'s set-up before an extra counting run (measured: 2–3 s for the
+/// events counted, most of it before the load starts).
+const COUNT_SETUP_S: f64 = 3.0;
+
+/// The longest extra run on which system calls are counted.
+pub const COUNT_RUN: Duration = Duration::from_secs(2);
+
+/// Whether the floor target runs test `t`: the HTTP/1.1 clear-text tests whose bytes it
+/// can move without HTTP logic (L7 keep-alive, RPS, CPS, throughput; L4 CPS, throughput).
+pub fn has_floor(t: TestKind) -> bool {
+    use TestKind::*;
+    matches!(t, L7KeepaliveRps | L7Rps | L7Cps | L7Throughput | L4Cps | L4Throughput)
+}
+
+/// Whether a cell gets an extra run on which the proxy's system calls are counted: the
+/// smallest size of each request test, for every target with a process.
+pub fn counts_syscalls(plan: &Plan, t: &TestPlan, size: Option<u64>, target: TargetKind) -> bool {
+    use TestKind::*;
+    let request_test = !matches!(t.kind, ConcurrentConnections | L7Failover | UdpFrames | UdpImix);
+    plan.syscalls && request_test && target != TargetKind::Direct && t.sizes.first() == Some(&size)
 }
 
 /// Fixed cost of one measured run beyond warm-up and duration (set-up, teardown, sampling).
@@ -263,6 +292,7 @@ pub fn plan(quick: bool) -> Plan {
                 udp_trials: 6,
             },
             tls_group: crate::load::KxGroup::X25519,
+            syscalls: true,
         };
     }
     let all = sized(&SIZES);
@@ -311,6 +341,7 @@ pub fn plan(quick: bool) -> Plan {
             udp_trials: 8,
         },
         tls_group: crate::load::KxGroup::X25519,
+        syscalls: true,
     }
 }
 
@@ -341,6 +372,22 @@ pub fn restrict(plan: &mut Plan, only: &[TestKind]) -> Result<(), String> {
         let which = if plan.quick { "quick" } else { "full" };
         let names: Vec<&str> = only.iter().map(|k| k.slug()).collect();
         return Err(format!("none of {} is in the {which} plan", names.join(", ")));
+    }
+    Ok(())
+}
+
+/// Keeps only the sizes in `sizes` (bytes; all when empty) of the sized tests, dropping
+/// the tests left with none; unsized tests stay. Errors when no test is left.
+pub fn restrict_sizes(plan: &mut Plan, sizes: &[u64]) -> Result<(), String> {
+    if sizes.is_empty() {
+        return Ok(());
+    }
+    for t in &mut plan.tests {
+        t.sizes.retain(|s| s.is_none_or(|s| sizes.contains(&s)));
+    }
+    plan.tests.retain(|t| !t.sizes.is_empty());
+    if plan.tests.is_empty() {
+        return Err(format!("no test of the plan is run at {sizes:?} bytes"));
     }
     Ok(())
 }
@@ -462,6 +509,9 @@ pub fn estimate(plan: &Plan, cells: &[Cell]) -> Duration {
             let points = tm.latency_fractions.len() as f64;
             secs += points * (tm.latency_duration.as_secs_f64() + 0.5 + RUN_OVERHEAD_S);
         }
+        if counts_syscalls(plan, t, cell.size, cell.target) {
+            secs += COUNT_SETUP_S + tm.duration.min(COUNT_RUN).as_secs_f64() + RUN_OVERHEAD_S;
+        }
     }
     secs += count(plan, cells).starts as f64 * START_S;
     Duration::from_secs_f64(secs)
@@ -487,6 +537,20 @@ mod tests {
 
     fn all_yes(_: TargetKind, _: &TestPlan) -> Support {
         Support::Yes
+    }
+
+    #[test]
+    fn sizes_restrict_the_sweeps_and_keep_unsized_tests() {
+        let mut p = plan(false);
+        restrict_sizes(&mut p, &[128]).expect("some tests run at 128 B");
+        let l7 = p.tests.iter().find(|t| t.kind == TestKind::L7Cps).expect("L7 CPS kept");
+        assert_eq!(l7.sizes, vec![Some(128)]);
+        assert!(p.tests.iter().any(|t| t.kind == TestKind::ConcurrentConnections));
+        assert!(!p.tests.iter().any(|t| t.kind == TestKind::CompressionGzip), "gzip has no 128 B size");
+        let mut q = plan(true);
+        assert!(restrict_sizes(&mut q, &[7]).is_ok(), "the concurrency test is unsized");
+        q.tests.retain(|t| t.kind != TestKind::ConcurrentConnections);
+        assert!(restrict_sizes(&mut q, &[7]).is_err());
     }
 
     #[test]

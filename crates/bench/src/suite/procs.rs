@@ -5,7 +5,7 @@
 //! a second SIGTERM (switchyard exits at once on the second), then SIGKILL for it and any
 //! descendants it left (NGINX workers). CPU time is `utime + stime` of the process and all
 //! its descendants, every thread included (the /proc/PID/stat figures are per thread
-//! group); memory is the sum of their `VmRSS`.
+//! group), also read apart (user, kernel); memory is the sum of their `VmRSS`.
 
 use std::fs::File;
 use std::io;
@@ -138,8 +138,18 @@ impl Proc {
 
     /// CPU seconds (user + system) of the process and its descendants.
     pub fn cpu_s(&self) -> f64 {
-        let ticks: u64 = self.tree().iter().filter_map(|p| stat_ticks(*p)).sum();
-        ticks as f64 / clk_tck()
+        let (user, system) = self.cpu_split_s();
+        user + system
+    }
+
+    /// CPU seconds of the process and its descendants, apart: (user, system).
+    pub fn cpu_split_s(&self) -> (f64, f64) {
+        let (mut user, mut system) = (0u64, 0u64);
+        for (_, u, s) in self.tree().iter().filter_map(|p| stat_split(*p)) {
+            user += u;
+            system += s;
+        }
+        (user as f64 / clk_tck(), system as f64 / clk_tck())
     }
 
     /// Resident memory (VmRSS) of the process and its descendants, bytes.
@@ -202,7 +212,7 @@ impl Drop for Proc {
 }
 
 /// Sends a signal to one PID with kill(1) (the crate forbids `unsafe`, so no libc).
-fn signal(pid: u32, sig: &str) {
+pub fn signal(pid: u32, sig: &str) {
     let _ = Command::new("kill")
         .arg(format!("-{sig}"))
         .arg(pid.to_string())
@@ -235,18 +245,23 @@ pub fn clk_tck() -> f64 {
 /// Parses /proc/PID/stat: (parent PID, utime + stime in ticks). The command name (field 2)
 /// may contain spaces and parentheses, so fields are counted from the last `)`.
 pub fn parse_stat(stat: &str) -> Option<(u32, u64)> {
+    parse_stat_split(stat).map(|(ppid, utime, stime)| (ppid, utime + stime))
+}
+
+/// Parses /proc/PID/stat: (parent PID, utime, stime), times in ticks.
+pub fn parse_stat_split(stat: &str) -> Option<(u32, u64, u64)> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     // f[0] is field 3 (state): ppid is field 4, utime 14, stime 15.
     let ppid = f.get(1)?.parse().ok()?;
     let utime: u64 = f.get(11)?.parse().ok()?;
     let stime: u64 = f.get(12)?.parse().ok()?;
-    Some((ppid, utime + stime))
+    Some((ppid, utime, stime))
 }
 
-/// utime + stime of one process, ticks.
-fn stat_ticks(pid: u32) -> Option<u64> {
-    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?).map(|(_, t)| t)
+/// (parent PID, utime, stime) of one process, ticks.
+fn stat_split(pid: u32) -> Option<(u32, u64, u64)> {
+    parse_stat_split(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
 /// Parses `VmRSS:   1234 kB` from /proc/PID/status, in bytes.
@@ -344,6 +359,7 @@ mod tests {
     fn stat_fields_count_from_the_last_parenthesis() {
         let s = "1234 (nginx: worker (x) y) S 1200 1234 1234 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 1 0";
         assert_eq!(parse_stat(s), Some((1200, 325)));
+        assert_eq!(parse_stat_split(s), Some((1200, 250, 75)));
         assert_eq!(parse_stat("garbage"), None);
     }
 

@@ -17,7 +17,7 @@ use indicatif::ProgressBar;
 use super::plan::{Plan, Setup, TargetKind, TestPlan, UDP_PROBE};
 use super::procs::{core_ticks, Proc};
 use crate::load::{LoadReport, LoadSpec, Pace, Protocol, TlsSpec, UdpSpec};
-use crate::results::{Limits, LoadPoint, Measurement, Outcome, RunFigures, TestKind, UdpSearch};
+use crate::results::{Limits, LoadPoint, Measurement, Outcome, RunFigures, Syscalls, TestKind, UdpSearch};
 
 /// Flows (source sockets) of the UDP tests.
 const UDP_FLOWS: usize = 4;
@@ -53,6 +53,9 @@ pub struct Ctx<'a> {
     pub bin: &'a std::path::Path,
     /// Folder of the processes' logs.
     pub logs: &'a std::path::Path,
+    /// The system-call counter ([`super::syscalls::pick`]): none when off, the reason
+    /// when none works here.
+    pub syscalls: Result<Option<super::syscalls::Tool>, String>,
 }
 
 /// The request paths of a test at a size: 9 in 10 go to pool `main`, 1 in 10 is a `.png`
@@ -111,6 +114,8 @@ pub fn figures(r: &LoadReport, proxy_cpu_s: f64) -> RunFigures {
         cps: r.connections as f64 / secs,
         bytes_per_s: r.body_bytes as f64 / secs,
         proxy_cpu_s,
+        proxy_user_cpu_s: None,
+        proxy_kernel_cpu_s: None,
         proxy_cpu_us_per_request: if r.requests > 0 { proxy_cpu_s * 1e6 / req } else { 0.0 },
         requests_per_cpu_s: if proxy_cpu_s > 0.0 { req / proxy_cpu_s } else { 0.0 },
         generator_cpu_s: r.cpu_s,
@@ -136,19 +141,26 @@ pub fn add_compression(f: &mut RunFigures, r: &LoadReport, size: u64) {
     f.uncompressed_responses = Some(r.requests.saturating_sub(r.encoded_responses));
 }
 
+/// Proxy CPU seconds over a run, apart: (user, kernel).
+pub type CpuSplit = (f64, f64);
+
 /// One closed- or open-loop run with the proxy CPU sampled over the measured part.
-/// Returns the report, the proxy CPU seconds and the load core's busy fraction.
-fn load_run(spec: &LoadSpec, proc: Option<&Proc>, load_cpu: usize) -> anyhow::Result<(LoadReport, f64, f64)> {
+/// Returns the report, the proxy CPU seconds (user, kernel) and the load core's busy
+/// fraction.
+fn load_run(spec: &LoadSpec, proc: Option<&Proc>, load_cpu: usize) -> anyhow::Result<(LoadReport, CpuSplit, f64)> {
     let (report, cpu, busy) = std::thread::scope(|s| {
         let sampler = s.spawn(|| {
             std::thread::sleep(spec.warmup);
-            (proc.map(Proc::cpu_s), core_ticks(load_cpu))
+            (proc.map(Proc::cpu_split_s), core_ticks(load_cpu))
         });
         let report = crate::load::run(spec);
         let (cpu0, core0) = sampler.join().unwrap_or((None, None));
         let cpu = match (proc, cpu0) {
-            (Some(p), Some(c0)) => (p.cpu_s() - c0).max(0.0),
-            _ => 0.0,
+            (Some(p), Some((u0, s0))) => {
+                let (u1, s1) = p.cpu_split_s();
+                ((u1 - u0).max(0.0), (s1 - s0).max(0.0))
+            }
+            _ => (0.0, 0.0),
         };
         let busy = match (core0, core_ticks(load_cpu)) {
             (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => (b1 - b0) as f64 / (t1 - t0) as f64,
@@ -157,6 +169,17 @@ fn load_run(spec: &LoadSpec, proc: Option<&Proc>, load_cpu: usize) -> anyhow::Re
         (report, cpu, busy)
     });
     Ok((report?, cpu, busy))
+}
+
+/// [`figures`] with the proxy's CPU time given apart (user, kernel); the baseline,
+/// with no proxy, gets no split.
+pub fn figures_split(r: &LoadReport, (user, kernel): CpuSplit, proxy: bool) -> RunFigures {
+    let mut f = figures(r, user + kernel);
+    if proxy {
+        f.proxy_user_cpu_s = Some(user);
+        f.proxy_kernel_cpu_s = Some(kernel);
+    }
+    f
 }
 
 /// Accumulates a cell's runs and flags while the setup runs.
@@ -170,6 +193,8 @@ pub struct CellRuns {
     pub core_busy: u32,
     /// The first failure, if the cell failed.
     pub failure: Option<String>,
+    /// The proxy's system calls over the cell's extra counting run.
+    pub syscalls: Option<crate::results::Syscalls>,
 }
 
 impl CellRuns {
@@ -215,7 +240,13 @@ impl CellRuns {
             }
         }
         let limit_fraction = median_run(&self.runs).and_then(|m| limit_fraction(t.kind, size, m, limits));
-        Outcome::Measured(Measurement { runs: self.runs, latency_at_load: self.points, limit_fraction, flags })
+        Outcome::Measured(Measurement {
+            runs: self.runs,
+            latency_at_load: self.points,
+            limit_fraction,
+            flags,
+            syscalls: self.syscalls,
+        })
     }
 }
 
@@ -310,7 +341,7 @@ pub fn measure_setup(ctx: &Ctx, tests: &[usize], live: &[Live], cells: &mut BTre
                             match load_run(&spec(ctx.plan, t, size, l.addr), l.proc, ctx.load_cpu) {
                                 Ok((r, cpu, busy)) => {
                                     cell.core_busy += u32::from(busy >= 0.95);
-                                    let mut f = figures(&r, cpu);
+                                    let mut f = figures_split(&r, cpu, l.proc.is_some());
                                     if let (Some(_), Some(n)) = (t.kind.coding(), size) {
                                         add_compression(&mut f, &r, n);
                                     }
@@ -324,6 +355,16 @@ pub fn measure_setup(ctx: &Ctx, tests: &[usize], live: &[Live], cells: &mut BTre
                             }
                             ctx.bar.inc(1);
                         }
+                    }
+                    for l in here.iter().filter(|l| super::plan::counts_syscalls(ctx.plan, t, size, l.target)) {
+                        ctx.bar.set_message(format!(
+                            "{:?} {} B {}: counting system calls",
+                            t.kind,
+                            size.unwrap_or(0),
+                            l.target.name()
+                        ));
+                        let counted = count_syscalls(ctx, t, size, l);
+                        cells.entry((ti, size, l.target)).or_default().syscalls = counted;
                     }
                     if t.headline && !ctx.plan.timing.latency_fractions.is_empty() {
                         for l in &here {
@@ -380,6 +421,45 @@ fn latency_points(ctx: &Ctx, t: &TestPlan, size: Option<u64>, l: &Live, cell: &m
             });
         }
         ctx.bar.inc(1);
+    }
+}
+
+/// The extra run of a cell on which the proxy's system calls are counted: the counter
+/// attached to its process tree, the cell's load once more with no warm-up for at most
+/// [`super::plan::COUNT_RUN`], then detached. The counter's own output is kept in the
+/// logs folder. `None` for a target without a process or when counting is off.
+fn count_syscalls(ctx: &Ctx, t: &TestPlan, size: Option<u64>, l: &Live) -> Option<Syscalls> {
+    let proc = l.proc?;
+    let unavailable = |why: String| Some(Syscalls { unavailable: Some(why), ..Syscalls::default() });
+    let tool = match &ctx.syscalls {
+        Ok(Some(tool)) => *tool,
+        Ok(None) => return None,
+        Err(why) => return unavailable(why.clone()),
+    };
+    let file = ctx.logs.join(format!("syscalls-{}-{}-{}.txt", t.kind.slug(), size.unwrap_or(0), l.target.name()));
+    let counter = match super::syscalls::Counter::attach(tool, &proc.tree(), &file) {
+        Ok(c) => c,
+        Err(why) => return unavailable(why),
+    };
+    let mut s = spec(ctx.plan, t, size, l.addr);
+    s.warmup = Duration::ZERO;
+    s.duration = ctx.plan.timing.duration.min(super::plan::COUNT_RUN);
+    let report = crate::load::run(&s);
+    let counts = counter.finish();
+    let report = match report {
+        Ok(r) => r,
+        Err(e) => return unavailable(format!("the counting run failed: {e}")),
+    };
+    match counts {
+        Ok((total, by_name)) => Some(Syscalls {
+            tool: tool.name().into(),
+            requests: report.requests,
+            connections: report.connections,
+            total,
+            by_name,
+            unavailable: None,
+        }),
+        Err(why) => unavailable(why),
     }
 }
 

@@ -4,8 +4,13 @@
 //! Each direction is a pump: read from one socket into a stage, write the
 //! stage out to the other socket. The stage is either a pipe (Linux: bytes
 //! go socket → pipe → socket with splice(2) and never enter user space) or a
-//! fixed buffer allocated once per direction. Both pumps and an idle timer run
-//! inside one future, so the caller spawns one task per connection.
+//! fixed buffer allocated once per direction, on its first read. Every
+//! direction starts with a buffer: small exchanges cost a read and a write
+//! each, where a pipe would cost two `pipe2`, four `fcntl` and four `close`
+//! more per connection. With `zero_copy` a direction moves to a pipe once a
+//! single read fills its buffer (bulk), at a moment the buffer is empty.
+//! Both pumps and an idle timer run inside one future, so the caller spawns
+//! one task per connection.
 //!
 //! Invariants:
 //! - A direction ends only when its reader has sent FIN *and* every byte read
@@ -34,9 +39,10 @@ use switchyard_http::error::Side;
 /// How a relay moves bytes and when it gives up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RelayOptions {
-    /// Move bytes with splice(2) through a pipe per direction (Linux only).
-    /// Falls back to buffered copies when off, or when pipes cannot be made
-    /// (out of file descriptors, other systems).
+    /// Move bulk bytes with splice(2) through a pipe per direction (Linux
+    /// only): a direction starts with a buffer and takes a pipe once a single
+    /// read fills the buffer. Buffered copies only when off, or when pipes
+    /// cannot be made (out of file descriptors, other systems).
     pub zero_copy: bool,
     /// No byte in either direction for this long ends the relay
     /// ([`End::IdleTimeout`]). Zero means no idle timeout.
@@ -95,7 +101,8 @@ pub struct RelayOutcome {
     pub server_to_client: u64,
     /// Why it ended.
     pub end: End,
-    /// Whether the bytes went through pipes (splice) rather than buffers.
+    /// Whether bytes went through a pipe (splice) in either direction, rather
+    /// than through buffers only.
     pub zero_copy: bool,
 }
 
@@ -103,14 +110,14 @@ pub struct RelayOutcome {
 /// ended, one of them fails, or nothing moves for `opts.idle`; then closes
 /// both connections.
 pub async fn relay(client: TcpStream, server: TcpStream, opts: RelayOptions) -> RelayOutcome {
-    let (mut up, mut down) = stages(&opts);
-    let zero_copy = up.is_pipe();
+    let (mut up, mut down) = (Stage::start(&opts), Stage::start(&opts));
     let meter = Meter::new();
     let end = {
         let c2s = pump(&client, &server, &mut up, Dir::ClientToServer, &meter);
         let s2c = pump(&server, &client, &mut down, Dir::ServerToClient, &meter);
         drive(c2s, s2c, &meter, opts.idle).await
     };
+    let zero_copy = up.is_pipe() || down.is_pipe();
     match end {
         End::ClientReset => pass_reset(&server),
         End::ServerReset => pass_reset(&client),
@@ -162,18 +169,6 @@ async fn drive(
 fn pass_reset(stream: &TcpStream) {
     // Why ignore: if it fails the peer sees a FIN instead; nothing better to do.
     let _ = SockRef::from(stream).set_linger(Some(Duration::ZERO));
-}
-
-/// The two stages of a relay: pipes when asked for and possible, else buffers.
-fn stages(opts: &RelayOptions) -> (Stage, Stage) {
-    #[cfg(target_os = "linux")]
-    if opts.zero_copy {
-        match (super::splice::Pipe::new(opts.pipe_size), super::splice::Pipe::new(opts.pipe_size)) {
-            (Ok(a), Ok(b)) => return (Stage::Pipe(a), Stage::Pipe(b)),
-            (Err(e), _) | (_, Err(e)) => tracing::debug!(error = %e, "cannot make pipes; relaying through buffers"),
-        }
-    }
-    (Stage::Buffer(Buffer::new(opts.buffer_size)), Stage::Buffer(Buffer::new(opts.buffer_size)))
 }
 
 /// Which way a pump moves bytes.
@@ -258,7 +253,10 @@ async fn pump(from: &TcpStream, to: &TcpStream, stage: &mut Stage, dir: Dir, met
             ready = to.writable(), if pending > 0 => {
                 ready.map_err(|e| End::Error(Side::Internal, e.kind()))?;
                 match stage.drain(to) {
-                    Ok(n) => meter.delivered(dir, n),
+                    Ok(n) => {
+                        meter.delivered(dir, n);
+                        stage.settle();
+                    }
                     Err(e) if is_transient(&e) => {}
                     Err(e) => return Err(failure(dir.writer(), &e)),
                 }
@@ -301,6 +299,30 @@ enum Stage {
 }
 
 impl Stage {
+    /// A direction's first stage: a buffer, to take a pipe on bulk when
+    /// `zero_copy` is on (Linux).
+    fn start(opts: &RelayOptions) -> Stage {
+        let pipe = (opts.zero_copy && cfg!(target_os = "linux")).then_some(opts.pipe_size);
+        Stage::Buffer(Buffer::new(opts.buffer_size, pipe))
+    }
+
+    /// After a drain: a buffer that saw bulk and is empty becomes a pipe (once;
+    /// if no pipe can be made, the direction stays buffered).
+    fn settle(&mut self) {
+        let Stage::Buffer(b) = self else { return };
+        if !(b.bulk && b.buf.is_empty()) {
+            return;
+        }
+        let Some(size) = b.pipe.take() else { return };
+        #[cfg(target_os = "linux")]
+        match super::splice::Pipe::new(size) {
+            Ok(p) => *self = Stage::Pipe(p),
+            Err(e) => tracing::debug!(error = %e, "cannot make a pipe; relaying through a buffer"),
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = size;
+    }
+
     fn is_pipe(&self) -> bool {
         match self {
             #[cfg(target_os = "linux")]
@@ -313,7 +335,7 @@ impl Stage {
         match self {
             #[cfg(target_os = "linux")]
             Stage::Pipe(p) => p.pending(),
-            Stage::Buffer(b) => b.end - b.start,
+            Stage::Buffer(b) => b.buf.len() - b.start,
         }
     }
 
@@ -321,12 +343,13 @@ impl Stage {
         match self {
             #[cfg(target_os = "linux")]
             Stage::Pipe(p) => p.has_room(),
-            Stage::Buffer(b) => b.end < b.buf.len(),
+            Stage::Buffer(b) => b.buf.len() < b.size,
         }
     }
 
     /// Reads what `from` has (up to the room left). `WouldBlock` means the
-    /// socket is empty, and its readiness has been cleared.
+    /// socket is empty, and its readiness has been cleared; a buffer also
+    /// clears it after a short read, which proves the socket empty.
     fn fill(&mut self, from: &TcpStream) -> io::Result<Fill> {
         match self {
             #[cfg(target_os = "linux")]
@@ -346,39 +369,68 @@ impl Stage {
     }
 }
 
-/// A fixed buffer: bytes `start..end` are pending. Reads append at `end`
-/// until the buffer's end; once everything is written both marks go back to
-/// zero, so pending bytes are always one plain slice (no wrap-around).
+/// A fixed buffer: bytes `start..buf.len()` are pending. Reads append until
+/// `size`; once everything is written the buffer is emptied, so pending bytes
+/// are always one plain slice (no wrap-around). The memory is taken by a read
+/// into an empty buffer and given back once everything read is written, never
+/// zeroed (reads go into spare capacity): an idle direction holds none.
 struct Buffer {
-    buf: Box<[u8]>,
+    buf: Vec<u8>,
+    size: usize,
     start: usize,
-    end: usize,
+    /// Pipe capacity to move to on bulk (`None`: stay buffered).
+    pipe: Option<usize>,
+    /// A single read filled the buffer: the peer sends in bulk.
+    bulk: bool,
 }
 
 impl Buffer {
-    fn new(size: usize) -> Self {
-        Buffer { buf: vec![0; size.max(1)].into_boxed_slice(), start: 0, end: 0 }
+    fn new(size: usize, pipe: Option<usize>) -> Self {
+        Buffer { buf: Vec::new(), size: size.max(1), start: 0, pipe, bulk: false }
     }
 
     fn fill(&mut self, from: &TcpStream) -> io::Result<Fill> {
-        match from.try_read(&mut self.buf[self.end..])? {
-            0 => Ok(Fill::Eof),
-            n => {
-                self.end += n;
+        use bytes::BufMut;
+        if self.buf.capacity() == 0 {
+            self.buf.reserve_exact(self.size);
+        }
+        let room = self.size - self.buf.len();
+        let mut read = None;
+        let buf = &mut self.buf;
+        let tried = from.try_io(tokio::io::Interest::READABLE, || {
+            let n = from.try_read_buf(&mut buf.limit(room))?;
+            read = Some(n);
+            // A short read emptied the socket: report it empty, so its readiness
+            // is cleared now rather than by a next read failing with EAGAIN.
+            // Readiness is cleared as it was before this read (tokio's tick):
+            // bytes arriving after it raise a new edge, and none is missed.
+            if n > 0 && n < room {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(())
+        });
+        match (read, tried) {
+            (Some(0), _) => Ok(Fill::Eof),
+            (Some(n), _) => {
+                self.bulk |= n == room;
                 Ok(Fill::Moved)
             }
+            (None, Err(e)) => Err(e),
+            (None, Ok(())) => Err(io::ErrorKind::WouldBlock.into()),
         }
     }
 
     fn drain(&mut self, to: &TcpStream) -> io::Result<usize> {
-        let n = to.try_write(&self.buf[self.start..self.end])?;
+        let n = to.try_write(&self.buf[self.start..])?;
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
         self.start += n;
-        if self.start == self.end {
+        if self.start == self.buf.len() {
+            // Everything went out: give the memory back, so an idle connection
+            // holds no buffer (the next read takes one again).
             self.start = 0;
-            self.end = 0;
+            self.buf = Vec::new();
         }
         Ok(n)
     }

@@ -121,6 +121,27 @@ async fn bulk_both_ways_buffered() {
     bulk(opts(false), 64 << 20, 16 << 20).await;
 }
 
+/// Small exchanges both ways stay in buffers even with `zero_copy`: a pipe per
+/// direction would cost more system calls than the bytes it moves.
+#[tokio::test(flavor = "current_thread")]
+async fn small_exchanges_stay_buffered() {
+    let (mut client, mut server, pc, ps) = setup().await;
+    let exchange = async {
+        client.write_all(&[7; 128]).await?;
+        let mut got = [0u8; 128];
+        server.read_exact(&mut got).await?;
+        server.write_all(&got).await?;
+        client.read_exact(&mut got).await?;
+        client.shutdown().await?;
+        server.shutdown().await?;
+        io::Result::Ok(got)
+    };
+    let (outcome, got) = bounded(async { tokio::join!(relay(pc, ps, opts(true)), exchange) }).await;
+    assert_eq!(got.expect("the exchange completes"), [7; 128]);
+    assert_eq!((outcome.end, outcome.client_to_server, outcome.server_to_client), (End::Closed, 128, 128));
+    assert!(!outcome.zero_copy, "128 bytes each way took a pipe");
+}
+
 /// One-page pipes: every fill leaves the pipe full, so each direction must
 /// alternate strictly between filling and draining.
 #[tokio::test(flavor = "current_thread")]

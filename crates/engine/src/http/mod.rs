@@ -1,12 +1,15 @@
-//! The HTTP/1.1 pipeline. One client connection is served by [`serve`]; each
-//! request on it goes through these phases, in this order, in this file:
+//! The HTTP pipeline (HTTP/1.1 and 1.0 connections, and each HTTP/2 stream:
+//! [`crate::http2`]). One client connection is served by [`serve`]; each
+//! request on it goes through these phases, in this order, in this file —
+//! [`handle`] calls one function per phase:
 //!
 //! 1. **read head**: bytes until a complete head, under the header timeout ([`read_head`])
-//! 2. **parse**: strict framing checks ([`parse::parse_request`])
-//! 3. **route**: rules choose a pool or a direct answer ([`route::evaluate`]);
+//! 2. **parse**: strict framing checks ([`parse::parse_request`]); what the
+//!    later phases need of the request ([`request_info`]); client protection ([`protect`])
+//! 3. **route**: rules choose a pool or a direct answer ([`fn@route`], [`pool_or_reply`]);
 //!    persistence names the client's server, if any ([`crate::persist`]);
-//!    the response cache answers a hit, or plans what to store ([`cached::lookup`])
-//! 4. **request rewrite**: hop-by-hop removal, forwarding headers, edits ([`rewrite::request_head`])
+//!    the response cache answers a hit, or plans what to store ([`cache_lookup`])
+//! 4. **request rewrite**: hop-by-hop removal, forwarding headers, edits ([`rewrite_request`])
 //! 5. **pick server**: persistent server or balancer, connection limits, retries ([`forward`])
 //! 6. **forward**: head and streamed body to the server ([`exchange`])
 //! 7. **response rewrite**: hop-by-hop removal, edits, connection handling ([`rewrite::response_head`])
@@ -17,7 +20,7 @@
 //!    relayed protocol switch (WebSocket, [`tunnel`]) — through a [`cache::Tee`]
 //!    that copies what the client gets (compressed or not) for the cache, which
 //!    then stores it or answers a 304 / covered error itself ([`cached::finish`])
-//! 10. **log**: metrics, the access log line, failures at `warn` ([`log`])
+//! 10. **log**: metrics, the access log line, failures at `warn` ([`conclude`], [`log`])
 //!
 //! Invariants: no peer input can panic this code; a failure of one request
 //! closes at most its own client connection and its own server connection.
@@ -430,7 +433,8 @@ async fn read_head<S: ClientStream>(
     }
 }
 
-/// Phases 2–10 for one request whose head is at the start of `client.buf`.
+/// Phases 2–10 for one request whose head is at the start of `client.buf`,
+/// one function per phase in the order of docs/request-lifecycle.md.
 /// Returns whether the client connection stays open for another request.
 async fn handle<S: ClientStream>(
     client: &mut Client<S>,
@@ -440,22 +444,84 @@ async fn handle<S: ClientStream>(
     local: &Local,
     started: Instant,
 ) -> bool {
+    // Phase 2: what the later phases need to know of the request.
+    let info = request_info(client, &head, service, local, started);
+    // Phase 2b: client protection, and a declared body over the limit.
+    if let Err(why) = protect(client, &head, client.service, started) {
+        return refuse(client, service, info, head.len, why, started).await;
+    }
+    if let (Framing::Length(n), Some(max)) = (head.framing, service.limits.max_body_bytes) {
+        if n > max {
+            fail(client, service, &ProxyError::new(Kind::BodyTooLarge), started).await;
+            return false;
+        }
+    }
+    // Phase 3: route — a rule may answer by itself; persistence; the cache.
+    let routed = route(client, &head, service, worker, local);
+    let pool = match pool_or_reply(&routed, service) {
+        Ok(Some(pool)) => pool,
+        Ok(None) => {
+            fail(client, service, &ProxyError::new(Kind::NoPool), started).await;
+            return false;
+        }
+        Err(Reply::Deny(status)) => {
+            let body = format!("{status} {}\n", switchyard_http::error::reason_phrase(status));
+            let reply = Answer { status, location: None, content_type: "text/plain", body: body.as_bytes() };
+            return answer(client, service, info, head.len, reply, started).await;
+        }
+        Err(Reply::Answer(reply)) => return answer(client, service, info, head.len, reply, started).await,
+    };
+    let info = match switch_to(client, &head, local, pool, info) {
+        Ok(info) => info,
+        Err(error) => {
+            fail(client, service, &error, started).await;
+            return false;
+        }
+    };
+    let plan = match cache_lookup(client, &head, service, worker, local, &routed, info).await {
+        cached::Lookup::Served(keep) => {
+            log(client, service, client.trace.cache_status, None, started);
+            return keep && !worker.closing(local.gen.number, &service.name);
+        }
+        cached::Lookup::Forward(plan) => plan,
+    };
+    // Phase 4: request rewrite (and the cache's validators and capture).
+    rewrite_request(client, &head, service, local, pool, &routed, info);
+    if let Some(plan) = &plan {
+        cached::add_validators(&mut client.out, plan);
+        client.capture = plan.capture();
+        client.intercept = plan.intercept(Instant::now());
+    }
+    // Phases 5–9: pick a server, forward, stream the response.
+    let forwarded = forward(client, service, worker, local, pool, &routed, info).await;
+    // Phase 10 (with the cache's store): log, or answer a failure.
+    conclude(client, service, worker, local, info, plan, forwarded, started).await
+}
+
+/// Phase 2: the request line for the log, the trace, and the facts about the
+/// request the later phases need.
+fn request_info<S>(
+    client: &mut Client<S>,
+    head: &RequestHead,
+    service: &Service,
+    local: &Local,
+    started: Instant,
+) -> RequestInfo {
     if local.log.is_some() {
-        keep_meta(client, &head);
+        keep_meta(client, head);
     }
     let buf = &client.buf[..head.len];
     let method = std::str::from_utf8(&buf[head.method.clone()]).unwrap_or("");
-    let target = &buf[head.target.clone()];
     client.line.clear();
     client.line.push_str(method);
     client.line.push(' ');
-    client.line.push_str(std::str::from_utf8(target).unwrap_or("?"));
+    client.line.push_str(std::str::from_utf8(&buf[head.target.clone()]).unwrap_or("?"));
     client.trace.http10 = head.version == Version::Http10;
     client.trace.bytes_in = head.len as u64;
     if let Some(tracer) = &local.tracer {
         client.otel = Some(tracer.start(buf, &client.fields, client.trace.head_started.unwrap_or(started)));
     }
-    let info = RequestInfo {
+    RequestInfo {
         framing: head.framing,
         head_method: method == "HEAD",
         replayable: head.framing == Framing::Empty && is_idempotent(method),
@@ -481,132 +547,149 @@ async fn handle<S: ClientStream>(
             None => compress::Accepted::default(),
         },
         trailers: head.te_trailers,
-    };
-    // Phase 2b: client protection.
-    if let Err(why) = protect(client, &head, client.service, started) {
-        return refuse(client, service, info, head.len, why, started).await;
     }
-    if let (Framing::Length(n), Some(max)) = (head.framing, service.limits.max_body_bytes) {
-        if n > max {
-            fail(client, service, &ProxyError::new(Kind::BodyTooLarge), started).await;
-            return false;
-        }
-    }
+}
 
-    // Phase 3: route.
-    let (origin_target, authority) = split_target(target);
-    let pool_for_hash;
-    let routed = {
-        let host_value = authority.or_else(|| head.host.clone().map(|r| &buf[r])).unwrap_or(b"");
-        let host = route::routing_host(host_value, &mut client.host);
-        let (path, query) = split_query(origin_target);
-        let view = route::RequestView {
-            method,
-            host,
-            path: std::str::from_utf8(path).unwrap_or(""),
-            query: query.and_then(|q| std::str::from_utf8(q).ok()),
-            head: buf,
-            fields: &client.fields,
-            client: client.ip,
-            client_cert: client.transport.client_cert_verified,
-        };
-        let decision = route::evaluate(&service.rules, &view);
-        pool_for_hash = match decision.action {
-            Some(Action::Pool(id)) => Some(*id),
-            None => service.default_pool,
-            Some(_) => None,
-        };
-        let hash = pool_for_hash.map(|id| {
-            let pool = local.gen.config.pool(id);
-            let header = match &pool.hash_key {
-                switchyard_config::HashKey::Header(name) => view.header_values(name).next(),
-                _ => None,
-            };
-            upstream::hash_key(&pool.hash_key, view.client, origin_target, header)
-        });
-        // Persistence: which server this client stuck to. The stick-table key
-        // (a header or cookie value) is kept for the table update after the
-        // head has left the buffer.
-        let persistence = pool_for_hash.and_then(|id| local.gen.persistence.get(id.0)?.as_ref());
-        let sticky = persistence.and_then(|p| {
-            client.stick_key.clear();
-            if let Some(key) = p.request_key(&view) {
-                client.stick_key.extend_from_slice(key);
-            }
-            p.lookup(&view, worker.clock.get())
-        });
-        let https_location = match decision.action {
-            Some(Action::RedirectHttps { port, .. }) => Some(https_location(host, *port, origin_target)),
+/// Phase 3: the rules' decision, the balancing hash, and the server
+/// persistence names for this client. The stick-table key (a header or
+/// cookie value) is kept for the table update after the head has left the buffer.
+fn route<'a, S>(
+    client: &mut Client<S>,
+    head: &RequestHead,
+    service: &'a Service,
+    worker: &Worker,
+    local: &Local,
+) -> Routed<'a> {
+    let buf = &client.buf[..head.len];
+    let method = std::str::from_utf8(&buf[head.method.clone()]).unwrap_or("");
+    let (origin_target, authority) = split_target(&buf[head.target.clone()]);
+    let host_value = authority.or_else(|| head.host.clone().map(|r| &buf[r])).unwrap_or(b"");
+    let host = route::routing_host(host_value, &mut client.host);
+    let (path, query) = split_query(origin_target);
+    let view = route::RequestView {
+        method,
+        host,
+        path: std::str::from_utf8(path).unwrap_or(""),
+        query: query.and_then(|q| std::str::from_utf8(q).ok()),
+        head: buf,
+        fields: &client.fields,
+        client: client.ip,
+        client_cert: client.transport.client_cert_verified,
+    };
+    let decision = route::evaluate(&service.rules, &view);
+    let pool_for_hash = match decision.action {
+        Some(Action::Pool(id)) => Some(*id),
+        None => service.default_pool,
+        Some(_) => None,
+    };
+    let hash = pool_for_hash.map(|id| {
+        let pool = local.gen.config.pool(id);
+        let header = match &pool.hash_key {
+            switchyard_config::HashKey::Header(name) => view.header_values(name).next(),
             _ => None,
         };
-        Routed { action: decision.action, edits: decision.edits, hash, sticky, https_location }
+        upstream::hash_key(&pool.hash_key, view.client, origin_target, header)
+    });
+    let persistence = pool_for_hash.and_then(|id| local.gen.persistence.get(id.0)?.as_ref());
+    let sticky = persistence.and_then(|p| {
+        client.stick_key.clear();
+        if let Some(key) = p.request_key(&view) {
+            client.stick_key.extend_from_slice(key);
+        }
+        p.lookup(&view, worker.clock.get())
+    });
+    let https_location = match decision.action {
+        Some(Action::RedirectHttps { port, .. }) => Some(https_location(host, *port, origin_target)),
+        _ => None,
     };
-    let pool = match routed.action {
+    Routed { action: decision.action, edits: decision.edits, hash, sticky, https_location }
+}
+
+/// A response a rule gives instead of a pool.
+enum Reply<'a> {
+    /// A redirect or a fixed response.
+    Answer(Answer<'a>),
+    /// `deny`: the status, with its reason phrase as the body.
+    Deny(u16),
+}
+
+/// Phase 3's outcome: the pool to forward to (`None`: the service has none
+/// for this request), or the rule's own response.
+fn pool_or_reply<'r>(routed: &'r Routed<'_>, service: &Service) -> Result<Option<PoolId>, Reply<'r>> {
+    let reply = |status: u16, location, content_type, body| Answer { status, location, content_type, body };
+    let https_location = routed.https_location.as_deref();
+    match routed.action {
         Some(Action::Redirect { status, location }) => {
-            let reply = Reply { status: *status, location: Some(location), content_type: "text/plain", body: b"" };
-            return answer(client, service, info, head.len, reply, started).await;
+            Err(Reply::Answer(reply(*status, Some(location.as_str()), "text/plain", b"")))
         }
         Some(Action::Respond { status, body, content_type }) => {
-            let reply = Reply { status: *status, location: None, content_type, body: body.as_bytes() };
-            return answer(client, service, info, head.len, reply, started).await;
+            Err(Reply::Answer(reply(*status, None, content_type.as_str(), body.as_bytes())))
         }
         Some(Action::RedirectHttps { status, .. }) => {
-            let location = routed.https_location.as_deref();
-            let reply = Reply { status: *status, location, content_type: "text/plain", body: b"" };
-            return answer(client, service, info, head.len, reply, started).await;
+            Err(Reply::Answer(reply(*status, https_location, "text/plain", b"")))
         }
-        Some(Action::Deny { status }) => {
-            let body = format!("{status} {}\n", switchyard_http::error::reason_phrase(*status));
-            let reply = Reply { status: *status, location: None, content_type: "text/plain", body: body.as_bytes() };
-            return answer(client, service, info, head.len, reply, started).await;
-        }
-        Some(Action::Pool(id)) => *id,
-        None => match service.default_pool {
-            Some(id) => id,
-            None => {
-                fail(client, service, &ProxyError::new(Kind::NoPool), started).await;
-                return false;
-            }
-        },
-    };
+        Some(Action::Deny { status }) => Err(Reply::Deny(*status)),
+        Some(Action::Pool(id)) => Ok(Some(*id)),
+        None => Ok(service.default_pool),
+    }
+}
 
-    // An HTTP/2 stream to a server cannot become a tunnel: a WebSocket (or
-    // other) switch to such a pool is refused; an h2c upgrade offer is
-    // declined by forwarding the request without it.
-    let info = if info.upgrade && local.gen.config.pool(pool).protocol == UpstreamProtocol::Http2 {
-        let token = head.upgrade.clone().map_or(&b""[..], |r| &buf[r]);
-        if !parse::trim(token).eq_ignore_ascii_case(b"h2c") {
-            fail(client, service, &ProxyError::new(Kind::SwitchToH2Pool), started).await;
-            return false;
-        }
-        RequestInfo { upgrade: false, ..info }
-    } else {
-        info
-    };
+/// An HTTP/2 stream to a server cannot become a tunnel: a WebSocket (or
+/// other) switch to such a pool is refused; an h2c upgrade offer is
+/// declined by forwarding the request without it.
+fn switch_to<S>(
+    client: &Client<S>,
+    head: &RequestHead,
+    local: &Local,
+    pool: PoolId,
+    info: RequestInfo,
+) -> Result<RequestInfo, ProxyError> {
+    if !info.upgrade || local.gen.config.pool(pool).protocol != UpstreamProtocol::Http2 {
+        return Ok(info);
+    }
+    let token = head.upgrade.clone().map_or(&b""[..], |r| &client.buf[r]);
+    if !parse::trim(token).eq_ignore_ascii_case(b"h2c") {
+        return Err(ProxyError::new(Kind::SwitchToH2Pool));
+    }
+    Ok(RequestInfo { upgrade: false, ..info })
+}
 
-    // Cache lookup: a hit is answered here, before a server is picked.
-    let cache = local.gen.caches.get(client.service).and_then(Option::as_ref);
-    let plan = match cache {
-        Some(cache) => {
-            let draining = worker.closing(local.gen.number, &service.name);
-            let lookup_started = crate::otel::RequestSpan::now(&client.otel);
-            let looked_up = cached::lookup(client, cache, service, worker, &head, &routed, info, draining).await;
-            crate::otel::RequestSpan::cache_lookup(&mut client.otel, lookup_started);
-            match looked_up {
-                cached::Lookup::Served(keep) => {
-                    log(client, service, client.trace.cache_status, None, started);
-                    return keep && !worker.closing(local.gen.number, &service.name);
-                }
-                cached::Lookup::Forward(plan) => plan,
-            }
-        }
-        None => None,
+/// Phase 3's cache lookup: a hit is answered here, before a server is picked;
+/// otherwise what to store (or revalidate) on the way back.
+async fn cache_lookup<'l, S: ClientStream>(
+    client: &mut Client<S>,
+    head: &RequestHead,
+    service: &'l Service,
+    worker: &Rc<Worker>,
+    local: &'l Local,
+    routed: &Routed<'_>,
+    info: RequestInfo,
+) -> cached::Lookup<'l> {
+    let Some(cache) = local.gen.caches.get(client.service).and_then(Option::as_ref) else {
+        return cached::Lookup::Forward(None);
     };
+    let draining = worker.closing(local.gen.number, &service.name);
+    let lookup_started = crate::otel::RequestSpan::now(&client.otel);
+    let looked_up = cached::lookup(client, cache, service, worker, head, routed, info, draining).await;
+    crate::otel::RequestSpan::cache_lookup(&mut client.otel, lookup_started);
+    looked_up
+}
+
+/// Phase 4: the head towards the server (hop-by-hop fields removed,
+/// forwarding headers, the rules' edits) into `client.out`. The head is
+/// consumed from the buffer once rewritten; what follows it is body or the
+/// next request.
+fn rewrite_request<S>(
+    client: &mut Client<S>,
+    head: &RequestHead,
+    service: &Service,
+    local: &Local,
+    pool: PoolId,
+    routed: &Routed<'_>,
+    info: RequestInfo,
+) {
     let buf = &client.buf[..head.len];
     let (origin_target, authority) = split_target(&buf[head.target.clone()]);
-
-    // Phase 4: request rewrite. The head is consumed from the buffer once
-    // rewritten; what follows it is body or the next request.
     let upgrade = head.upgrade.clone().filter(|_| info.upgrade).map(|r| &buf[r]);
     let fwd = Forwarding {
         client: client.ip,
@@ -628,7 +711,7 @@ async fn handle<S: ClientStream>(
     rewrite::request_head(
         &mut client.out,
         buf,
-        &head,
+        head,
         &client.fields,
         origin_target,
         authority,
@@ -637,18 +720,24 @@ async fn handle<S: ClientStream>(
         &fwd,
     );
     client.buf.advance(head.len);
-    // Cache hook: revalidate a stale entry; tee the response into a capture.
-    if let Some(plan) = &plan {
-        cached::add_validators(&mut client.out, plan);
-        client.capture = plan.capture();
-        client.intercept = plan.intercept(Instant::now());
-    }
+}
 
-    // Phases 5–9: pick a server, forward, stream the response.
-    let forwarded = forward(client, service, worker, local, pool, &routed, info).await;
+/// Phase 10, after the exchange: the cache stores a complete response or
+/// answers itself (304, stale-if-error); then the log line, or the failure's
+/// answer. Returns whether the client connection stays open.
+#[allow(clippy::too_many_arguments)]
+async fn conclude<S: ClientStream>(
+    client: &mut Client<S>,
+    service: &Service,
+    worker: &Worker,
+    local: &Local,
+    info: RequestInfo,
+    plan: Option<cached::Plan<'_>>,
+    forwarded: Result<Outcome, Failed>,
+    started: Instant,
+) -> bool {
     let capture = client.capture.take();
     client.intercept = cached::Intercept::default();
-    // Cache store: keep a complete response, or answer from the cache (304, stale-if-error).
     if let Some(plan) = plan {
         let ended = match &forwarded {
             Ok(o) if o.intercepted => cached::Ended::Intercepted { status: o.status },
@@ -1359,7 +1448,7 @@ fn request_relay_error(e: RelayError) -> ProxyError {
 }
 
 /// A response the proxy writes itself, chosen by a rule.
-struct Reply<'a> {
+struct Answer<'a> {
     status: u16,
     location: Option<&'a str>,
     content_type: &'a str,
@@ -1373,7 +1462,7 @@ async fn answer<S: ClientStream>(
     service: &Service,
     info: RequestInfo,
     head_len: usize,
-    reply: Reply<'_>,
+    reply: Answer<'_>,
     started: Instant,
 ) -> bool {
     let keep = info.keep_alive && info.framing == Framing::Empty;

@@ -123,7 +123,7 @@ pub(super) fn log<S>(client: &Client<S>, service: &Service, status: u16, error: 
         },
         cache: t.cache,
         grpc_status: t.grpc_status,
-        trace_id: client.otel.as_ref().map(crate::otel::RequestSpan::trace_id),
+        trace_id: client.otel.as_deref().map(crate::otel::RequestSpan::trace_id),
     };
     if let Some(m) = gen.services.get(client.service) {
         m.request(client.worker, &record);

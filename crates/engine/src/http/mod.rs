@@ -114,8 +114,9 @@ struct Client<S> {
     /// cache answers instead of the client ([`cached`]).
     capture: Option<cache::Capture>,
     intercept: cached::Intercept,
-    /// The current request's trace context, when tracing is on ([`crate::otel`]).
-    otel: Option<crate::otel::RequestSpan>,
+    /// The current request's trace context, when tracing is on ([`crate::otel`]);
+    /// boxed, so that a connection that waits for its next request does not hold its room.
+    otel: Option<Box<crate::otel::RequestSpan>>,
 }
 
 /// What the route phase decided, detached from the request buffer.
@@ -519,7 +520,7 @@ fn request_info<S>(
     client.trace.http10 = head.version == Version::Http10;
     client.trace.bytes_in = head.len as u64;
     if let Some(tracer) = &local.tracer {
-        client.otel = Some(tracer.start(buf, &client.fields, client.trace.head_started.unwrap_or(started)));
+        client.otel = Some(Box::new(tracer.start(buf, &client.fields, client.trace.head_started.unwrap_or(started))));
     }
     RequestInfo {
         framing: head.framing,
@@ -669,9 +670,9 @@ async fn cache_lookup<'l, S: ClientStream>(
         return cached::Lookup::Forward(None);
     };
     let draining = worker.closing(local.gen.number, &service.name);
-    let lookup_started = crate::otel::RequestSpan::now(&client.otel);
+    let lookup_started = crate::otel::RequestSpan::now(client.otel.as_deref());
     let looked_up = cached::lookup(client, cache, service, worker, head, routed, info, draining).await;
-    crate::otel::RequestSpan::cache_lookup(&mut client.otel, lookup_started);
+    crate::otel::RequestSpan::cache_lookup(client.otel.as_deref_mut(), lookup_started);
     looked_up
 }
 

@@ -139,13 +139,13 @@ impl RequestSpan {
     }
 
     /// The current time, for a sampled request only (the start of a phase).
-    pub fn now(span: &Option<RequestSpan>) -> Option<Instant> {
-        span.as_ref().filter(|s| s.sampled).map(|_| Instant::now())
+    pub fn now(span: Option<&RequestSpan>) -> Option<Instant> {
+        span.filter(|s| s.sampled).map(|_| Instant::now())
     }
 
     /// The cache lookup that began at `from` (from [`RequestSpan::now`]) ended now.
-    pub fn cache_lookup(span: &mut Option<RequestSpan>, from: Option<Instant>) {
-        if let (Some(s), Some(from)) = (span.as_mut(), from) {
+    pub fn cache_lookup(span: Option<&mut RequestSpan>, from: Option<Instant>) {
+        if let (Some(s), Some(from)) = (span, from) {
             s.marks.cache = Some((from, Instant::now()));
         }
     }

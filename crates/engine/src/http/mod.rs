@@ -173,7 +173,11 @@ struct Failed {
 /// header, or while [`crate::front`] told HTTP/1.1 from h2c); an empty one
 /// (`Scratch::default()`, no allocation) is lent from the worker's pool when
 /// the first bytes arrive.
-pub async fn serve<S: ClientStream + 'static>(
+///
+/// Not an `async fn`: the connection's state is built first and moved into
+/// the future once, which keeps an idle connection's future smaller than
+/// an `async fn` that keeps its arguments beside what it builds from them.
+pub fn serve<S: ClientStream + 'static>(
     stream: S,
     peer: SocketAddr,
     scratch: Scratch,
@@ -181,43 +185,50 @@ pub async fn serve<S: ClientStream + 'static>(
     service: usize,
     worker: Rc<Worker>,
     transport: Transport,
-) {
-    let Some(name) = local.gen.config.services.get(service).map(|s| s.name.clone()) else {
-        return;
-    };
-    let Scratch { buf, fields, resp_fields, out, host, line } = scratch;
-    let mut client = Client {
-        stream,
-        peer,
-        buf,
-        fields,
-        resp_fields,
-        out,
-        host,
-        line,
-        ip: client_ip(peer),
-        ip_text: client_ip(peer).to_string(),
-        local,
-        service,
-        worker: worker.id,
-        trace: Trace::default(),
-        meta: Vec::new(),
-        meta_at: [None; 3],
-        stick_key: Vec::new(),
-        transport,
-        capture: None,
-        intercept: cached::Intercept::default(),
-        otel: None,
-    };
-    let metrics = client.local.gen.services[service].clone();
-    // A request of an HTTP/2 stream is not a connection of its own.
-    let counted = !client.transport.http2 && !client.transport.cache_refresh;
-    if counted {
-        metrics.connection_opened(worker.id);
+) -> impl std::future::Future<Output = ()> + 'static {
+    let connection = local.gen.config.services.get(service).map(|s| s.name.clone()).map(|name| {
+        let Scratch { buf, fields, resp_fields, out, host, line } = scratch;
+        let client = Client {
+            stream,
+            peer,
+            buf,
+            fields,
+            resp_fields,
+            out,
+            host,
+            line,
+            ip: client_ip(peer),
+            ip_text: client_ip(peer).to_string(),
+            local,
+            service,
+            worker: worker.id,
+            trace: Trace::default(),
+            meta: Vec::new(),
+            meta_at: [None; 3],
+            stick_key: Vec::new(),
+            transport,
+            capture: None,
+            intercept: cached::Intercept::default(),
+            otel: None,
+        };
+        (name, client)
+    });
+    let mut connection = connection;
+    async move {
+        // Borrowed where it lies: moving it out would give it a second place.
+        let Some((name, client)) = connection.as_mut() else {
+            return;
+        };
+        let metrics = client.local.gen.services[client.service].clone();
+        // A request of an HTTP/2 stream is not a connection of its own.
+        let counted = !client.transport.http2 && !client.transport.cache_refresh;
+        if counted {
+            metrics.connection_opened(worker.id);
+        }
+        let _closed = counted.then(|| CloseGuard(&metrics, worker.id));
+        requests(client, &worker, name).await;
+        client.stream.close().await;
     }
-    let _closed = counted.then(|| CloseGuard(&metrics, worker.id));
-    requests(&mut client, &worker, &name).await;
-    client.stream.close().await;
 }
 
 /// Serves requests on the connection until it closes, fails, is no longer

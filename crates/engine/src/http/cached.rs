@@ -16,7 +16,10 @@
 //! revalidation ([`refresh`], one per key across workers); an entry nobody
 //! asks for is never refreshed. Unsafe requests (any method not known safe)
 //! invalidate their target's entry after a non-error answer (RFC 9111 §4.4).
-//! A GET's `Range` is answered from a fresh stored 200 ([`crate::cache::range`]).
+//! A GET's `Range` is answered from a fresh stored 200 ([`crate::cache::range`]);
+//! otherwise it is forwarded, and the server's `206` may be kept as a piece
+//! of the representation, combined with later pieces until it is complete
+//! (RFC 9111 §3.3–3.4, [`crate::cache::Partial`]).
 
 mod refresh;
 
@@ -31,7 +34,7 @@ use switchyard_config::{Compression, Service};
 use super::body::write_all_two;
 use super::{route, Client, ClientStream, RequestInfo, Routed};
 use crate::cache::policy::range::Ranges;
-use crate::cache::{self, policy, range, Cache, Capture, Coalesce, Entry, Fetch, Found};
+use crate::cache::{self, policy, range, Cache, Capture, Coalesce, Entry, Fetch, Found, Piece};
 use crate::worker::Worker;
 use switchyard_http::parse::{self, RequestHead, Version};
 
@@ -75,6 +78,9 @@ pub(super) struct Plan<'c> {
     /// An unsafe request: a non-error answer invalidates `key` (RFC 9111 §4.4);
     /// nothing is stored.
     invalidate: bool,
+    /// A `Range` request nothing fresh answered: a `206` may be kept as a
+    /// piece ([`keep_piece`]), a `200` stored as usual.
+    ranged: bool,
 }
 
 impl Plan<'_> {
@@ -157,8 +163,11 @@ pub(super) async fn lookup<'c, S: ClientStream>(
             return Lookup::Served(gateway_timeout(client, service, info, head.len, draining).await);
         }
         if ranged_request {
-            // Not fresh: the server answers the range; nothing is stored from it.
-            return Lookup::Forward(None);
+            // Not fresh: the server answers the range, and its 206 may be
+            // kept as a piece of the representation (RFC 9111 §3.3).
+            plan.ranged = true;
+            cache.stats.misses.fetch_add(1, Ordering::Relaxed);
+            return Lookup::Forward(Some(plan));
         }
         plan.stale = found;
         // The cache's own refresh is never answered stale: it must reach a server.
@@ -254,6 +263,7 @@ fn plan_of<'c, S: ClientStream>(
         compression: service.compression.as_ref(),
         revalidating: false,
         invalidate: false,
+        ranged: false,
     };
     Planned::Candidate(plan, rcc, ranged_request)
 }
@@ -310,6 +320,7 @@ impl<'c> Plan<'c> {
             compression: None,
             revalidating: false,
             invalidate: true,
+            ranged: false,
         }
     }
 }
@@ -391,8 +402,10 @@ pub(super) async fn finish<S: ClientStream>(
     match ended {
         Ended::Relayed { status, capture } => {
             let captured = capture.and_then(Capture::bytes).filter(|_| !plan.head_method);
-            if let Some((status, headers, body)) = captured.and_then(cache::parse_captured) {
-                store(&plan, status, headers, body);
+            match captured.and_then(cache::parse_captured) {
+                Some((206, headers, body)) if plan.ranged => keep_piece(&plan, headers, body),
+                Some((status, headers, body)) if !plan.ranged || status == 200 => store(&plan, status, headers, body),
+                _ => {}
             }
             // (A HEAD's response says nothing about the body: nothing is stored from it.)
             if plan.revalidating && status != 0 {
@@ -424,18 +437,44 @@ pub(super) async fn finish<S: ClientStream>(
     }
 }
 
+/// Whether a shared cache may store a response with `status` and `headers` to this request.
+fn may_store(plan: &Plan<'_>, status: u16, headers: &[(String, Vec<u8>)]) -> bool {
+    let config = &plan.cache.config;
+    let control = policy::control(headers, &config.targeted);
+    let authorized = plan.header("authorization").is_some();
+    policy::storable(status, &control, headers, authorized, config.heuristic)
+}
+
 /// Stores a complete response when a shared cache may.
 fn store(plan: &Plan<'_>, status: u16, headers: Vec<(String, Vec<u8>)>, body: bytes::Bytes) {
     let cache = plan.cache;
-    let control = policy::control(&headers, &cache.config.targeted);
-    let authorized = plan.header("authorization").is_some();
-    if !policy::storable(status, &control, &headers, authorized, cache.config.heuristic) {
+    if !may_store(plan, status, &headers) {
         return;
     }
     let vary = policy::headers(&headers, "vary").collect::<Vec<_>>().join(&b","[..]);
     let vary = cache::vary_values(&vary, &|n| plan.value(n));
     let entry = Entry::new(status, headers, body, vary, plan.requested, SystemTime::now(), &cache.config);
     cache.insert(&plan.key, entry);
+}
+
+/// Keeps a `206` as a piece of its representation (RFC 9111 §3.3) when the
+/// whole response could be stored (§3.3: "if the cache may store the
+/// response") and [`Piece::of`] accepts it; once the pieces make the whole,
+/// it is stored as the `200` it would have been (§3.4). Not on a service
+/// with compression: its stored variants are keyed by the coding it picks,
+/// which a combined identity response would not be.
+fn keep_piece(plan: &Plan<'_>, headers: Vec<(String, Vec<u8>)>, body: bytes::Bytes) {
+    let cache = plan.cache;
+    if plan.compression.is_some() || !may_store(plan, 200, &headers) {
+        return;
+    }
+    let Some(piece) = Piece::of(headers, body, plan.requested, cache.config.max_object) else { return };
+    let combined = cache.combine(&plan.key, piece);
+    if let Some(body) = combined.complete() {
+        let (headers, requested) = (combined.headers.clone(), combined.requested);
+        let entry = Entry::new(200, headers, body, Vec::new(), requested, SystemTime::now(), &cache.config);
+        cache.insert(&plan.key, entry);
+    }
 }
 
 /// Writes a stored response to the client: the entry, or 304 when the
@@ -468,6 +507,8 @@ async fn serve<S: ClientStream>(
             (status, body)
         }
     };
+    entry.hits.fetch_add(1, Ordering::Relaxed);
+    plan.cache.stats.served_bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
     let ok = write_all_two(&mut client.stream, &client.out, &body, service.timeouts.client_idle).await.is_ok();
     client.trace.bytes_out = (client.out.len() + body.len()) as u64;
     client.trace.body_out = body.len() as u64;

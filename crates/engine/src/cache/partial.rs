@@ -133,6 +133,11 @@ impl Partial {
         }
     }
 
+    /// The pieces held: (offset in the representation, bytes), by offset.
+    pub fn pieces(&self) -> impl Iterator<Item = (u64, &Bytes)> {
+        self.pieces.iter().map(|(at, bytes)| (*at, bytes))
+    }
+
     /// Body bytes held.
     pub fn held(&self) -> u64 {
         self.pieces.values().map(|b| b.len() as u64).sum()

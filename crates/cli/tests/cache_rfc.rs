@@ -6,7 +6,8 @@
 //! - the origin's `Age`, `Date` and the response delay make a response older (§4.2.3), and
 //!   `Age` values of unusual forms are read as §5.1 and §1.2.2 say;
 //! - `CDN-Cache-Control` and a configured targeted field win over `Cache-Control` (RFC 9213);
-//! - any unsafe method invalidates, only after a non-error answer (§4.4);
+//! - any unsafe method invalidates, only after a non-error answer (§4.4), and so do the
+//!   same-origin targets its answer names in `Location` and `Content-Location`;
 //! - `Expires` in the obsolete date formats (RFC 9110 §5.6.7); 304 for a client's
 //!   conditional request when the stored response lacks that validator (§4.3.2);
 //!   `Vary`-selected headers compared after normalisation (§4.1);
@@ -160,6 +161,65 @@ fn unsafe_methods_invalidate_only_after_a_non_error_answer() {
     assert!(!reaches_origin(&mut c, path), "OPTIONS is safe");
     assert_eq!(c.request("POST", path, &[("content-length", "0")]).status, 303);
     assert!(reaches_origin(&mut c, path), "invalidated by POST");
+}
+
+#[test]
+fn location_and_content_location_on_the_same_origin_are_invalidated() {
+    let origin = Origin::start("o");
+    let proxy = start(origin.addr, "true");
+    let mut c = proxy.connect();
+    // `header=NAME:VALUE` on the origin's query, the value percent-encoded.
+    let field = |name: &str, value: &str| {
+        let value: String =
+            value
+                .bytes()
+                .map(|b| {
+                    if b.is_ascii_alphanumeric() || b == b'.' {
+                        char::from(b).to_string()
+                    } else {
+                        format!("%{b:02X}")
+                    }
+                })
+                .collect();
+        format!("header={name}%3A{value}")
+    };
+    let targets = ["/loc/a?cache=60", "/loc/b?cache=60", "/loc/c?cache=60", "/loc/d?cache=60", "/loc/e?cache=60"];
+    for path in targets {
+        c.get(path);
+    }
+    // The client's Host is `test`, its scheme http: these name entries on its origin ...
+    let same = format!(
+        "/act1?{}&{}",
+        field("Location", "/loc/a?cache=60"),
+        field("Content-Location", "http://TEST:80/loc/b?cache=60#top")
+    );
+    assert_eq!(c.request("POST", &same, &[("content-length", "0")]).status, 200);
+    // ... these do not (another host, port or scheme), and an error answer invalidates nothing.
+    let other = format!(
+        "/act2?{}&{}",
+        field("Location", "http://elsewhere/loc/c?cache=60"),
+        field("Content-Location", "http://test:81/loc/d?cache=60")
+    );
+    c.request("PUT", &other, &[("content-length", "0")]);
+    c.request(
+        "POST",
+        &format!("/act3?{}", field("Location", "https://test/loc/e?cache=60")),
+        &[("content-length", "0")],
+    );
+    let failed = format!("/act4?unsafe_status=500&{}", field("Location", "/loc/c?cache=60"));
+    assert_eq!(c.request("DELETE", &failed, &[]).status, 500);
+
+    let before = origin.requests();
+    let reached: Vec<&str> = targets
+        .into_iter()
+        .filter(|path| {
+            let n = origin.requests();
+            c.get(path);
+            origin.requests() > n
+        })
+        .collect();
+    assert_eq!(reached, ["/loc/a?cache=60", "/loc/b?cache=60"], "only the same-origin targets were invalidated");
+    assert_eq!(origin.requests(), before + 2);
 }
 
 /// An IMF-fixdate `offset` seconds from now (negative: in the past).

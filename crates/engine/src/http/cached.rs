@@ -40,6 +40,9 @@ use switchyard_http::parse::{self, RequestHead, Version};
 
 /// Longest a request waits for another request's fetch of the same key.
 const MAX_COALESCE_WAIT: Duration = Duration::from_secs(10);
+/// Bytes of an unsafe request's response copied to read its `Location` and
+/// `Content-Location`: a longer head is not read for them.
+const INVALIDATING_HEAD: usize = 16 * 1024;
 
 /// Which response the cache holds back from the client and answers itself.
 #[derive(Debug, Clone, Copy, Default)]
@@ -75,9 +78,13 @@ pub(super) struct Plan<'c> {
     compression: Option<&'c Compression>,
     /// The validators were added to the forwarded request.
     pub(super) revalidating: bool,
-    /// An unsafe request: a non-error answer invalidates `key` (RFC 9111 §4.4);
-    /// nothing is stored.
+    /// An unsafe request: a non-error answer invalidates `key` (RFC 9111 §4.4),
+    /// and the same-origin targets its `Location` and `Content-Location`
+    /// name ([`invalidate_named`]); nothing is stored.
     invalidate: bool,
+    /// The request's scheme and authority (`Host` or absolute-form), for
+    /// telling which of those targets share its origin.
+    origin: (&'static str, Vec<u8>),
     /// A `Range` request nothing fresh answered: a `206` may be kept as a
     /// piece ([`keep_piece`]), a `200` stored as usual.
     ranged: bool,
@@ -91,10 +98,14 @@ impl Plan<'_> {
     }
 
     /// The capture the response is teed into (the cache's `max_object` plus
-    /// room for the head); none for an invalidating request, which stores nothing.
+    /// room for the head); for an invalidating request, which stores
+    /// nothing, its first bytes only (the head names what else to invalidate).
     pub(super) fn capture(&self) -> Option<Capture> {
+        if self.invalidate {
+            return Some(Capture::head(INVALIDATING_HEAD));
+        }
         let limit = usize::try_from(self.cache.config.max_object).unwrap_or(usize::MAX).saturating_add(64 * 1024);
-        (!self.invalidate).then(|| Capture::new(limit))
+        Some(Capture::new(limit))
     }
 
     /// A `Vary`-selected request header, normalised (RFC 9111 §4.1); `None`
@@ -230,7 +241,8 @@ fn plan_of<'c, S: ClientStream>(
         // RFC 9111 §4.4: any unsafe method (an unknown one included)
         // invalidates what is stored for its target, once a non-error
         // response says the server acted on it ([`finish`]).
-        return Planned::Forward(Some(Plan::invalidating(cache, key_of(client, cache, head, "GET"))));
+        let origin = (scheme(client), authority_of(client, head).to_vec());
+        return Planned::Forward(Some(Plan::invalidating(cache, key_of(client, cache, head, "GET"), origin)));
     }
     let bypass = !matches!(method, "GET" | "HEAD")
         || info.framing != parse::Framing::Empty
@@ -263,6 +275,7 @@ fn plan_of<'c, S: ClientStream>(
         compression: service.compression.as_ref(),
         revalidating: false,
         invalidate: false,
+        origin: (scheme(client), Vec::new()),
         ranged: false,
     };
     Planned::Candidate(plan, rcc, ranged_request)
@@ -279,19 +292,39 @@ enum Planned<'c> {
 /// The cache key of the request whose head is at the front of `client.buf`, as `method`.
 fn key_of<S: ClientStream>(client: &Client<S>, cache: &Cache, head: &RequestHead, method: &str) -> String {
     let buf = &client.buf[..head.len];
-    let (origin_target, authority) = super::split_target(&buf[head.target.clone()]);
-    let host_value = authority.or_else(|| head.host.clone().map(|r| &buf[r])).unwrap_or(b"");
+    let (origin_target, _) = super::split_target(&buf[head.target.clone()]);
+    target_key(cache, scheme(client), authority_of(client, head), origin_target, method)
+}
+
+/// The cache key of `origin_target` (path and query) on `authority`, as `method`.
+fn target_key(cache: &Cache, scheme: &str, authority: &[u8], origin_target: &[u8], method: &str) -> String {
     let mut host = String::new();
-    let host = route::routing_host(host_value, &mut host).to_string();
+    let host = route::routing_host(authority, &mut host).to_string();
     let (path, query) = super::split_query(origin_target);
     cache::key(
         &cache.config.key,
-        if client.transport.secure { "https" } else { "http" },
+        scheme,
         method,
         &host,
         std::str::from_utf8(path).unwrap_or(""),
         query.and_then(|q| std::str::from_utf8(q).ok()),
     )
+}
+
+fn scheme<S: ClientStream>(client: &Client<S>) -> &'static str {
+    if client.transport.secure {
+        "https"
+    } else {
+        "http"
+    }
+}
+
+/// The authority of the request at the front of `client.buf`: an
+/// absolute-form target's, or its `Host`.
+fn authority_of<'b, S: ClientStream>(client: &'b Client<S>, head: &RequestHead) -> &'b [u8] {
+    let buf = &client.buf[..head.len];
+    let (_, authority) = super::split_target(&buf[head.target.clone()]);
+    authority.or_else(|| head.host.clone().map(|r| &buf[r])).unwrap_or(b"")
 }
 
 /// The request's own `Cache-Control` (RFC 9111 §5.2.1); `Pragma: no-cache`
@@ -308,7 +341,7 @@ fn request_directives(request: &[(String, Vec<u8>)]) -> policy::Directives {
 
 impl<'c> Plan<'c> {
     /// The plan of an unsafe request: invalidate `key` after a non-error answer.
-    fn invalidating(cache: &'c Cache, key: String) -> Plan<'c> {
+    fn invalidating(cache: &'c Cache, key: String, origin: (&'static str, Vec<u8>)) -> Plan<'c> {
         Plan {
             cache,
             key,
@@ -320,6 +353,7 @@ impl<'c> Plan<'c> {
             compression: None,
             revalidating: false,
             invalidate: true,
+            origin,
             ranged: false,
         }
     }
@@ -392,9 +426,10 @@ pub(super) async fn finish<S: ClientStream>(
     let cache = plan.cache;
     if plan.invalidate {
         // RFC 9111 §4.4: only a non-error status says the state changed.
-        if let Ended::Relayed { status, .. } = ended {
+        if let Ended::Relayed { status, capture } = ended {
             if policy::invalidates(status) {
                 cache.purge(&plan.key, false);
+                invalidate_named(&plan, capture);
             }
         }
         return None;
@@ -433,6 +468,25 @@ pub(super) async fn finish<S: ClientStream>(
             let stale = plan.stale.clone().filter(|e| e.within(e.directives.stale_if_error, Instant::now()))?;
             cache.stats.stale.fetch_add(1, Ordering::Relaxed);
             Some(serve(client, service, info, 0, &plan, &stale, "stale", draining).await)
+        }
+    }
+}
+
+/// Invalidates the targets an unsafe request's answer names in `Location`
+/// and `Content-Location`, when they share the request's origin (RFC 9111
+/// §4.4, [`policy::location`]).
+fn invalidate_named(plan: &Plan<'_>, capture: Option<&Capture>) {
+    let Some((_, headers)) = capture.and_then(Capture::bytes).and_then(cache::parse_head) else { return };
+    let (scheme, authority) = (plan.origin.0, &plan.origin.1[..]);
+    for name in ["location", "content-location"] {
+        let named =
+            policy::header(&headers, name).and_then(|v| policy::location::same_origin_target(v, scheme, authority));
+        if let Some((path, query)) = named {
+            let target = match query {
+                Some(q) => [path, b"?", q].concat(),
+                None => path.to_vec(),
+            };
+            plan.cache.purge(&target_key(plan.cache, scheme, authority, &target, "GET"), false);
         }
     }
 }

@@ -672,7 +672,8 @@ mod tests {
 
     #[test]
     fn single_ranges_of_a_hundred_bytes() {
-        let table: &[(&str, Option<Result<(u64, u64), ()>>)] = &[
+        type Expected = Option<Result<(u64, u64), ()>>;
+        let table: &[(&str, Expected)] = &[
             ("bytes=0-9", Some(Ok((0, 9)))),
             ("bytes=90-", Some(Ok((90, 99)))),
             ("bytes=-10", Some(Ok((90, 99)))),

@@ -302,3 +302,19 @@ RULES = {
 }
 for name, (flags, head) in RULES.items():
     write("rules", name, bytes([flags]) + head.encode())
+
+# ---------------------------------------------------------------- cache fields (length + field lines)
+# Two bytes of representation length, then lines: each one a field value for every cache
+# field parser, and (first four bytes) a piece at (offset, size) of the representation.
+CACHE = {
+    "ranges": (1000, ["bytes=0-99", "bytes=-100, 500-", "bytes 0-99/1000", "bytes=9-1"]),
+    "directives": (100, ["max-age=60, s-maxage=30, stale-while-revalidate=5", "no-store", "max-age=\"60\", private"]),
+    "dates": (10, ["Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994"]),
+    "validators": (64, ['"v1"', 'W/"v1"', "*", "Sun, 06 Nov 1994 08:49:37 GMT"]),
+    "targeted": (5, ["max-age=60, public", "Max-Age=60", "no-store;x=1"]),
+}
+for name, (length, lines) in CACHE.items():
+    write("cache_fields", name, length.to_bytes(2, "big") + "\n".join(lines).encode())
+# Pieces that join into the whole: offsets 0, 600 and 300 of 1000 bytes, sizes 400, 400, 401.
+pieces = [(0, 399), (600, 399), (300, 400)]
+write("cache_fields", "pieces", (1000).to_bytes(2, "big") + b"\n".join(o.to_bytes(2, "big") + s.to_bytes(2, "big") + b"\0" for o, s in pieces))

@@ -23,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-ALL_TARGETS=(request_head chunked_body response_head proxy_protocol client_hello rdp_cookie config persistence_cookie rules deflate)
+ALL_TARGETS=(request_head chunked_body response_head proxy_protocol client_hello rdp_cookie config persistence_cookie rules deflate cache_fields)
 
 # Longest input per target: a little over what each parser ever looks at.
 max_len() {

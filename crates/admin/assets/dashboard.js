@@ -1,6 +1,6 @@
 // switchyard dashboard: live charts fed by /api/v1/events (server-sent
 // events, one sample per second with rates computed by the server), the
-// services and pools tables, the per-server actions, and (with [cluster])
+// services, cache and pools tables, the per-server actions, and (with [cluster])
 // the replication peers, polled from /api/v1/cluster every second.
 //
 // No framework, no build step. Server data reaches the page only through
@@ -200,6 +200,7 @@
     $("kpi-latency").textContent = `${ms(t.p50)} / ${ms(t.p99)}`;
     for (const chart of charts) chart.draw(state.samples);
     renderTables(state.latest);
+    renderCaches(state.latest.caches || []);
   }
 
   // ---- Charts --------------------------------------------------------------
@@ -419,6 +420,37 @@
         if (row) updateServerRow(row, s);
       }
     }
+  }
+
+  // ---- Cache ---------------------------------------------------------------
+
+  // One row per service with a cache, rebuilt from each sample; the panel
+  // stays hidden when no service has one. Each row carries its raw values in
+  // data attributes (hit ratio as a fraction, served bytes per second).
+  function renderCaches(caches) {
+    $("caches").hidden = caches.length === 0;
+    const percent = (r) => (Number.isFinite(r) ? `${(r * 100).toFixed(1)} %` : "–");
+    $("cache-table").tBodies[0].replaceChildren(
+      ...caches.map((c) => {
+        const cell = (field, text) => el("td", { class: "num", "data-field": field }, text);
+        return el(
+          "tr",
+          {
+            class: "cache",
+            "data-service": c.name,
+            "data-hit-ratio": String(c.hit_ratio),
+            "data-served": String(c.served),
+          },
+          el("td", {}, c.name),
+          cell("hit-ratio", percent(c.hit_ratio)),
+          cell("hit-ratio-total", percent(c.hit_ratio_total)),
+          cell("served", `${bytes(c.served)}/s`),
+          cell("served-total", bytes(c.served_total)),
+          cell("stored", `${bytes(c.bytes)} / ${bytes(c.size)}`),
+          cell("keys", number(c.keys))
+        );
+      })
+    );
   }
 
   // ---- Cluster -------------------------------------------------------------

@@ -45,6 +45,13 @@ pub trait Backend: Send + Sync + 'static {
     /// # Errors
     /// [`ApiError::NotFound`] when the service does not exist or has no cache.
     fn purge_cache(&self, service: &str, key: &str, prefix: bool) -> Result<u64, ApiError>;
+    /// The keys of a service's response cache equal to `key` (with `prefix`:
+    /// starting with it; an empty prefix lists every key), sorted, at most `limit`.
+    ///
+    /// # Errors
+    /// [`ApiError::NotFound`] when the service does not exist or has no cache.
+    fn cache_entries(&self, service: &str, key: &str, prefix: bool, limit: usize)
+        -> Result<CacheEntriesView, ApiError>;
     /// Checks a configuration without applying it. `name` is the file name to
     /// use in diagnostics (what the client called it, or `<request>`).
     ///
@@ -166,6 +173,101 @@ pub struct StatsView {
     pub services: Vec<ServiceView>,
     /// Pools, in configuration order.
     pub pools: Vec<PoolView>,
+    /// Services with a response cache, in configuration order.
+    #[serde(default)]
+    pub caches: Vec<CacheView>,
+}
+
+/// One service's response cache: its size and counters since start
+/// (`GET /api/v1/cache`, and in `GET /api/v1/stats`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CacheView {
+    /// The service it belongs to.
+    pub service: String,
+    /// Configured `size` in bytes.
+    pub size: u64,
+    /// Bytes stored now.
+    pub bytes: u64,
+    /// Primary keys stored now (complete or partial).
+    pub keys: u64,
+    /// Requests answered from a fresh entry.
+    pub hits: u64,
+    /// Cacheable requests forwarded with nothing usable stored.
+    pub misses: u64,
+    /// Requests answered from a stale entry.
+    pub stale: u64,
+    /// Stale entries a server confirmed with 304.
+    pub revalidated: u64,
+    /// Entries evicted to make room.
+    pub evictions: u64,
+    /// Body bytes sent to clients from stored responses.
+    pub served_bytes: u64,
+    /// Partial responses kept as pieces.
+    pub pieces: u64,
+}
+
+impl CacheView {
+    /// Share of cache lookups answered from the store without waiting for a
+    /// server (hits and stale answers, of those plus misses and
+    /// revalidations); `None` before the first lookup.
+    pub fn hit_ratio(&self) -> Option<f64> {
+        let answered = self.hits + self.stale;
+        let all = answered + self.misses + self.revalidated;
+        (all > 0).then(|| answered as f64 / all as f64)
+    }
+}
+
+/// `GET /api/v1/cache/{service}/entries`: the keys asked for.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CacheEntriesView {
+    /// Service name.
+    pub service: String,
+    /// How many keys matched (more than `keys` holds when the limit cut them).
+    pub matched: u64,
+    /// The matching keys, sorted.
+    pub keys: Vec<CacheKeyView>,
+}
+
+/// One cache key: its stored responses (one per `Vary` variant) and the
+/// pieces of an incomplete response, if any.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CacheKeyView {
+    /// The cache key (e.g. `example.com/a?b=1`).
+    pub key: String,
+    /// Its stored responses.
+    pub variants: Vec<CacheEntryView>,
+    /// An incomplete response being combined from partial responses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial: Option<CachePartialView>,
+}
+
+/// One stored response.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CacheEntryView {
+    /// Status code.
+    pub status: u16,
+    /// The request header values that select this variant (`Vary`), by
+    /// lower-case name; `null` for a header the request lacked.
+    pub vary: std::collections::BTreeMap<String, Option<String>>,
+    /// Current age in seconds (what a hit's `Age` says).
+    pub age_s: u64,
+    /// Seconds of freshness left; negative when stale (by that much).
+    pub fresh_for_s: f64,
+    /// Body bytes.
+    pub size: u64,
+    /// Bytes it takes in the store (fields, body, bookkeeping).
+    pub stored_bytes: u64,
+    /// Times a client was answered from it.
+    pub hits: u64,
+}
+
+/// The pieces held of an incomplete response.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CachePartialView {
+    /// Body bytes held.
+    pub held: u64,
+    /// The representation's complete length.
+    pub length: u64,
 }
 
 /// One virtual service's counters.

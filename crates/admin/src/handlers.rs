@@ -22,6 +22,10 @@ pub const MAX_WEIGHT: u32 = 1000;
 pub const DEFAULT_PERSISTENCE_LIMIT: usize = 100;
 /// Most persistence entries one request may ask for; larger limits are clamped.
 pub const MAX_PERSISTENCE_LIMIT: usize = 10_000;
+/// Cache keys listed when the request names no `limit`.
+pub const DEFAULT_CACHE_LIMIT: usize = 100;
+/// Most cache keys one request may ask for; larger limits are clamped.
+pub const MAX_CACHE_LIMIT: usize = 10_000;
 
 /// Content type of the configuration text.
 const TOML_TEXT: &str = "text/plain; charset=utf-8";
@@ -235,6 +239,46 @@ pub(crate) async fn purge_cache(
     let service = request.service;
     match call(&state, move |b| b.purge_cache(&service, &key, prefix)).await {
         Ok(Ok(purged)) => Json(json!({ "purged": purged })).into_response(),
+        Ok(Err(e)) => e.into_response(),
+        Err(r) => r,
+    }
+}
+
+/// `GET /api/v1/cache`: every service's cache, its size and counters.
+pub(crate) async fn caches(State(state): State<AdminState>) -> Response {
+    match call(&state, |b| b.stats()).await {
+        Ok(view) => Json(json!({ "caches": view.caches })).into_response(),
+        Err(r) => r,
+    }
+}
+
+/// The query of a cache listing: `key=K` (one key), or `prefix=P` (every
+/// key starting with it; neither: every key), and `limit=N`.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct EntriesQuery {
+    key: Option<String>,
+    prefix: Option<String>,
+    limit: Option<usize>,
+}
+
+/// `GET /api/v1/cache/{service}/entries?key=K` or `?prefix=P&limit=N`.
+pub(crate) async fn cache_entries(
+    State(state): State<AdminState>,
+    Path(service): Path<String>,
+    query: Result<Query<EntriesQuery>, QueryRejection>,
+) -> Response {
+    let query = match query {
+        Ok(Query(q)) => q,
+        Err(rejection) => return error_response(StatusCode::BAD_REQUEST, &rejection.body_text()),
+    };
+    let (key, prefix) = match (query.key, query.prefix) {
+        (Some(key), None) => (key, false),
+        (None, prefix) => (prefix.unwrap_or_default(), true),
+        (Some(_), Some(_)) => return error_response(StatusCode::BAD_REQUEST, "give at most one of `key` and `prefix`"),
+    };
+    let limit = query.limit.unwrap_or(DEFAULT_CACHE_LIMIT).min(MAX_CACHE_LIMIT);
+    match call(&state, move |b| b.cache_entries(&service, &key, prefix, limit)).await {
+        Ok(Ok(view)) => Json(view).into_response(),
         Ok(Err(e)) => e.into_response(),
         Err(r) => r,
     }

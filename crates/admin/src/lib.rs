@@ -34,11 +34,14 @@ use axum::Router;
 use switchyard_config::{Admin, AdminToken};
 
 pub use backend::{
-    ApiError, Backend, ClassCounts, DatagramCounts, HealthView, HistogramView, PersistenceEntryView, PersistenceView,
-    PoolView, ReloadView, ServerOp, ServerView, ServiceView, StatsView,
+    ApiError, Backend, CacheEntriesView, CacheEntryView, CacheKeyView, CachePartialView, CacheView, ClassCounts,
+    DatagramCounts, HealthView, HistogramView, PersistenceEntryView, PersistenceView, PoolView, ReloadView, ServerOp,
+    ServerView, ServiceView, StatsView,
 };
 pub use exposition::MetricsFormat;
-pub use handlers::{DEFAULT_PERSISTENCE_LIMIT, MAX_PERSISTENCE_LIMIT, MAX_WEIGHT};
+pub use handlers::{
+    DEFAULT_CACHE_LIMIT, DEFAULT_PERSISTENCE_LIMIT, MAX_CACHE_LIMIT, MAX_PERSISTENCE_LIMIT, MAX_WEIGHT,
+};
 pub use sample::percentile;
 
 /// Largest request body the API reads (a configuration to validate); larger → 413.
@@ -108,7 +111,9 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/v1/reload", post(handlers::reload))
         .route("/api/v1/pools/{pool}/servers/{server}/weight", put(handlers::server_weight))
         .route("/api/v1/pools/{pool}/servers/{server}/{action}", post(handlers::server_action))
+        .route("/api/v1/cache", get(handlers::caches))
         .route("/api/v1/cache/purge", post(handlers::purge_cache))
+        .route("/api/v1/cache/{service}/entries", get(handlers::cache_entries))
         .route("/api/v1/pools/{pool}/persistence", get(handlers::persistence).delete(handlers::flush_persistence))
         .route(auth::EVENTS_PATH, get(events::stream))
         .route("/metrics", get(handlers::metrics))

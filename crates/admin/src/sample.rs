@@ -12,16 +12,20 @@
 //! `{"t": unix_ms, "interval_s": f,
 //!   "total": {"rps", "in", "out", "conns", "p50", "p90", "p99"},
 //!   "services": [{"name", …same fields}],
-//!   "pools": [{"name", "servers": [{"name", "state", "weight", "active", "rps"}]}]}`
-//! with bytes per second in `in`/`out` and percentiles in milliseconds
-//! (`null` when the interval saw no request).
+//!   "pools": [{"name", "servers": [{"name", "state", "weight", "active", "rps"}]}],
+//!   "caches": [{"name", "hit_ratio", "hit_ratio_total", "served", "served_total",
+//!               "bytes", "size", "keys"}]}`
+//! with bytes per second in `in`/`out`/`served` and percentiles in milliseconds
+//! (`null` when the interval saw no request). A cache's `hit_ratio` is the
+//! share of the interval's lookups answered from the store without waiting
+//! for a server (`null` without lookups); `hit_ratio_total` the same since start.
 
 use std::collections::HashMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::backend::{HistogramView, ServiceView, StatsView};
+use crate::backend::{CacheView, HistogramView, ServiceView, StatsView};
 
 /// A stats snapshot and when it was taken.
 #[derive(Debug, Clone)]
@@ -52,6 +56,21 @@ pub(crate) struct Sample {
     total: Rates,
     services: Vec<ServiceRates>,
     pools: Vec<PoolSample>,
+    caches: Vec<CacheSample>,
+}
+
+/// One service's cache over the interval.
+#[derive(Debug, Clone, Serialize)]
+struct CacheSample {
+    name: String,
+    hit_ratio: Option<f64>,
+    hit_ratio_total: Option<f64>,
+    /// Body bytes per second sent from the store.
+    served: f64,
+    served_total: u64,
+    bytes: u64,
+    size: u64,
+    keys: u64,
 }
 
 /// Rates of one service, or of all of them.
@@ -125,7 +144,14 @@ impl Sample {
         if let Some((bounds, counts)) = &total_buckets {
             total = total.with_percentiles(bounds, Some(counts));
         }
-        Sample { t: after.unix_ms, interval_s: seconds, total, services, pools: pool_samples(before, after, seconds) }
+        Sample {
+            t: after.unix_ms,
+            interval_s: seconds,
+            total,
+            services,
+            pools: pool_samples(before, after, seconds),
+            caches: cache_samples(before, after, seconds),
+        }
     }
 }
 
@@ -169,6 +195,38 @@ fn pool_samples(before: &Snapshot, after: &Snapshot, seconds: f64) -> Vec<PoolSa
                     }
                 })
                 .collect(),
+        })
+        .collect()
+}
+
+/// Every cache's hit ratio and served bytes over the interval.
+fn cache_samples(before: &Snapshot, after: &Snapshot, seconds: f64) -> Vec<CacheSample> {
+    let previous: HashMap<&str, &CacheView> = before.stats.caches.iter().map(|c| (c.service.as_str(), c)).collect();
+    after
+        .stats
+        .caches
+        .iter()
+        .map(|now| {
+            let then = previous.get(now.service.as_str()).copied();
+            let delta = |f: fn(&CacheView) -> u64| then.map_or(0, |t| f(now).saturating_sub(f(t)));
+            let interval = CacheView {
+                hits: delta(|c| c.hits),
+                stale: delta(|c| c.stale),
+                misses: delta(|c| c.misses),
+                revalidated: delta(|c| c.revalidated),
+                ..CacheView::default()
+            };
+            let served = delta(|c| c.served_bytes);
+            CacheSample {
+                name: now.service.clone(),
+                hit_ratio: interval.hit_ratio(),
+                hit_ratio_total: now.hit_ratio(),
+                served: if seconds > 0.0 { served as f64 / seconds } else { 0.0 },
+                served_total: now.served_bytes,
+                bytes: now.bytes,
+                size: now.size,
+                keys: now.keys,
+            }
         })
         .collect()
 }
@@ -290,7 +348,7 @@ mod tests {
             ..ServerView::default()
         };
         let pools = vec![PoolView { name: "p".into(), servers: vec![server], ..PoolView::default() }];
-        Snapshot { at, unix_ms: 7, stats: StatsView { services, pools } }
+        Snapshot { at, unix_ms: 7, stats: StatsView { services, pools, caches: Vec::new() } }
     }
 
     #[test]
@@ -322,6 +380,34 @@ mod tests {
         assert_eq!(json["total"]["p50"], 0.6);
         assert_eq!(json["pools"][0]["servers"][0]["rps"], 50.0);
         assert_eq!(json["pools"][0]["servers"][0]["state"], "up");
+    }
+
+    #[test]
+    fn cache_hit_ratio_and_served_bytes_of_the_interval() {
+        let t0 = Instant::now();
+        let cache = |hits, stale, misses, revalidated, served_bytes| CacheView {
+            service: "web".into(),
+            hits,
+            stale,
+            misses,
+            revalidated,
+            served_bytes,
+            ..CacheView::default()
+        };
+        let mut before = snapshot(t0, Vec::new(), 0);
+        before.stats.caches = vec![cache(10, 0, 10, 0, 1000)];
+        let mut after = snapshot(t0 + Duration::from_secs(2), Vec::new(), 0);
+        after.stats.caches = vec![cache(16, 2, 11, 1, 5000)];
+        let json = serde_json::to_value(Sample::between(&before, &after)).expect("encode");
+        let c = &json["caches"][0];
+        assert_eq!(c["name"], "web");
+        assert_eq!(c["hit_ratio"], 0.8, "8 of 10 lookups in the interval");
+        assert_eq!(c["hit_ratio_total"], 18.0 / 30.0);
+        assert_eq!(c["served"], 2000.0);
+        assert_eq!(c["served_total"], 5000);
+        // No lookup in an interval: no ratio, rather than 0 %.
+        let json = serde_json::to_value(Sample::between(&after, &after)).expect("encode");
+        assert!(json["caches"][0]["hit_ratio"].is_null());
     }
 
     #[test]

@@ -293,3 +293,49 @@ async fn an_open_api_refuses_other_hosts_and_cross_origin_changes() {
     let status = browser_request(&app, "POST", drain, "127.0.0.1:9090", Some("http://127.0.0.1:9090")).await;
     assert_eq!(status, StatusCode::OK);
 }
+
+#[tokio::test]
+async fn cache_views_by_key_and_prefix() {
+    let fake = Fake::new();
+    let app = locked_app(&fake);
+
+    let caches = send(&app, "GET", "/api/v1/cache", Some(READER), "").await;
+    assert_eq!(caches.status, StatusCode::OK, "{}", caches.body);
+    assert_eq!(caches.json()["caches"][0]["service"], "demo");
+    assert_eq!(caches.json()["caches"][0]["keys"], 2);
+
+    let all = send(&app, "GET", "/api/v1/cache/demo/entries?limit=1", Some(READER), "").await;
+    assert_eq!(all.status, StatusCode::OK, "{}", all.body);
+    assert_eq!(all.json()["matched"], 2);
+    assert_eq!(all.json()["keys"].as_array().map(Vec::len), Some(1));
+    let one = send(&app, "GET", "/api/v1/cache/demo/entries?key=demo.test/b", Some(READER), "").await;
+    assert_eq!(one.json()["keys"][0]["key"], "demo.test/b");
+    assert_eq!(one.json()["keys"][0]["variants"][0]["hits"], 5);
+    assert_eq!(one.json()["keys"][0]["variants"][0]["fresh_for_s"], 48.0);
+    let prefix = send(&app, "GET", "/api/v1/cache/demo/entries?prefix=demo.test%2Fa", Some(READER), "").await;
+    assert_eq!(prefix.json()["matched"], 1);
+
+    let both = send(&app, "GET", "/api/v1/cache/demo/entries?key=a&prefix=b", Some(READER), "").await;
+    assert_eq!(both.status, StatusCode::BAD_REQUEST);
+    let bad = send(&app, "GET", "/api/v1/cache/demo/entries?limit=many", Some(READER), "").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    let unknown = send(&app, "GET", "/api/v1/cache/nope/entries", Some(READER), "").await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+    assert!(unknown.json()["error"].as_str().is_some_and(|e| e.contains("nope")), "{}", unknown.body);
+    let anonymous = send(&app, "GET", "/api/v1/cache/demo/entries", None, "").await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+
+    // The refused requests (both key and prefix, a bad limit, no token) never reach the backend.
+    let entries =
+        |service: &str, key: &str, prefix, limit| Call::CacheEntries(service.into(), key.into(), prefix, limit);
+    let default = switchyard_admin::DEFAULT_CACHE_LIMIT;
+    assert_eq!(
+        fake.calls(),
+        vec![
+            entries("demo", "", true, 1),
+            entries("demo", "demo.test/b", false, default),
+            entries("demo", "demo.test/a", true, default),
+            entries("nope", "", true, default),
+        ]
+    );
+}

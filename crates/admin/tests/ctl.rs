@@ -161,3 +161,38 @@ fn errors_say_what_went_wrong() {
         "{e}"
     );
 }
+
+#[test]
+fn cache_commands_list_show_and_purge() {
+    let s = served(true);
+    let run = |args: &[&str]| ctl(&s.admin, Some(ADMIN), args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+
+    let summary = run(&["cache"]);
+    let row: Vec<&str> = summary.lines().nth(1).unwrap_or_default().split_whitespace().collect();
+    // demo: 2 keys, 4.0 KiB of 1.0 MiB, 80 % of lookups answered from the store.
+    assert_eq!(row[..6], ["demo", "2", "4.0", "KiB", "1.0", "MiB"], "{summary}");
+    assert!(summary.contains("80.0%"), "{summary}");
+
+    let list = run(&["cache", "list", "demo", "--prefix", "demo.test/", "--limit", "5"]);
+    assert!(list.starts_with("service demo: 2 keys\nKEY "), "{list}");
+    assert!(list.contains("\ndemo.test/a  "), "{list}");
+    let shown = run(&["cache", "show", "demo", "demo.test/b"]);
+    assert!(shown.starts_with("key demo.test/b (service demo): 1 variant(s)"), "{shown}");
+    assert!(shown.contains("fresh for  48s") && shown.contains("hits       5"), "{shown}");
+    let missing = ctl(&s.admin, Some(ADMIN), &["cache", "show", "demo", "demo.test/zzz"]).expect_err("no such key");
+    assert!(missing.to_string().contains("no key `demo.test/zzz`"), "{missing}");
+
+    let purged = run(&["cache", "purge", "demo", "--prefix", "demo.test/"]);
+    assert_eq!(purged, "service demo: purged 2 keys\n");
+    let json = run(&["--json", "cache", "list", "demo"]);
+    assert!(json.contains("\"matched\": 2"), "{json}");
+    // A read-only token may look, not purge.
+    assert!(ctl(&s.admin, Some(READER), &["cache", "list", "demo"]).is_ok());
+    let refused = ctl(&s.admin, Some(READER), &["cache", "purge", "demo", "demo.test/a"]).expect_err("read-only");
+    assert!(refused.to_string().starts_with("403"), "{refused}");
+
+    let calls = s.fake.calls();
+    assert!(calls.contains(&Call::CacheEntries("demo".into(), "demo.test/".into(), true, 5)), "{calls:?}");
+    assert!(calls.contains(&Call::Purge("demo".into(), "demo.test/".into(), true)), "{calls:?}");
+    assert!(!calls.contains(&Call::Purge("demo".into(), "demo.test/a".into(), false)), "{calls:?}");
+}

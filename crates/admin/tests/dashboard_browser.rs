@@ -6,7 +6,8 @@
 //! the test signs in through the login field, waits until the requests chart
 //! plots a non-zero rate (read from the canvas's `data-latest`), clicks the
 //! Drain button of `web/origin-a`, and checks that the fake received the
-//! drain and that the row's `data-state` turned `draining`. A screenshot is
+//! drain and that the row's `data-state` turned `draining`, then reads the
+//! cache panel (hit ratio and bytes served from cache). A screenshot is
 //! left in `$CARGO_TARGET_TMPDIR/dashboard.png` (and `dashboard-dark.png`).
 //!
 //! Needs Chromium (`apt-get install chromium`; scripts/test.sh installs it
@@ -94,6 +95,21 @@ fn dashboard_plots_live_rates_and_drains_a_server() {
     };
     assert_eq!(disabled("drain"), true);
     assert_eq!(disabled("enable"), false);
+
+    // The cache panel: the fake's cache answers 8 of every 10 lookups, 8 KiB per sample.
+    let cache = r#"tr.cache[data-service="demo"]"#;
+    let ratio = wait_for("the cache panel to show a hit ratio", || {
+        let ratio = eval(&tab, &format!("document.querySelector('{cache}')?.dataset.hitRatio"));
+        ratio.as_str()?.parse::<f64>().ok()
+    });
+    assert!((ratio - 0.8).abs() < 1e-9, "hit ratio {ratio}");
+    assert_eq!(eval(&tab, "document.getElementById('caches').hidden"), false);
+    let cell =
+        |field: &str| eval(&tab, &format!("document.querySelector('{cache} [data-field=\"{field}\"]').textContent"));
+    assert_eq!(cell("hit-ratio"), "80.0 %");
+    assert_eq!(cell("stored"), "4.0 KiB / 1.0 MiB");
+    let served = eval(&tab, &format!("Number(document.querySelector('{cache}').dataset.served)")).as_f64();
+    assert!(served.is_some_and(|b| b > 0.0), "bytes served from cache per second: {served:?}");
 
     screenshot(&tab, "dashboard.png");
     // The same page in the dark theme, for whoever reviews the artifacts.

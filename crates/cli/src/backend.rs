@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use switchyard_admin::backend::{
-    ApiError, Backend, ClassCounts, ClusterView, DatagramCounts, HealthView, HistogramView, PeerView,
-    PersistenceEntryView, PersistenceView, PoolView, ReloadView, ServerOp, ServerView, ServiceView, StatsView,
+    ApiError, Backend, CacheEntriesView, CacheEntryView, CacheKeyView, CachePartialView, CacheView, ClassCounts,
+    ClusterView, DatagramCounts, HealthView, HistogramView, PeerView, PersistenceEntryView, PersistenceView, PoolView,
+    ReloadView, ServerOp, ServerView, ServiceView, StatsView,
 };
 use switchyard_admin::MetricsFormat;
 use switchyard_config::{Algorithm, Mode, Persistence};
@@ -64,6 +65,50 @@ fn api_error(e: ApplyError) -> ApiError {
         ApplyError::BadInput(m) => ApiError::BadRequest(m),
         other => ApiError::Conflict(other.to_string()),
     }
+}
+
+/// Every service's cache, in configuration order.
+fn cache_views(gen: &Generation) -> Vec<CacheView> {
+    let read = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    gen.config
+        .services
+        .iter()
+        .zip(&gen.caches)
+        .filter_map(|(s, c)| {
+            let c = c.as_ref()?;
+            Some(CacheView {
+                service: s.name.clone(),
+                size: c.config.size,
+                bytes: read(&c.stats.bytes),
+                keys: c.key_count(),
+                hits: read(&c.stats.hits),
+                misses: read(&c.stats.misses),
+                stale: read(&c.stats.stale),
+                revalidated: read(&c.stats.revalidated),
+                evictions: read(&c.stats.evictions),
+                served_bytes: read(&c.stats.served_bytes),
+                pieces: read(&c.stats.pieces),
+            })
+        })
+        .collect()
+}
+
+fn cache_key_view(k: switchyard_engine::cache::KeyView) -> CacheKeyView {
+    let variants = k
+        .variants
+        .into_iter()
+        .map(|e| CacheEntryView {
+            status: e.status,
+            vary: e.vary.into_iter().collect(),
+            age_s: e.age.as_secs(),
+            fresh_for_s: e.fresh_for,
+            size: e.size,
+            stored_bytes: e.stored,
+            hits: e.hits,
+        })
+        .collect();
+    let partial = k.partial.map(|(held, length)| CachePartialView { held, length });
+    CacheKeyView { key: k.key, variants, partial }
 }
 
 /// `ByClass` is indexed like [`metrics::CLASSES`]: `none` first.
@@ -181,7 +226,7 @@ impl Backend for EngineBackend {
                 servers: (0..pool.servers.len()).map(|s| server_view(&gen, p, s)).collect(),
             })
             .collect();
-        StatsView { services, pools }
+        StatsView { services, pools, caches: cache_views(&gen) }
     }
 
     fn metrics(&self, format: MetricsFormat) -> String {
@@ -293,6 +338,26 @@ impl Backend for EngineBackend {
             Applied::Purged { purged, .. } => Ok(purged),
             _ => Ok(0),
         }
+    }
+
+    fn cache_entries(
+        &self,
+        service: &str,
+        key: &str,
+        prefix: bool,
+        limit: usize,
+    ) -> Result<CacheEntriesView, ApiError> {
+        let gen = self.control.generation();
+        let i =
+            gen.service_index(service).ok_or_else(|| ApiError::NotFound(format!("no service named `{service}`")))?;
+        let cache = gen
+            .caches
+            .get(i)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| ApiError::NotFound(format!("service `{service}` has no cache")))?;
+        let listing = cache.list(key, prefix, limit);
+        let keys = listing.keys.into_iter().map(cache_key_view).collect();
+        Ok(CacheEntriesView { service: service.to_string(), matched: listing.matched, keys })
     }
 
     fn validate(&self, source: &str, name: &str) -> Result<Vec<String>, Vec<String>> {

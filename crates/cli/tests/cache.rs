@@ -427,3 +427,78 @@ fn the_access_log_says_what_the_cache_did() {
     assert!(lines[1]["server"].is_null(), "a hit picks no server");
     assert!(lines[2].get("cache").is_none(), "a bypassed request has no cache field");
 }
+
+/// `GET path` on the admin API with the read-only token, as JSON.
+fn admin_json(admin: SocketAddr, path: &str) -> serde_json::Value {
+    let host = admin.to_string();
+    let bearer = format!("Bearer {READ_TOKEN}");
+    let headers = [("host", host.as_str()), ("connection", "close"), ("authorization", bearer.as_str())];
+    let r = Client::connect(admin).request("GET", path, &headers);
+    assert_eq!(r.status, 200, "{path}: {}", r.text());
+    r.json()
+}
+
+#[test]
+fn the_admin_view_shows_keys_with_age_freshness_size_and_hits() {
+    let origin = Origin::start("o");
+    let (proxy, admin) = start(origin.addr, "true");
+    let mut client = proxy.connect();
+    // a: one miss, three hits; b: one miss; c: an incomplete response (a 206 piece).
+    for _ in 0..4 {
+        client.get("/v/a?cache=60&size=2000");
+    }
+    client.get("/v/b?cache=5&size=10");
+    client.request("GET", "/v/c?cache=60&size=1000&etag=e&ranges=1", &[("range", "bytes=0-99")]);
+    assert_eq!(origin.requests(), 3);
+
+    let listing = admin_json(admin, "/api/v1/cache/web/entries?prefix=test/v/");
+    assert_eq!(listing["matched"], 3, "{listing}");
+    let a = &listing["keys"][0];
+    assert_eq!(a["key"], "test/v/a?cache=60&size=2000");
+    let entry = &a["variants"][0];
+    assert_eq!(
+        (entry["status"].as_u64(), entry["size"].as_u64(), entry["hits"].as_u64()),
+        (Some(200), Some(2000), Some(3))
+    );
+    let fresh = entry["fresh_for_s"].as_f64().expect("fresh_for_s");
+    assert!(fresh > 50.0 && fresh <= 60.0, "{entry}");
+    assert!(entry["age_s"].as_u64().is_some_and(|age| age < 10), "{entry}");
+    assert_eq!(listing["keys"][1]["variants"][0]["hits"], 0);
+    let c = &listing["keys"][2];
+    assert_eq!(
+        (c["variants"].as_array().map(Vec::len), &c["partial"]),
+        (Some(0), &serde_json::json!({"held": 100, "length": 1000}))
+    );
+    let exact = admin_json(admin, "/api/v1/cache/web/entries?key=test/v/b%3Fcache%3D5%26size%3D10");
+    assert_eq!(exact["matched"], 1, "{exact}");
+
+    // The counters behind the dashboard's panel: 3 hits of 2000 bytes served from the store.
+    let caches = admin_json(admin, "/api/v1/cache");
+    let web = &caches["caches"][0];
+    assert_eq!(
+        (web["service"].as_str(), web["hits"].as_u64(), web["misses"].as_u64()),
+        (Some("web"), Some(3), Some(3))
+    );
+    assert_eq!(
+        (web["served_bytes"].as_u64(), web["pieces"].as_u64(), web["keys"].as_u64()),
+        (Some(6000), Some(1), Some(3))
+    );
+
+    // ctl: the table, one key, and a purge by prefix.
+    let out = ctl(admin, &["cache", "list", "web", "--prefix", "test/v/"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let row: Vec<&str> =
+        text.lines().find(|l| l.starts_with("test/v/a")).expect("a's row").split_whitespace().collect();
+    assert_eq!((row[1], row.last().copied()), ("200", Some("3")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("test/v/c") && l.contains("partial")), "{text}");
+    let out = ctl(admin, &["cache", "show", "web", "test/v/a?cache=60&size=2000"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.contains("hits       3") && text.contains("size       2.0 KiB"), "{text}");
+    let out = ctl(admin, &["cache"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("web") && l.contains("50.0%")), "{text}");
+    let out = ctl(admin, &["cache", "purge", "web", "--prefix", "test/v/"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("purged 3"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(admin_json(admin, "/api/v1/cache/web/entries")["matched"], 0);
+}

@@ -6,11 +6,14 @@
 //! - the origin's `Age`, `Date` and the response delay make a response older (§4.2.3), and
 //!   `Age` values of unusual forms are read as §5.1 and §1.2.2 say;
 //! - `CDN-Cache-Control` and a configured targeted field win over `Cache-Control` (RFC 9213);
-//! - any unsafe method invalidates, only after a non-error answer (§4.4);
+//! - any unsafe method invalidates, only after a non-error answer (§4.4), and so do the
+//!   same-origin targets its answer names in `Location` and `Content-Location`;
 //! - `Expires` in the obsolete date formats (RFC 9110 §5.6.7); 304 for a client's
 //!   conditional request when the stored response lacks that validator (§4.3.2);
 //!   `Vary`-selected headers compared after normalisation (§4.1);
 //! - `Range` answered from a stored response: one range, several (multipart), 416, `If-Range`;
+//! - partial responses (206, origin query `ranges=1`) kept and combined into a stored
+//!   response when they share a strong validator (§3.3–3.4), and never otherwise;
 //! - `stale-while-revalidate`: the stale entry at once, one refresh in the background;
 //! - interim (1xx) responses are relayed on a miss, never stored or replayed by a hit.
 
@@ -160,6 +163,65 @@ fn unsafe_methods_invalidate_only_after_a_non_error_answer() {
     assert!(reaches_origin(&mut c, path), "invalidated by POST");
 }
 
+#[test]
+fn location_and_content_location_on_the_same_origin_are_invalidated() {
+    let origin = Origin::start("o");
+    let proxy = start(origin.addr, "true");
+    let mut c = proxy.connect();
+    // `header=NAME:VALUE` on the origin's query, the value percent-encoded.
+    let field = |name: &str, value: &str| {
+        let value: String =
+            value
+                .bytes()
+                .map(|b| {
+                    if b.is_ascii_alphanumeric() || b == b'.' {
+                        char::from(b).to_string()
+                    } else {
+                        format!("%{b:02X}")
+                    }
+                })
+                .collect();
+        format!("header={name}%3A{value}")
+    };
+    let targets = ["/loc/a?cache=60", "/loc/b?cache=60", "/loc/c?cache=60", "/loc/d?cache=60", "/loc/e?cache=60"];
+    for path in targets {
+        c.get(path);
+    }
+    // The client's Host is `test`, its scheme http: these name entries on its origin ...
+    let same = format!(
+        "/act1?{}&{}",
+        field("Location", "/loc/a?cache=60"),
+        field("Content-Location", "http://TEST:80/loc/b?cache=60#top")
+    );
+    assert_eq!(c.request("POST", &same, &[("content-length", "0")]).status, 200);
+    // ... these do not (another host, port or scheme), and an error answer invalidates nothing.
+    let other = format!(
+        "/act2?{}&{}",
+        field("Location", "http://elsewhere/loc/c?cache=60"),
+        field("Content-Location", "http://test:81/loc/d?cache=60")
+    );
+    c.request("PUT", &other, &[("content-length", "0")]);
+    c.request(
+        "POST",
+        &format!("/act3?{}", field("Location", "https://test/loc/e?cache=60")),
+        &[("content-length", "0")],
+    );
+    let failed = format!("/act4?unsafe_status=500&{}", field("Location", "/loc/c?cache=60"));
+    assert_eq!(c.request("DELETE", &failed, &[]).status, 500);
+
+    let before = origin.requests();
+    let reached: Vec<&str> = targets
+        .into_iter()
+        .filter(|path| {
+            let n = origin.requests();
+            c.get(path);
+            origin.requests() > n
+        })
+        .collect();
+    assert_eq!(reached, ["/loc/a?cache=60", "/loc/b?cache=60"], "only the same-origin targets were invalidated");
+    assert_eq!(origin.requests(), before + 2);
+}
+
 /// An IMF-fixdate `offset` seconds from now (negative: in the past).
 fn http_date(offset: i64) -> String {
     let now = SystemTime::now();
@@ -291,10 +353,77 @@ fn ranges_are_answered_from_a_stored_response() {
     let r =
         c.request("GET", "/range2?cache=60&size=1000", &[("range", "bytes=0-9"), ("cache-control", "only-if-cached")]);
     assert_eq!(r.status, 504);
-    // Nothing stored for the key: the range request goes to the origin and stores nothing.
-    c.request("GET", "/range2?cache=60&size=1000", &[("range", "bytes=0-9")]);
+    // Nothing stored for the key: the range request goes to the origin; this origin
+    // ignores Range and answers the whole 200, which is stored like any other.
+    let whole = c.request("GET", "/range2?cache=60&size=1000", &[("range", "bytes=0-9")]);
+    assert_eq!((whole.status, whole.body.len()), (200, 1000));
     c.get("/range2?cache=60&size=1000");
+    assert_eq!(origin.requests(), 2);
+}
+
+#[test]
+fn partial_responses_are_combined_into_a_stored_response() {
+    let origin = Origin::start("o");
+    let proxy = start(origin.addr, "true");
+    let mut c = proxy.connect();
+    let range = |c: &mut Client, path: &str, r: &str| c.request("GET", path, &[("range", r)]);
+
+    // Three 206s with one strong ETag: 0-399, 600-, then 300-700 which joins them.
+    let path = "/parts?cache=60&size=1000&etag=v1&ranges=1";
+    let a = range(&mut c, path, "bytes=0-399");
+    assert_eq!((a.status, a.header("content-range"), a.body.len()), (206, Some("bytes 0-399/1000"), 400));
+    let b = range(&mut c, path, "bytes=600-");
+    assert_eq!((b.status, b.header("content-range"), b.body.len()), (206, Some("bytes 600-999/1000"), 400));
+    // A range inside the pieces still goes to the origin: an incomplete response answers nothing.
+    range(&mut c, path, "bytes=0-9");
     assert_eq!(origin.requests(), 3);
+    let full = c.get(path);
+    assert_eq!((full.status, origin.requests()), (200, 4), "not complete yet: the whole GET is a miss");
+    // That whole 200 is stored now; pieces are combined on a fresh key below.
+    let path = "/parts2?cache=60&size=1000&etag=v1&ranges=1";
+    let a = range(&mut c, path, "bytes=0-399");
+    let b = range(&mut c, path, "bytes=600-");
+    let m = range(&mut c, path, "bytes=300-700");
+    assert_eq!((m.status, m.header("content-range")), (206, Some("bytes 300-700/1000")));
+    assert_eq!(origin.requests(), 7);
+    let whole = c.get(path);
+    assert_eq!((whole.status, whole.body.len()), (200, 1000));
+    assert_eq!(origin.requests(), 7, "the combined pieces answer a whole GET");
+    assert!(whole.header("age").is_some() && whole.header("content-range").is_none(), "{:?}", whole.headers);
+    assert_eq!(whole.header("etag"), Some("\"v1\""));
+    assert_eq!(whole.body, full.body, "the same bytes the origin sends whole");
+    assert_eq!(
+        (&whole.body[..400], &whole.body[600..], &whole.body[300..701]),
+        (&a.body[..], &b.body[..], &m.body[..])
+    );
+    // ... and ranges, like any stored response.
+    let r = range(&mut c, path, "bytes=100-199");
+    assert_eq!((r.status, r.header("content-range")), (206, Some("bytes 100-199/1000")));
+    assert_eq!(r.body, full.body[100..200]);
+    assert_eq!(origin.requests(), 7);
+
+    // A strong Last-Modified (an hour before Date) identifies the representation as well.
+    let modified = escaped(&http_date(-3600));
+    let path = format!("/lm?cache=60&size=100&ranges=1&date_ago=0&header=Last-Modified%3A{modified}");
+    range(&mut c, &path, "bytes=0-49");
+    range(&mut c, &path, "bytes=50-99");
+    assert_eq!(c.get(&path).body.len(), 100);
+    assert_eq!(origin.requests(), 9, "combined: the whole GET was a hit");
+
+    // Never combined: a weak ETag, no validator, a Last-Modified without a Date to
+    // show it strong, a response the cache may not store.
+    for path in [
+        "/weak?cache=60&size=100&ranges=1&header=ETag%3AW%2F%22w%22".to_string(),
+        "/none?cache=60&size=100&ranges=1".to_string(),
+        format!("/lm-nodate?cache=60&size=100&ranges=1&header=Last-Modified%3A{modified}"),
+        "/nostore?size=100&ranges=1&etag=v1".to_string(),
+    ] {
+        let before = origin.requests();
+        assert_eq!(range(&mut c, &path, "bytes=0-49").status, 206, "{path}");
+        range(&mut c, &path, "bytes=50-99");
+        assert_eq!(c.get(&path).status, 200);
+        assert_eq!(origin.requests(), before + 3, "{path}: the pieces were not combined");
+    }
 }
 
 /// The parts of a multipart/byteranges body: (Content-Range, data).

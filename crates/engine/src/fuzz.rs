@@ -42,6 +42,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("persistence_cookie", persistence_cookie),
     ("rules", rules),
     ("deflate", deflate),
+    ("cache_fields", cache_fields),
 ];
 
 /// Head limits of the request-head targets: the defaults of a service.
@@ -672,4 +673,56 @@ pub fn deflate(data: &[u8]) {
     assert!(back == body, "decoded {} bytes, not the {} written", back.len(), body.len());
     let bound = body.len() * 15 / 8 + (body.len() / 16384 + flushes + 2) * 400;
     assert!(out.len() <= bound, "{} bytes out for {} in ({flushes} flushes)", out.len(), body.len());
+}
+
+/// The cache's field parsers and the combining of partial responses
+/// (RFC 9111 §3.3–3.4, `crate::cache::Partial`).
+///
+/// The first two bytes choose a representation length (at most 4096); each
+/// following line (split at `\n`) is given, as a field value, to every cache
+/// field parser — `Range`, `Content-Range`, `Cache-Control`, targeted fields,
+/// dates, `If-Range`, the strong validator — whose results must lie within
+/// their bounds; its first four bytes also make a piece (offset and size) of
+/// the representation, combined into what is held, under validator `A` or
+/// (odd fifth byte) `B`. What is held never exceeds the length, every piece
+/// holds the representation's bytes at its offset, and once complete the
+/// whole is exactly the representation.
+pub fn cache_fields(data: &[u8]) {
+    use crate::cache::{policy, Partial, Piece};
+    let Some((head, rest)) = data.split_at_checked(2) else { return };
+    let len = u64::from(u16::from_be_bytes([head[0], head[1]])) % 4097;
+    let byte = |i: u64| (i.wrapping_mul(31) + 7) as u8;
+    let now = std::time::SystemTime::now();
+    let mut held: Option<Partial> = None;
+    for line in rest.split(|&b| b == b'\n') {
+        let _ = policy::Directives::parse(std::iter::once(line));
+        let _ = policy::targeted::parse(std::iter::once(line));
+        let _ = policy::date::parse(line, now);
+        let _ = policy::range::if_range_holds(line, Some(line), Some(line), Some(line), now);
+        if let policy::range::Ranges::Parts(parts) = policy::range::evaluate(line, len) {
+            assert!(!parts.is_empty() && parts.len() <= policy::range::MAX_RANGES, "{parts:?}");
+            assert!(parts.iter().all(|r| r.start() <= r.end() && *r.end() < len), "{parts:?} of {len}");
+        }
+        if let Some((range, complete)) = policy::range::content_range(line) {
+            assert!(range.start() <= range.end() && *range.end() < complete, "{range:?}/{complete}");
+        }
+        if let Some(v) = policy::range::strong_validator(Some(line), Some(line), Some(line), now) {
+            assert!(v.starts_with(b"E\"") || v.starts_with(b"L"), "{v:?}");
+        }
+        let (Some(&[a, b, c, d]), true) = (line.first_chunk::<4>(), len > 0) else { continue };
+        let first = u64::from(u16::from_be_bytes([a, b])) % len;
+        let size = (u64::from(u16::from_be_bytes([c, d])) % (len - first)) + 1;
+        let body: bytes::Bytes = (first..first + size).map(byte).collect();
+        let validator = if line.get(4).is_some_and(|v| v % 2 == 1) { b"B".to_vec() } else { b"A".to_vec() };
+        let piece = Piece { validator, first, length: len, headers: Vec::new(), body, requested: now };
+        let partial = Partial::combine(held.as_ref(), piece);
+        assert!(partial.held() <= len, "{} held of {len}", partial.held());
+        for (at, bytes) in partial.pieces() {
+            assert!(bytes.iter().zip(at..).all(|(b, i)| *b == byte(i)), "piece at {at} holds other bytes");
+        }
+        if let Some(whole) = partial.complete() {
+            assert!(whole.len() as u64 == len && whole.iter().zip(0..).all(|(b, i)| *b == byte(i)));
+        }
+        held = Some(partial);
+    }
 }

@@ -5,6 +5,7 @@
 //! Exit status: 0 on success, 1 on any failure, including an invalid
 //! configuration given to `validate` (its diagnostics go to stderr).
 
+pub mod cache;
 mod client;
 pub mod table;
 
@@ -80,6 +81,13 @@ pub enum CtlCommand {
         /// Entries to list.
         #[arg(long, default_value_t = crate::DEFAULT_PERSISTENCE_LIMIT)]
         limit: usize,
+    },
+    /// The response caches: counters (no command), keys with their age,
+    /// freshness and hits (`list`), one key (`show`), purge (`purge`).
+    Cache {
+        /// What to show or do; without one, every cache's counters and hit ratio.
+        #[command(subcommand)]
+        command: Option<cache::CacheCommand>,
     },
     /// Remove a key (or, with --prefix, every key starting with it) from a service's cache.
     Purge {
@@ -158,6 +166,7 @@ pub fn execute(args: &CtlArgs, out: &mut dyn Write) -> Result<(), CtlError> {
             render(args, &path, &answer, |s: ServerView| table::render_server_line(&s))?
         }
         CtlCommand::Persistence { pool, flush, limit } => persistence(&client, args, pool, *flush, *limit)?,
+        CtlCommand::Cache { command } => cache::run(&client, args, command.as_ref())?,
         CtlCommand::Purge { service, key, prefix } => purge(&client, args, service, key.as_deref(), prefix.as_deref())?,
         CtlCommand::Config => client.call(Method::GET, "/api/v1/config", None)?,
         CtlCommand::Validate { file } => validate(&client, args, file)?,
@@ -224,7 +233,7 @@ fn view<T: DeserializeOwned>(
 }
 
 /// Decodes an answer and renders it; `--json` pretty-prints it instead.
-fn render<T: DeserializeOwned>(
+pub(crate) fn render<T: DeserializeOwned>(
     args: &CtlArgs,
     path: &str,
     answer: &str,
@@ -244,7 +253,7 @@ fn server_path(pool: &str, server: &str, action: &str) -> String {
 }
 
 /// Percent-encodes a path segment (a `/` inside a name must not split it).
-fn encode_path_segment(segment: &str) -> String {
+pub(crate) fn encode_path_segment(segment: &str) -> String {
     encode_query_value(segment).replace('/', "%2F")
 }
 
@@ -283,7 +292,7 @@ fn persistence(client: &Client, args: &CtlArgs, pool: &str, flush: bool, limit: 
     render(args, &path, &answer, |p: PersistenceView| table::render_persistence(&p))
 }
 
-fn purge(
+pub(crate) fn purge(
     client: &Client,
     args: &CtlArgs,
     service: &str,

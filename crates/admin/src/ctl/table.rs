@@ -355,6 +355,7 @@ mod tests {
                 persistence: Some("cookie-insert".into()),
                 servers: vec![server("origin-a", "up", 100), server("origin-b", "draining", 50)],
             }],
+            caches: Vec::new(),
         };
         let text = render_stats(&stats);
         let lines: Vec<&str> = text.lines().collect();

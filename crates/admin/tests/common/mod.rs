@@ -11,8 +11,9 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use switchyard_admin::{
-    ApiError, Backend, ClassCounts, HealthView, HistogramView, MetricsFormat, PersistenceEntryView, PersistenceView,
-    PoolView, ReloadView, ServerOp, ServerView, ServiceView, StatsView,
+    ApiError, Backend, CacheEntriesView, CacheEntryView, CacheKeyView, CacheView, ClassCounts, HealthView,
+    HistogramView, MetricsFormat, PersistenceEntryView, PersistenceView, PoolView, ReloadView, ServerOp, ServerView,
+    ServiceView, StatsView,
 };
 use switchyard_config::{AdminToken, Role};
 use tower::ServiceExt;
@@ -46,10 +47,16 @@ pub enum Call {
     Validate(String, String),
     /// `reload()`.
     Reload,
+    /// `cache_entries(service, key, prefix, limit)`.
+    CacheEntries(String, String, bool, usize),
+    /// `purge_cache(service, key, prefix)`.
+    Purge(String, String, bool),
 }
 
 /// A balancer that exists only in memory: pools `web` (origin-a, origin-b,
-/// source-ip persistence) and `images` (origin-b), one service `demo`.
+/// source-ip persistence) and `images` (origin-b), one service `demo` with a
+/// cache that answers 8 of every 10 requests (each answer 1 KiB) and holds
+/// the keys `demo.test/a` and `demo.test/b`.
 pub struct Fake {
     calls: Mutex<Vec<Call>>,
     state: Mutex<FakeState>,
@@ -163,7 +170,17 @@ impl Backend for Fake {
             },
             datagrams: None,
         };
-        StatsView { services: vec![service], pools: state.pools.clone() }
+        let cache = CacheView {
+            service: "demo".into(),
+            size: 1 << 20,
+            bytes: 4096,
+            keys: 2,
+            hits: ticks * 8,
+            misses: ticks * 2,
+            served_bytes: ticks * 8 * 1024,
+            ..CacheView::default()
+        };
+        StatsView { services: vec![service], pools: state.pools.clone(), caches: vec![cache] }
     }
 
     fn metrics(&self, _format: MetricsFormat) -> String {
@@ -212,8 +229,40 @@ impl Backend for Fake {
         Ok(3)
     }
 
-    fn purge_cache(&self, service: &str, _key: &str, _prefix: bool) -> Result<u64, ApiError> {
-        Err(ApiError::NotFound(format!("service `{service}` has no cache")))
+    fn purge_cache(&self, service: &str, key: &str, prefix: bool) -> Result<u64, ApiError> {
+        self.record(Call::Purge(service.into(), key.into(), prefix));
+        Fake::check_cache(service)?;
+        Ok(u64::from(prefix) + 1)
+    }
+
+    fn cache_entries(
+        &self,
+        service: &str,
+        key: &str,
+        prefix: bool,
+        limit: usize,
+    ) -> Result<CacheEntriesView, ApiError> {
+        self.record(Call::CacheEntries(service.into(), key.into(), prefix, limit));
+        Fake::check_cache(service)?;
+        let keys: Vec<CacheKeyView> = ["demo.test/a", "demo.test/b"]
+            .into_iter()
+            .filter(|k| if prefix { k.starts_with(key) } else { *k == key })
+            .map(|k| CacheKeyView {
+                key: k.into(),
+                variants: vec![CacheEntryView {
+                    status: 200,
+                    age_s: 12,
+                    fresh_for_s: 48.0,
+                    size: 1024,
+                    stored_bytes: 1300,
+                    hits: 5,
+                    ..CacheEntryView::default()
+                }],
+                partial: None,
+            })
+            .collect();
+        let matched = keys.len() as u64;
+        Ok(CacheEntriesView { service: service.into(), matched, keys: keys.into_iter().take(limit).collect() })
     }
 
     fn validate(&self, source: &str, name: &str) -> Result<Vec<String>, Vec<String>> {
@@ -237,6 +286,13 @@ impl Backend for Fake {
 }
 
 impl Fake {
+    fn check_cache(service: &str) -> Result<(), ApiError> {
+        match service {
+            "demo" => Ok(()),
+            other => Err(ApiError::NotFound(format!("no service named `{other}`"))),
+        }
+    }
+
     fn check_persistent(&self, pool: &str) -> Result<(), ApiError> {
         let state = lock(&self.state);
         match state.pools.iter().find(|p| p.name == pool) {

@@ -191,6 +191,12 @@ impl CycledBody {
         CycledBody { buffer: kind.buffer(), pos: 0, remaining: len }
     }
 
+    /// `len` bytes of `kind`'s body starting at byte `offset` of it (a range).
+    pub fn starting_at(kind: BodyKind, offset: u64, len: u64) -> Self {
+        let buffer = kind.buffer();
+        CycledBody { buffer, pos: (offset % buffer.len() as u64) as usize, remaining: len }
+    }
+
     /// Where in the buffer the next byte comes from (the start of [`Buf::chunk`]).
     pub fn position(&self) -> usize {
         self.pos

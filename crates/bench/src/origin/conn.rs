@@ -311,11 +311,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         let extra = shape.extra.as_deref();
         let status =
             if extra.is_some_and(|e| e.not_modified(head.if_none_match.as_deref())) { 304 } else { shape.status };
+        // `ranges=1`: one byte range of a 200 is answered 206 (or 416).
+        let part = head.range.as_deref().filter(|_| status == 200).and_then(|r| http::single_range(r, shape.size));
+        let (status, offset, length) = match part {
+            Some(Ok((first, last))) => (206, first, last - first + 1),
+            Some(Err(())) => (416, 0, 0),
+            None => (status, 0, shape.size),
+        };
         let bodiless = matches!(status, 204 | 304);
         ResponseHead {
             status,
             content_type: shape.kind.content_type(),
-            length: if bodiless { BodyLength::Unframed } else { BodyLength::Length(shape.size) },
+            length: if bodiless { BodyLength::Unframed } else { BodyLength::Length(length) },
             cache: shape.cache,
             received,
             close,
@@ -323,8 +330,28 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             extra,
         }
         .write(&self.shared.origin_header, &mut self.out);
-        let size = if bodiless || head.is_head { 0 } else { shape.size };
-        if size <= COPY_BODY_MAX {
+        if let Some(part) = part {
+            // Before the head's final CRLF.
+            self.out.truncate(self.out.len() - 2);
+            self.out.extend_from_slice(b"content-range: bytes ");
+            match part {
+                Ok((first, last)) => {
+                    http::push_u64(&mut self.out, first);
+                    self.out.push(b'-');
+                    http::push_u64(&mut self.out, last);
+                }
+                Err(()) => self.out.push(b'*'),
+            }
+            self.out.push(b'/');
+            http::push_u64(&mut self.out, shape.size);
+            self.out.extend_from_slice(b"\r\n\r\n");
+        }
+        let size = if bodiless || head.is_head { 0 } else { length };
+        if offset > 0 {
+            let mut pending = Buf::chain(&self.out[..], CycledBody::starting_at(shape.kind, offset, size));
+            self.stream.write_all_buf(&mut pending).await?;
+            self.out.clear();
+        } else if size <= COPY_BODY_MAX {
             // `size` fits in the buffer, so this slice is the whole body.
             let body = shape.kind.buffer();
             self.out.extend_from_slice(&body[..(size as usize).min(body.len())]);

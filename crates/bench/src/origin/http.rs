@@ -81,6 +81,9 @@ pub struct Extra {
     pub hints: bool,
     /// `unsafe_status=N`: the status for any method but GET and HEAD.
     pub unsafe_status: Option<u16>,
+    /// `ranges=1`: a GET's single `bytes` range is answered 206 (416 when
+    /// unsatisfiable), with `accept-ranges: bytes`.
+    pub ranges: bool,
 }
 
 impl Default for Shape {
@@ -110,6 +113,9 @@ impl Extra {
             out.extend_from_slice(b"etag: \"");
             out.extend_from_slice(etag);
             out.extend_from_slice(b"\"\r\n");
+        }
+        if self.ranges {
+            out.extend_from_slice(b"accept-ranges: bytes\r\n");
         }
     }
 
@@ -150,6 +156,8 @@ pub struct RequestHead {
     pub is_head: bool,
     /// The `If-None-Match` value, kept only when the query asked for an `etag`.
     pub if_none_match: Option<Vec<u8>>,
+    /// The `Range` value of a GET, kept only when the query asked for `ranges`.
+    pub range: Option<Vec<u8>>,
     /// For [`Route::Describe`], the JSON description, built while the head was borrowed.
     pub description: Option<Vec<u8>>,
 }
@@ -211,6 +219,11 @@ pub fn parse_head(buf: &[u8], peer: SocketAddr) -> Parsed {
     let if_none_match = shape.extra.as_ref().filter(|e| e.etag.is_some()).and_then(|_| {
         req.headers.iter().find(|h| h.name.eq_ignore_ascii_case("if-none-match")).map(|h| h.value.to_vec())
     });
+    let range = shape
+        .extra
+        .as_ref()
+        .filter(|e| e.ranges && method == "GET")
+        .and_then(|_| req.headers.iter().find(|h| h.name.eq_ignore_ascii_case("range")).map(|h| h.value.to_vec()));
     Parsed::Complete(RequestHead {
         head_len,
         route,
@@ -221,6 +234,7 @@ pub fn parse_head(buf: &[u8], peer: SocketAddr) -> Parsed {
         expect_continue: fields.expect_continue,
         is_head: method == "HEAD",
         if_none_match,
+        range,
         description,
     })
 }
@@ -312,6 +326,7 @@ pub(super) fn parse_query(query: &str) -> Result<Shape, &'static str> {
             "date_ago" => shape.extra().date_ago = Some(number().ok_or("invalid date_ago")?),
             "etag" => shape.extra().etag = Some(decode(value).ok_or("invalid etag")?),
             "hints" => shape.extra().hints = flag(value).ok_or("invalid hints")?,
+            "ranges" => shape.extra().ranges = flag(value).ok_or("invalid ranges")?,
             "unsafe_status" => {
                 let status = number().and_then(|n| u16::try_from(n).ok()).filter(|n| (200..=599).contains(n));
                 shape.extra().unsafe_status = Some(status.ok_or("invalid unsafe_status (200-599)")?);
@@ -320,6 +335,24 @@ pub(super) fn parse_query(query: &str) -> Result<Shape, &'static str> {
         }
     }
     Ok(shape)
+}
+
+/// The one byte range (first, last) a `Range` value asks of a body of
+/// `size` bytes: `Some(Ok(..))` to answer 206, `Some(Err(()))` for 416
+/// (the range starts past the end), `None` to send the whole body (not
+/// `bytes`, several ranges, or malformed: RFC 9110 §14.2 lets a server ignore it).
+pub fn single_range(value: &[u8], size: u64) -> Option<Result<(u64, u64), ()>> {
+    let spec = trim(value).strip_prefix(b"bytes=")?;
+    let dash = spec.iter().position(|&b| b == b'-')?;
+    let (first, last) = (trim(&spec[..dash]), trim(&spec[dash + 1..]));
+    match (parse_u64(first), parse_u64(last)) {
+        (None, Some(n)) if first.is_empty() => {
+            Some(if n == 0 || size == 0 { Err(()) } else { Ok((size.saturating_sub(n), size - 1)) })
+        }
+        (Some(a), None) if last.is_empty() => Some(if a >= size { Err(()) } else { Ok((a, size - 1)) }),
+        (Some(a), Some(b)) if a <= b => Some(if a >= size { Err(()) } else { Ok((a, b.min(size - 1))) }),
+        _ => None,
+    }
 }
 
 /// Appends `name: value\r\n`.
@@ -635,6 +668,26 @@ mod tests {
 
     fn peer() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 4000))
+    }
+
+    #[test]
+    fn single_ranges_of_a_hundred_bytes() {
+        type Expected = Option<Result<(u64, u64), ()>>;
+        let table: &[(&str, Expected)] = &[
+            ("bytes=0-9", Some(Ok((0, 9)))),
+            ("bytes=90-", Some(Ok((90, 99)))),
+            ("bytes=-10", Some(Ok((90, 99)))),
+            ("bytes=50-500", Some(Ok((50, 99)))),
+            ("bytes=100-", Some(Err(()))),
+            ("bytes=-0", Some(Err(()))),
+            ("bytes=0-1,5-6", None),
+            ("bytes=9-1", None),
+            ("items=0-1", None),
+            ("bytes=x-1", None),
+        ];
+        for (value, expected) in table {
+            assert_eq!(single_range(value.as_bytes(), 100), *expected, "{value}");
+        }
     }
 
     fn complete(raw: &[u8]) -> RequestHead {

@@ -36,8 +36,9 @@
 //! | `etag=V` | `etag: "V"`; a request whose `If-None-Match` lists it (or `*`) gets 304 |
 //! | `hints=1` | a `103 Early Hints` (with a `link` field) before the final response, HTTP/1.1 clients only |
 //! | `unsafe_status=N` | the status for any method but GET and HEAD (200–599) |
+//! | `ranges=1` | `accept-ranges: bytes`; a GET's `Range` of one `bytes` range gets `206` with `content-range` and those bytes of the body (`416` with `content-range: bytes */SIZE` when it starts past the end); several ranges or a malformed one: the whole `200`. `If-Range` is not read |
 //!
-//! The last eight are HTTP/1.1 only (the HTTP/2 side ignores them); none costs anything when
+//! The last nine are HTTP/1.1 only (the HTTP/2 side ignores them); none costs anything when
 //! not asked for.
 //!
 //! Request bodies (`content-length` or `chunked`) are read in full in bounded memory and

@@ -39,8 +39,10 @@
 //! every lock is held only for map operations, never across an `.await`.
 
 pub use switchyard_http::cache_policy as policy;
+mod partial;
 pub mod range;
 mod tee;
+mod view;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -52,8 +54,10 @@ use bytes::Bytes;
 use switchyard_config::{Cache as CacheConfig, CacheKeyPart};
 use tokio::sync::watch;
 
+pub use self::partial::{Partial, Piece};
 use self::policy::Directives;
 pub use self::tee::{parse_captured, parse_head, Capture, Tee};
+pub use self::view::{EntryView, KeyView, Listing};
 
 /// Response headers as stored: (lower-case name, value) pairs in order.
 pub type Headers = Vec<(String, Vec<u8>)>;
@@ -94,6 +98,9 @@ pub struct Entry {
     pub lifetime: Duration,
     /// The directives that govern it: a targeted field's (RFC 9213) or `Cache-Control`'s.
     pub directives: Directives,
+    /// Times a client was answered from it (hits, stale answers, revalidated
+    /// answers): one relaxed add per answer, read only by the admin view.
+    pub hits: AtomicU64,
 }
 
 impl Entry {
@@ -123,6 +130,7 @@ impl Entry {
             initial_age,
             lifetime,
             directives: control.directives,
+            hits: AtomicU64::new(0),
         }
     }
 
@@ -161,7 +169,23 @@ impl Entry {
         let mut headers: Headers =
             self.headers.iter().filter(|(n, _)| !update.iter().any(|(u, _)| u == n)).cloned().collect();
         headers.extend(update.iter().cloned());
-        Entry::new(self.status, headers, self.body.clone(), self.vary.clone(), requested, SystemTime::now(), config)
+        let entry = Entry::new(
+            self.status,
+            headers,
+            self.body.clone(),
+            self.vary.clone(),
+            requested,
+            SystemTime::now(),
+            config,
+        );
+        // The same stored response, confirmed: its answers so far still count.
+        entry.hits.store(self.hits.load(Ordering::Relaxed), Ordering::Relaxed);
+        entry
+    }
+
+    /// Freshness left (positive) or time since it went stale (negative), in seconds.
+    pub fn fresh_for(&self, now: Instant) -> f64 {
+        self.lifetime.as_secs_f64() - self.age(now).as_secs_f64()
     }
 
     fn bytes(&self) -> u64 {
@@ -204,6 +228,10 @@ pub struct CacheStats {
     pub evictions: AtomicU64,
     /// Bytes stored now.
     pub bytes: AtomicU64,
+    /// Body bytes sent to clients from stored responses.
+    pub served_bytes: AtomicU64,
+    /// Partial responses (206) kept as pieces or combined into a stored one.
+    pub pieces: AtomicU64,
 }
 
 /// The primary keys of one shard, least recently used first.
@@ -215,10 +243,20 @@ struct Shard {
     bytes: u64,
 }
 
+#[derive(Default)]
 struct Slot {
     variants: Vec<Arc<Entry>>,
+    /// Pieces of an incomplete response ([`partial`]), when any are held.
+    partial: Option<Arc<Partial>>,
     used: u64,
     bytes: u64,
+}
+
+impl Slot {
+    fn recount(&mut self) {
+        self.bytes = self.variants.iter().map(|e| e.bytes()).sum::<u64>()
+            + self.partial.as_ref().map_or(0, |p| p.bytes() + ENTRY_OVERHEAD);
+    }
 }
 
 impl Shard {
@@ -373,10 +411,20 @@ impl Cache {
             return;
         }
         let mut shard = lock(self.shard(key));
-        let mut slot = shard.remove(key).unwrap_or(Slot { variants: Vec::new(), used: 0, bytes: 0 });
+        let mut slot = shard.remove(key).unwrap_or_default();
         slot.variants.retain(|e| e.vary != entry.vary);
         slot.variants.push(entry);
-        slot.bytes = slot.variants.iter().map(|e| e.bytes()).sum();
+        // A complete response supersedes any pieces held for the key.
+        slot.partial = None;
+        slot.recount();
+        self.place(&mut shard, key, slot);
+        drop(shard);
+        self.recount();
+    }
+
+    /// Puts `slot` back as the most recently used key of `shard`, evicting
+    /// least recently used keys until it fits.
+    fn place(&self, shard: &mut Shard, key: &str, mut slot: Slot) {
         let mut evicted = 0;
         while shard.bytes + slot.bytes > self.share {
             let Some((_, oldest)) = shard.lru.pop_first() else { break };
@@ -386,10 +434,11 @@ impl Cache {
             }
         }
         if shard.bytes + slot.bytes > self.share {
-            // The key's other variants alone exceed the share: keep only the new one.
+            // The key's other variants alone exceed the share: keep only the newest.
             let newest = slot.variants.pop();
             slot.variants = newest.into_iter().collect();
-            slot.bytes = slot.variants.iter().map(|e| e.bytes()).sum();
+            slot.partial = None;
+            slot.recount();
         }
         shard.tick += 1;
         slot.used = shard.tick;
@@ -397,9 +446,28 @@ impl Cache {
         let used = slot.used;
         shard.lru.insert(used, key.to_string());
         shard.map.insert(key.to_string(), slot);
-        drop(shard);
         self.stats.evictions.fetch_add(evicted, Ordering::Relaxed);
-        self.recount();
+    }
+
+    /// Adds a partial response's piece to what is held for `key` (RFC 9111
+    /// §3.4). Returns the pieces combined so far; when they make the whole
+    /// representation ([`Partial::complete`]) the caller stores it as a
+    /// complete response, which drops the pieces.
+    pub fn combine(&self, key: &str, piece: Piece) -> Arc<Partial> {
+        let held = lock(self.shard(key)).map.get(key).and_then(|s| s.partial.clone());
+        // Built outside the lock: merging may copy up to `max_object` bytes.
+        let combined = Arc::new(Partial::combine(held.as_deref(), piece));
+        self.stats.pieces.fetch_add(1, Ordering::Relaxed);
+        if combined.complete().is_none() {
+            let mut shard = lock(self.shard(key));
+            let mut slot = shard.remove(key).unwrap_or_default();
+            slot.partial = Some(combined.clone());
+            slot.recount();
+            self.place(&mut shard, key, slot);
+            drop(shard);
+            self.recount();
+        }
+        combined
     }
 
     /// Removes `key` (all its variants); with `prefix`, every key starting

@@ -24,16 +24,30 @@ pub struct Capture {
     buf: Vec<u8>,
     limit: usize,
     overflowed: bool,
+    /// Keep the first `limit` bytes instead of nothing when the response is larger.
+    prefix: bool,
 }
 
 impl Capture {
     /// A capture of at most `limit` bytes (head and body together).
     pub fn new(limit: usize) -> Capture {
-        Capture { buf: Vec::new(), limit, overflowed: false }
+        Capture { buf: Vec::new(), limit, overflowed: false, prefix: false }
+    }
+
+    /// A capture of the first `limit` bytes only, for a response whose head
+    /// alone matters ([`parse_head`]): what is beyond is not copied.
+    pub fn head(limit: usize) -> Capture {
+        Capture { buf: Vec::new(), limit, overflowed: false, prefix: true }
     }
 
     fn push(&mut self, data: &[u8]) {
         if self.overflowed {
+            return;
+        }
+        if self.prefix && self.buf.len() + data.len() > self.limit {
+            let room = self.limit - self.buf.len();
+            self.buf.extend_from_slice(&data[..room.min(data.len())]);
+            self.overflowed = true;
             return;
         }
         if self.buf.len() + data.len() > self.limit {
@@ -45,9 +59,10 @@ impl Capture {
         self.buf.extend_from_slice(data);
     }
 
-    /// What was captured, unless the response outgrew the limit.
+    /// What was captured, unless the response outgrew the limit (a
+    /// [`head`](Self::head) capture: its first `limit` bytes in any case).
     pub fn bytes(&self) -> Option<&[u8]> {
-        (!self.overflowed).then_some(self.buf.as_slice())
+        (!self.overflowed || self.prefix).then_some(self.buf.as_slice())
     }
 }
 

@@ -16,7 +16,10 @@
 //! revalidation ([`refresh`], one per key across workers); an entry nobody
 //! asks for is never refreshed. Unsafe requests (any method not known safe)
 //! invalidate their target's entry after a non-error answer (RFC 9111 §4.4).
-//! A GET's `Range` is answered from a fresh stored 200 ([`crate::cache::range`]).
+//! A GET's `Range` is answered from a fresh stored 200 ([`crate::cache::range`]);
+//! otherwise it is forwarded, and the server's `206` may be kept as a piece
+//! of the representation, combined with later pieces until it is complete
+//! (RFC 9111 §3.3–3.4, [`crate::cache::Partial`]).
 
 mod refresh;
 
@@ -31,12 +34,15 @@ use switchyard_config::{Compression, Service};
 use super::body::write_all_two;
 use super::{route, Client, ClientStream, RequestInfo, Routed};
 use crate::cache::policy::range::Ranges;
-use crate::cache::{self, policy, range, Cache, Capture, Coalesce, Entry, Fetch, Found};
+use crate::cache::{self, policy, range, Cache, Capture, Coalesce, Entry, Fetch, Found, Piece};
 use crate::worker::Worker;
 use switchyard_http::parse::{self, RequestHead, Version};
 
 /// Longest a request waits for another request's fetch of the same key.
 const MAX_COALESCE_WAIT: Duration = Duration::from_secs(10);
+/// Bytes of an unsafe request's response copied to read its `Location` and
+/// `Content-Location`: a longer head is not read for them.
+const INVALIDATING_HEAD: usize = 16 * 1024;
 
 /// Which response the cache holds back from the client and answers itself.
 #[derive(Debug, Clone, Copy, Default)]
@@ -72,9 +78,16 @@ pub(super) struct Plan<'c> {
     compression: Option<&'c Compression>,
     /// The validators were added to the forwarded request.
     pub(super) revalidating: bool,
-    /// An unsafe request: a non-error answer invalidates `key` (RFC 9111 §4.4);
-    /// nothing is stored.
+    /// An unsafe request: a non-error answer invalidates `key` (RFC 9111 §4.4),
+    /// and the same-origin targets its `Location` and `Content-Location`
+    /// name ([`invalidate_named`]); nothing is stored.
     invalidate: bool,
+    /// The request's scheme and authority (`Host` or absolute-form), for
+    /// telling which of those targets share its origin.
+    origin: (&'static str, Vec<u8>),
+    /// A `Range` request nothing fresh answered: a `206` may be kept as a
+    /// piece ([`keep_piece`]), a `200` stored as usual.
+    ranged: bool,
 }
 
 impl Plan<'_> {
@@ -85,10 +98,14 @@ impl Plan<'_> {
     }
 
     /// The capture the response is teed into (the cache's `max_object` plus
-    /// room for the head); none for an invalidating request, which stores nothing.
+    /// room for the head); for an invalidating request, which stores
+    /// nothing, its first bytes only (the head names what else to invalidate).
     pub(super) fn capture(&self) -> Option<Capture> {
+        if self.invalidate {
+            return Some(Capture::head(INVALIDATING_HEAD));
+        }
         let limit = usize::try_from(self.cache.config.max_object).unwrap_or(usize::MAX).saturating_add(64 * 1024);
-        (!self.invalidate).then(|| Capture::new(limit))
+        Some(Capture::new(limit))
     }
 
     /// A `Vary`-selected request header, normalised (RFC 9111 §4.1); `None`
@@ -157,8 +174,11 @@ pub(super) async fn lookup<'c, S: ClientStream>(
             return Lookup::Served(gateway_timeout(client, service, info, head.len, draining).await);
         }
         if ranged_request {
-            // Not fresh: the server answers the range; nothing is stored from it.
-            return Lookup::Forward(None);
+            // Not fresh: the server answers the range, and its 206 may be
+            // kept as a piece of the representation (RFC 9111 §3.3).
+            plan.ranged = true;
+            cache.stats.misses.fetch_add(1, Ordering::Relaxed);
+            return Lookup::Forward(Some(plan));
         }
         plan.stale = found;
         // The cache's own refresh is never answered stale: it must reach a server.
@@ -221,7 +241,8 @@ fn plan_of<'c, S: ClientStream>(
         // RFC 9111 §4.4: any unsafe method (an unknown one included)
         // invalidates what is stored for its target, once a non-error
         // response says the server acted on it ([`finish`]).
-        return Planned::Forward(Some(Plan::invalidating(cache, key_of(client, cache, head, "GET"))));
+        let origin = (scheme(client), authority_of(client, head).to_vec());
+        return Planned::Forward(Some(Plan::invalidating(cache, key_of(client, cache, head, "GET"), origin)));
     }
     let bypass = !matches!(method, "GET" | "HEAD")
         || info.framing != parse::Framing::Empty
@@ -254,6 +275,8 @@ fn plan_of<'c, S: ClientStream>(
         compression: service.compression.as_ref(),
         revalidating: false,
         invalidate: false,
+        origin: (scheme(client), Vec::new()),
+        ranged: false,
     };
     Planned::Candidate(plan, rcc, ranged_request)
 }
@@ -269,19 +292,39 @@ enum Planned<'c> {
 /// The cache key of the request whose head is at the front of `client.buf`, as `method`.
 fn key_of<S: ClientStream>(client: &Client<S>, cache: &Cache, head: &RequestHead, method: &str) -> String {
     let buf = &client.buf[..head.len];
-    let (origin_target, authority) = super::split_target(&buf[head.target.clone()]);
-    let host_value = authority.or_else(|| head.host.clone().map(|r| &buf[r])).unwrap_or(b"");
+    let (origin_target, _) = super::split_target(&buf[head.target.clone()]);
+    target_key(cache, scheme(client), authority_of(client, head), origin_target, method)
+}
+
+/// The cache key of `origin_target` (path and query) on `authority`, as `method`.
+fn target_key(cache: &Cache, scheme: &str, authority: &[u8], origin_target: &[u8], method: &str) -> String {
     let mut host = String::new();
-    let host = route::routing_host(host_value, &mut host).to_string();
+    let host = route::routing_host(authority, &mut host).to_string();
     let (path, query) = super::split_query(origin_target);
     cache::key(
         &cache.config.key,
-        if client.transport.secure { "https" } else { "http" },
+        scheme,
         method,
         &host,
         std::str::from_utf8(path).unwrap_or(""),
         query.and_then(|q| std::str::from_utf8(q).ok()),
     )
+}
+
+fn scheme<S: ClientStream>(client: &Client<S>) -> &'static str {
+    if client.transport.secure {
+        "https"
+    } else {
+        "http"
+    }
+}
+
+/// The authority of the request at the front of `client.buf`: an
+/// absolute-form target's, or its `Host`.
+fn authority_of<'b, S: ClientStream>(client: &'b Client<S>, head: &RequestHead) -> &'b [u8] {
+    let buf = &client.buf[..head.len];
+    let (_, authority) = super::split_target(&buf[head.target.clone()]);
+    authority.or_else(|| head.host.clone().map(|r| &buf[r])).unwrap_or(b"")
 }
 
 /// The request's own `Cache-Control` (RFC 9111 §5.2.1); `Pragma: no-cache`
@@ -298,7 +341,7 @@ fn request_directives(request: &[(String, Vec<u8>)]) -> policy::Directives {
 
 impl<'c> Plan<'c> {
     /// The plan of an unsafe request: invalidate `key` after a non-error answer.
-    fn invalidating(cache: &'c Cache, key: String) -> Plan<'c> {
+    fn invalidating(cache: &'c Cache, key: String, origin: (&'static str, Vec<u8>)) -> Plan<'c> {
         Plan {
             cache,
             key,
@@ -310,6 +353,8 @@ impl<'c> Plan<'c> {
             compression: None,
             revalidating: false,
             invalidate: true,
+            origin,
+            ranged: false,
         }
     }
 }
@@ -381,9 +426,10 @@ pub(super) async fn finish<S: ClientStream>(
     let cache = plan.cache;
     if plan.invalidate {
         // RFC 9111 §4.4: only a non-error status says the state changed.
-        if let Ended::Relayed { status, .. } = ended {
+        if let Ended::Relayed { status, capture } = ended {
             if policy::invalidates(status) {
                 cache.purge(&plan.key, false);
+                invalidate_named(&plan, capture);
             }
         }
         return None;
@@ -391,8 +437,10 @@ pub(super) async fn finish<S: ClientStream>(
     match ended {
         Ended::Relayed { status, capture } => {
             let captured = capture.and_then(Capture::bytes).filter(|_| !plan.head_method);
-            if let Some((status, headers, body)) = captured.and_then(cache::parse_captured) {
-                store(&plan, status, headers, body);
+            match captured.and_then(cache::parse_captured) {
+                Some((206, headers, body)) if plan.ranged => keep_piece(&plan, headers, body),
+                Some((status, headers, body)) if !plan.ranged || status == 200 => store(&plan, status, headers, body),
+                _ => {}
             }
             // (A HEAD's response says nothing about the body: nothing is stored from it.)
             if plan.revalidating && status != 0 {
@@ -424,18 +472,63 @@ pub(super) async fn finish<S: ClientStream>(
     }
 }
 
+/// Invalidates the targets an unsafe request's answer names in `Location`
+/// and `Content-Location`, when they share the request's origin (RFC 9111
+/// §4.4, [`policy::location`]).
+fn invalidate_named(plan: &Plan<'_>, capture: Option<&Capture>) {
+    let Some((_, headers)) = capture.and_then(Capture::bytes).and_then(cache::parse_head) else { return };
+    let (scheme, authority) = (plan.origin.0, &plan.origin.1[..]);
+    for name in ["location", "content-location"] {
+        let named =
+            policy::header(&headers, name).and_then(|v| policy::location::same_origin_target(v, scheme, authority));
+        if let Some((path, query)) = named {
+            let target = match query {
+                Some(q) => [path, b"?", q].concat(),
+                None => path.to_vec(),
+            };
+            plan.cache.purge(&target_key(plan.cache, scheme, authority, &target, "GET"), false);
+        }
+    }
+}
+
+/// Whether a shared cache may store a response with `status` and `headers` to this request.
+fn may_store(plan: &Plan<'_>, status: u16, headers: &[(String, Vec<u8>)]) -> bool {
+    let config = &plan.cache.config;
+    let control = policy::control(headers, &config.targeted);
+    let authorized = plan.header("authorization").is_some();
+    policy::storable(status, &control, headers, authorized, config.heuristic)
+}
+
 /// Stores a complete response when a shared cache may.
 fn store(plan: &Plan<'_>, status: u16, headers: Vec<(String, Vec<u8>)>, body: bytes::Bytes) {
     let cache = plan.cache;
-    let control = policy::control(&headers, &cache.config.targeted);
-    let authorized = plan.header("authorization").is_some();
-    if !policy::storable(status, &control, &headers, authorized, cache.config.heuristic) {
+    if !may_store(plan, status, &headers) {
         return;
     }
     let vary = policy::headers(&headers, "vary").collect::<Vec<_>>().join(&b","[..]);
     let vary = cache::vary_values(&vary, &|n| plan.value(n));
     let entry = Entry::new(status, headers, body, vary, plan.requested, SystemTime::now(), &cache.config);
     cache.insert(&plan.key, entry);
+}
+
+/// Keeps a `206` as a piece of its representation (RFC 9111 §3.3) when the
+/// whole response could be stored (§3.3: "if the cache may store the
+/// response") and [`Piece::of`] accepts it; once the pieces make the whole,
+/// it is stored as the `200` it would have been (§3.4). Not on a service
+/// with compression: its stored variants are keyed by the coding it picks,
+/// which a combined identity response would not be.
+fn keep_piece(plan: &Plan<'_>, headers: Vec<(String, Vec<u8>)>, body: bytes::Bytes) {
+    let cache = plan.cache;
+    if plan.compression.is_some() || !may_store(plan, 200, &headers) {
+        return;
+    }
+    let Some(piece) = Piece::of(headers, body, plan.requested, cache.config.max_object) else { return };
+    let combined = cache.combine(&plan.key, piece);
+    if let Some(body) = combined.complete() {
+        let (headers, requested) = (combined.headers.clone(), combined.requested);
+        let entry = Entry::new(200, headers, body, Vec::new(), requested, SystemTime::now(), &cache.config);
+        cache.insert(&plan.key, entry);
+    }
 }
 
 /// Writes a stored response to the client: the entry, or 304 when the
@@ -468,6 +561,8 @@ async fn serve<S: ClientStream>(
             (status, body)
         }
     };
+    entry.hits.fetch_add(1, Ordering::Relaxed);
+    plan.cache.stats.served_bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
     let ok = write_all_two(&mut client.stream, &client.out, &body, service.timeouts.client_idle).await.is_ok();
     client.trace.bytes_out = (client.out.len() + body.len()) as u64;
     client.trace.body_out = body.len() as u64;

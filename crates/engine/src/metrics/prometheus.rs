@@ -123,8 +123,8 @@ struct Scrape {
     udp: Vec<(String, crate::relay::FlowStats)>,
     tls: TlsTotals,
     process: ProcessGauges,
-    /// Per service with a cache: hits, misses, stale, revalidated, evictions, bytes.
-    caches: Vec<(String, [u64; 6])>,
+    /// Per service with a cache: hits, misses, stale, revalidated, evictions, bytes, served bytes, pieces.
+    caches: Vec<(String, [u64; 8])>,
     peers: Vec<PeerRow>,
 }
 
@@ -175,7 +175,17 @@ impl Scrape {
                 .iter()
                 .map(|(n, c)| {
                     let read = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-                    let v = [&c.hits, &c.misses, &c.stale, &c.revalidated, &c.evictions, &c.bytes].map(read);
+                    let v = [
+                        &c.hits,
+                        &c.misses,
+                        &c.stale,
+                        &c.revalidated,
+                        &c.evictions,
+                        &c.bytes,
+                        &c.served_bytes,
+                        &c.pieces,
+                    ]
+                    .map(read);
                     (n.to_string(), v)
                 })
                 .collect(),
@@ -276,7 +286,11 @@ impl Scrape {
         w.family("cache_stale", help, Type::Counter, None, one(2));
         w.family("cache_revalidated", "Stale entries a server confirmed with 304.", Type::Counter, None, one(3));
         w.family("cache_evictions", "Cache entries evicted to make room.", Type::Counter, None, one(4));
-        w.family("cache_bytes", "Bytes stored in the cache now.", Type::Gauge, Some("bytes"), one(5))
+        w.family("cache_bytes", "Bytes stored in the cache now.", Type::Gauge, Some("bytes"), one(5));
+        let help = "Body bytes sent to clients from stored responses.";
+        w.family("cache_served_bytes", help, Type::Counter, Some("bytes"), one(6));
+        let help = "Partial responses (206) kept as pieces of a representation.";
+        w.family("cache_pieces", help, Type::Counter, None, one(7))
     }
 
     fn services(&self, w: &mut Writer) {

@@ -298,10 +298,14 @@ fn cache_counters_are_exposed_per_service() {
     stats.hits.store(5, Ordering::Relaxed);
     stats.bytes.store(1234, Ordering::Relaxed);
     stats.evictions.store(2, Ordering::Relaxed);
+    stats.served_bytes.store(4096, Ordering::Relaxed);
+    stats.pieces.store(3, Ordering::Relaxed);
     let view = ExpositionView { caches: vec![("web", &stats)], ..ExpositionView::default() };
     let text = encode(&view, Format::Text);
     assert!(text.contains("switchyard_cache_hits_total{service=\"web\"} 5\n"), "{text}");
     assert!(text.contains("switchyard_cache_bytes{service=\"web\"} 1234\n"), "{text}");
     assert!(text.contains("switchyard_cache_evictions_total{service=\"web\"} 2\n"), "{text}");
     assert!(text.contains("switchyard_cache_misses_total{service=\"web\"} 0\n"), "{text}");
+    assert!(text.contains("switchyard_cache_served_bytes_total{service=\"web\"} 4096\n"), "{text}");
+    assert!(text.contains("switchyard_cache_pieces_total{service=\"web\"} 3\n"), "{text}");
 }

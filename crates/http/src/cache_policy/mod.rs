@@ -12,6 +12,7 @@
 //! `Last-Modified`), durations everywhere else.
 
 pub mod date;
+pub mod location;
 pub mod range;
 pub mod targeted;
 

@@ -139,6 +139,44 @@ pub fn if_range_holds(
     asked == modified && date.duration_since(modified).is_ok_and(|d| d.as_secs() >= 1)
 }
 
+/// The range a single-part `206 Partial Content` carries, from its
+/// `Content-Range` (RFC 9110 §14.4): `bytes FIRST-LAST/COMPLETE` with a known
+/// complete length and `FIRST <= LAST < COMPLETE`. `None` for anything else
+/// (another unit, `*` as the length, an unsatisfied-range form, bad syntax):
+/// such a response is not stored.
+pub fn content_range(value: &[u8]) -> Option<(RangeInclusive<u64>, u64)> {
+    let value = super::trim(value);
+    let rest = value.strip_prefix(b"bytes ").or_else(|| value.strip_prefix(b"BYTES "))?;
+    let slash = rest.iter().position(|&b| b == b'/')?;
+    let (span, complete) = (&rest[..slash], &rest[slash + 1..]);
+    let dash = span.iter().position(|&b| b == b'-')?;
+    let (first, last, complete) = (digits(&span[..dash])?, digits(&span[dash + 1..])?, digits(complete)?);
+    (first <= last && last < complete).then_some((first..=last, complete))
+}
+
+/// The strong validator of a response, as one comparable token, for
+/// combining partial responses (RFC 9111 §3.4: only responses whose
+/// validators match by the strong comparison are combined): a strong `ETag`
+/// (`E` + the tag); without an `ETag`, a `Last-Modified` that is strong by
+/// RFC 9110 §8.8.2.2 — at least a second before the response's `Date`
+/// (`L` + the date as sent). A weak `ETag` gives `None` (no fallback to the
+/// date: the server said the representation's identity is weak).
+pub fn strong_validator(
+    etag: Option<&[u8]>,
+    last_modified: Option<&[u8]>,
+    date: Option<&[u8]>,
+    now: SystemTime,
+) -> Option<Vec<u8>> {
+    if let Some(tag) = etag.map(super::trim) {
+        let strong = tag.len() >= 2 && tag.starts_with(b"\"") && tag.ends_with(b"\"");
+        return strong.then(|| [&b"E"[..], tag].concat());
+    }
+    let raw = last_modified.map(super::trim)?;
+    let modified = super::date::parse(raw, now)?;
+    let date = super::date::parse(date?, now)?;
+    date.duration_since(modified).is_ok_and(|d| d.as_secs() >= 1).then(|| [&b"L"[..], raw].concat())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,5 +234,43 @@ mod tests {
         assert!(!if_range_holds(b"Sun, 06 Nov 1994 08:49:37 GMT", None, lm, lm, now), "a weak Last-Modified");
         assert!(!if_range_holds(b"Sun, 06 Nov 1994 08:49:37 GMT", None, lm, None, now));
         assert!(!if_range_holds(b"garbage", None, lm, date, now));
+    }
+
+    #[test]
+    fn content_ranges_of_single_part_responses() {
+        type Expected = Option<(RangeInclusive<u64>, u64)>;
+        let table: &[(&str, Expected)] = &[
+            ("bytes 0-499/1234", Some((0..=499, 1234))),
+            ("bytes 1233-1233/1234", Some((1233..=1233, 1234))),
+            (" bytes 0-0/1 ", Some((0..=0, 1))),
+            ("bytes 0-1234/1234", None),
+            ("bytes 500-400/1234", None),
+            ("bytes 0-499/*", None),
+            ("bytes */1234", None),
+            ("items 0-4/5", None),
+            ("bytes=0-4/5", None),
+            ("bytes 0-4", None),
+            ("bytes -4/5", None),
+            ("bytes 0--4/5", None),
+            ("bytes 0-99999999999999999999/5", None),
+            ("", None),
+        ];
+        for (value, expected) in table {
+            assert_eq!(content_range(value.as_bytes()), *expected, "{value}");
+        }
+    }
+
+    #[test]
+    fn only_strong_validators_identify_a_representation() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+        let lm = Some(&b"Sun, 06 Nov 1994 08:49:37 GMT"[..]);
+        let date = Some(&b"Sun, 06 Nov 1994 09:00:00 GMT"[..]);
+        assert_eq!(strong_validator(Some(b"\"v1\""), None, None, now), Some(b"E\"v1\"".to_vec()));
+        assert_eq!(strong_validator(Some(b"W/\"v1\""), lm, date, now), None, "a weak tag, no fallback");
+        assert_eq!(strong_validator(Some(b"v1"), None, None, now), None, "not a tag");
+        assert_eq!(strong_validator(None, lm, date, now), Some(b"LSun, 06 Nov 1994 08:49:37 GMT".to_vec()));
+        assert_eq!(strong_validator(None, lm, lm, now), None, "modified in the second of the Date: weak");
+        assert_eq!(strong_validator(None, lm, None, now), None, "no Date: cannot tell");
+        assert_eq!(strong_validator(None, None, date, now), None);
     }
 }

@@ -29,6 +29,12 @@ use crate::source::validate_source;
 use crate::tls::{check_layer4_pools, parse_protocol, validate_http2, validate_server_tls, validate_upstream_tls};
 use crate::units::{closest, is_token, parse_duration, parse_size, parse_socket_addr, suggest, Problem};
 
+/// Idle keep-alive connections a worker keeps per server when the pool does
+/// not say: enough for the concurrency of a busy HTTP/2 front (a hundred
+/// streams on a few connections each take a server connection at once), so
+/// that load does not close and reopen server connections.
+const DEFAULT_MAX_IDLE_PER_SERVER: usize = 256;
+
 const BALANCE_METHODS: &[&str] =
     &["round-robin", "least-connections", "random-two", "source-hash", "hash", "maglev", "first"];
 
@@ -433,7 +439,7 @@ fn validate_pool(cx: &mut Ctx<'_, '_>, raw: &S<RawPool>) -> Pool {
         .as_ref()
         .and_then(|v| cx.int_in("max_idle_per_server", v, 0..=10_000))
         .and_then(|n| usize::try_from(n).ok())
-        .unwrap_or(64);
+        .unwrap_or(DEFAULT_MAX_IDLE_PER_SERVER);
     let servers = match &raw.servers {
         None if broken(&raw.broken, "servers") => Vec::new(),
         None => {

@@ -46,7 +46,7 @@ fn defaults() {
     let p = &c.pools[0];
     assert_eq!(p.algorithm, Algorithm::RoundRobin);
     assert_eq!(p.hash_key, HashKey::ClientAddr);
-    assert_eq!(p.max_idle_per_server, 64);
+    assert_eq!(p.max_idle_per_server, 256);
     let server = &p.servers[0];
     assert_eq!(server.name, "127.0.0.1:9000");
     assert_eq!((server.weight, server.backup, server.max_connections), (1, false, None));

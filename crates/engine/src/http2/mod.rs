@@ -29,6 +29,7 @@ mod stream;
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -243,7 +244,16 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
                 }
                 None => break,
             },
-            Some(()) = streams.next(), if !streams.is_empty() => {}
+            Some(()) = streams.next(), if !streams.is_empty() => {
+                // Every other stream that is ready finishes before the
+                // connection is polled again: responses done in one turn leave
+                // in one write instead of a write each.
+                std::future::poll_fn(|cx| {
+                    while let Poll::Ready(Some(())) = streams.poll_next_unpin(cx) {}
+                    Poll::Ready(())
+                })
+                .await;
+            }
             () = shared.wake.notified() => {}
             () = worker.drain.notified() => {}
             () = worker.reloaded.notified() => {}

@@ -3,8 +3,10 @@
 //! ([`serve`]).
 //!
 //! There is one request pipeline. Each HTTP/2 stream is served by
-//! [`crate::http::serve`] in the stream's own task, the stream itself being
-//! the pipeline's client connection ([`stream`]): routing, persistence,
+//! [`crate::http::serve`] inside the connection's task (no task per stream;
+//! every ready stream finishes before the connection writes, so responses
+//! done together leave in one write), the stream itself being the
+//! pipeline's client connection ([`stream`]): routing, persistence,
 //! caching, rewriting, picking, forwarding and logging behave exactly as for
 //! HTTP/1.1.
 //!

@@ -1,4 +1,4 @@
-//! One HTTP/2 stream served by the pipeline, in the stream's own task.
+//! One HTTP/2 stream served by the pipeline, inside its connection's task.
 //!
 //! The stream is the pipeline's client connection ([`H2Client`], a
 //! [`ClientStream`]): its request head is written as HTTP/1.1 into the
@@ -8,9 +8,9 @@
 //! as informational HEADERS), DATA frames and trailers ([`Out`], then
 //! [`Outbound`]). Every phase (route, persistence, cache, rewrite, pick,
 //! forward, compress, log) is the pipeline's, unchanged; there is no pipe
-//! and no task besides the stream's own.
+//! and no task of its own.
 //!
-//! Resets: the stream task watches for the client's RST_STREAM while the
+//! Resets: the stream's future watches for the client's RST_STREAM while the
 //! pipeline runs, and drops the pipeline when it comes (a server stream it
 //! opened is reset with the client's code, [`Resets::by_client`]), without
 //! a failure log line per reset stream — a reset flood would become a log

@@ -130,8 +130,10 @@ impl Inbound {
 
 /// One DATA frame's payload as a chunk.
 fn chunk(data: &[u8]) -> Bytes {
+    use std::fmt::Write as _;
     let mut out = BytesMut::with_capacity(data.len() + 20);
-    out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    // The size line is written in place: no string of its own per frame.
+    let _ = write!(out, "{:x}\r\n", data.len());
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
     out.freeze()

@@ -13,12 +13,13 @@ pub mod netns;
 pub mod pki;
 pub mod prometheus;
 
+use std::collections::HashSet;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use switchyard_bench::origin::OriginStats;
@@ -41,9 +42,20 @@ pub fn free_port() -> u16 {
     free_port_on("127.0.0.1:0".parse().expect("address"))
 }
 
-/// A free TCP port on the given address's IP.
+/// A free TCP port on the given address's IP, never one this test process was
+/// handed before. The kernel may give a port just released to the next `bind(0)`,
+/// and the tests of one binary run in parallel: without this, two tests (or two
+/// nodes of one test) could be handed the same port before either binds it, and
+/// one would talk to the other's listener.
 pub fn free_port_on(addr: SocketAddr) -> u16 {
-    TcpListener::bind(addr).and_then(|l| l.local_addr()).expect("bind an ephemeral port").port()
+    static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    loop {
+        let port = TcpListener::bind(addr).and_then(|l| l.local_addr()).expect("bind an ephemeral port").port();
+        let mut handed = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+        if handed.get_or_insert_with(HashSet::new).insert(port) {
+            return port;
+        }
+    }
 }
 
 /// An address on 127.0.0.1 where nothing listens (a port just released).
@@ -266,10 +278,16 @@ pub struct Origin {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
+/// 127.0.0.1 on a port from [`free_port`], so that an origin never takes a port
+/// handed to a proxy that has not bound it yet.
+fn fresh_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], free_port()))
+}
+
 impl Origin {
     /// An origin on a fresh port of 127.0.0.1.
     pub fn start(name: &str) -> Origin {
-        Origin::start_at("127.0.0.1:0".parse().expect("address"), name).expect("start origin")
+        Origin::start_fresh(name, None)
     }
 
     /// An origin on a given address.
@@ -280,7 +298,18 @@ impl Origin {
     /// An HTTPS origin on a fresh port of 127.0.0.1, with a server configuration from
     /// `switchyard_bench::origin::tls_config`.
     pub fn start_tls(name: &str, tls: Arc<rustls::ServerConfig>) -> Origin {
-        Origin::start_with("127.0.0.1:0".parse().expect("address"), name, Some(tls)).expect("start origin")
+        Origin::start_fresh(name, Some(tls))
+    }
+
+    /// On a port from [`free_port`]; another port if something else took that one meanwhile.
+    fn start_fresh(name: &str, tls: Option<Arc<rustls::ServerConfig>>) -> Origin {
+        let mut tries = 0;
+        loop {
+            match Origin::start_with(fresh_addr(), name, tls.clone()) {
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse && tries < 5 => tries += 1,
+                started => return started.expect("start origin"),
+            }
+        }
     }
 
     fn start_with(addr: SocketAddr, name: &str, tls: Option<Arc<rustls::ServerConfig>>) -> io::Result<Origin> {

@@ -110,6 +110,10 @@ enum BenchCommand {
     /// beyond framing the bench's messages), pinned like the proxies, whose CPU per
     /// request is the least a relay spends on each test.
     Floor(FloorArgs),
+    /// Requests per second from 1 to N proxy workers (multi-core scaling), switchyard and
+    /// the peers asked for: the proxy on cores 0..n, the generator and origins on the
+    /// cores above the largest n.
+    Scaling(ScalingArgs),
     /// Compare two results (results.json files or the folders holding them).
     Compare {
         /// The first (baseline) results.
@@ -141,6 +145,60 @@ struct LoadArgs {
     /// Generator threads.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+}
+
+/// Arguments of `switchyard bench scaling`.
+#[derive(Args)]
+struct ScalingArgs {
+    /// Worker counts, comma-separated (default: 1, 2, 4, ... up to half the cores).
+    #[arg(long, value_delimiter = ',')]
+    workers: Vec<usize>,
+    /// Closed-loop connections per worker.
+    #[arg(long, default_value_t = 64)]
+    connections_per_worker: usize,
+    /// One request per connection (connections per second) instead of keep-alive.
+    #[arg(long)]
+    per_connection: bool,
+    /// Response body bytes.
+    #[arg(long, default_value_t = 128)]
+    size: u64,
+    /// Measured seconds per worker count (after 2 s of warm-up).
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Peers to measure beside switchyard, comma-separated: haproxy, nginx.
+    #[arg(long, value_delimiter = ',')]
+    peers: Vec<String>,
+    /// Output folder (default: bench-out/scaling-<timestamp>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Runs `switchyard bench scaling`.
+fn scaling(args: ScalingArgs) -> anyhow::Result<()> {
+    use std::time::Duration;
+    use suite::scaling::{self, ScalingOptions};
+    anyhow::ensure!(args.duration.is_finite() && args.duration > 0.0, "--duration must be positive");
+    anyhow::ensure!(args.connections_per_worker > 0, "--connections-per-worker must be positive");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = if args.workers.is_empty() { scaling::default_workers(cores) } else { args.workers };
+    let out = args.out.unwrap_or_else(|| scaling::default_out(&suite::timestamp_slug(SystemTime::now())));
+    let opts = ScalingOptions {
+        switchyard_bin: std::env::current_exe().context("cannot find the switchyard binary")?,
+        out: out.clone(),
+        workers,
+        connections_per_worker: args.connections_per_worker,
+        requests_per_connection: args.per_connection.then_some(1),
+        size: args.size,
+        warmup: Duration::from_secs(2),
+        duration: Duration::from_secs_f64(args.duration),
+        cores,
+        peers: args.peers.into_iter().filter(|p| !p.trim().is_empty()).collect(),
+    };
+    stop_children_on_signal();
+    let result = scaling::run(&opts)?;
+    print!("{}", scaling::markdown(&result));
+    eprintln!("bench scaling: report in {}", out.join("scaling.md").display());
+    Ok(())
 }
 
 /// Arguments of `switchyard bench floor`.
@@ -199,6 +257,9 @@ fn load(args: &LoadArgs) -> anyhow::Result<()> {
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(BenchCommand::Load(load_args)) = &args.command {
         return load(load_args);
+    }
+    if let Some(BenchCommand::Scaling(s)) = args.command {
+        return scaling(s);
     }
     if let Some(BenchCommand::Floor(f)) = args.command {
         use switchyard_bench::floor::{run, Mode};

@@ -15,6 +15,7 @@ pub mod machine;
 pub mod plan;
 pub mod procs;
 pub mod runner;
+pub mod scaling;
 pub mod syscalls;
 pub mod targets;
 
@@ -488,8 +489,9 @@ fn keep_log_sample(access_log: &Path, logs: &Path, target: TargetKind) {
     let _ = std::fs::remove_file(access_log);
 }
 
-/// Loopback ports, from base 31000 upwards in steps of 100 until all are free.
-fn free_ports() -> anyhow::Result<targets::Ports> {
+/// Loopback ports, from base 31000 upwards in steps of 100 until all are free
+/// (see [`targets::Ports::from_base`]).
+pub fn free_ports() -> anyhow::Result<targets::Ports> {
     for i in 0..40u16 {
         let ports = targets::Ports::from_base(31000 + i * 100);
         let free = ports

@@ -66,11 +66,27 @@ impl Proc {
         Proc::spawn_split(name, cpu, program, args, log, log)
     }
 
+    /// [`Proc::spawn`] on a set of cores, a `taskset` list such as `0-3` or `4,6`.
+    pub fn spawn_on(name: &str, cpus: &str, program: &Path, args: &[String], log: &Path) -> anyhow::Result<Proc> {
+        Proc::start(name, cpus, program, args, log, log)
+    }
+
     /// [`Proc::spawn`] with stdout appended to `stdout` and stderr to `stderr`
     /// (the same file when both paths are equal).
     pub fn spawn_split(
         name: &str,
         cpu: usize,
+        program: &Path,
+        args: &[String],
+        stdout: &Path,
+        stderr: &Path,
+    ) -> anyhow::Result<Proc> {
+        Proc::start(name, &cpu.to_string(), program, args, stdout, stderr)
+    }
+
+    fn start(
+        name: &str,
+        cpus: &str,
         program: &Path,
         args: &[String],
         stdout: &Path,
@@ -82,7 +98,7 @@ impl Proc {
         let err = if stderr == stdout { out.try_clone()? } else { append(stderr)? };
         let child = Command::new("taskset")
             .arg("-c")
-            .arg(cpu.to_string())
+            .arg(cpus)
             .arg(program)
             .args(args)
             .stdin(Stdio::null())
@@ -320,8 +336,13 @@ pub fn parse_core_ticks(stat: &str, cpu: usize) -> Option<(u64, u64)> {
 /// Pins every thread of this process to `cpu` (`taskset -acp`); threads started later
 /// inherit it. Returns taskset's complaint when it fails.
 pub fn pin_self(cpu: usize) -> io::Result<()> {
+    pin_self_to(&cpu.to_string())
+}
+
+/// [`pin_self`] to a set of cores, a `taskset` list such as `8-11`.
+pub fn pin_self_to(cpus: &str) -> io::Result<()> {
     let out = Command::new("taskset")
-        .args(["-acp", &cpu.to_string(), &std::process::id().to_string()])
+        .args(["-acp", cpus, &std::process::id().to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .output()?;

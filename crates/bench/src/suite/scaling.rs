@@ -525,7 +525,7 @@ mod tests {
         assert_eq!((odd.generator, odd.origins), (vec![3, 4, 5], vec![6, 7]));
         let two = layout(2, 1).expect("fits");
         assert_eq!((two.proxy, two.generator, two.origins), (vec![0], vec![1], vec![1]));
-        assert!(layout(4, 4).unwrap_err().contains("at least 5 cores"));
+        assert!(layout(4, 4).expect_err("too many").contains("at least 5 cores"));
         assert!(layout(4, 0).is_err());
     }
 
@@ -582,7 +582,7 @@ mod tests {
             limited_by: limited_by.map(String::from),
         };
         let s = Scaling {
-            layout: layout(8, 4).unwrap(),
+            layout: layout(8, 4).expect("fits"),
             test: "t".into(),
             machine: "m".into(),
             duration_s: 5.0,

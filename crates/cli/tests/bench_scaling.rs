@@ -44,6 +44,24 @@ fn scaling_writes_a_row_per_target_and_worker_count() {
     assert!(config.contains("workers = 1\n"), "{config}");
     assert!(out.join("scaling.md").is_file());
 
+    // One request per connection: each one asks the proxy to close, and every request is
+    // a new connection.
+    let cps = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["bench", "scaling", "--workers", "1", "--duration", "1", "--connections-per-worker", "4"])
+        .args(["--per-connection", "--out"])
+        .arg(out.join("cps"))
+        .output()
+        .expect("run switchyard bench scaling --per-connection");
+    assert!(cps.status.success(), "{}", String::from_utf8_lossy(&cps.stderr));
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("cps/scaling.json")).expect("cps scaling.json"))
+            .expect("parses");
+    assert!(r["test"].as_str().unwrap_or_default().contains("one request per connection"), "{r}");
+    let row = &r["rows"][0];
+    assert!(row["requests"].as_u64().unwrap_or(0) > 0 && row["errors"] == 0, "{row}");
+    let (rps, cps) = (row["rps"].as_f64().unwrap_or(0.0), row["cps"].as_f64().unwrap_or(-1.0));
+    assert!((rps - cps).abs() <= rps * 0.05 + 5.0, "a connection per request: {row}");
+
     // More workers than the machine can give the proxy and still load it: refused, said why.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let too_many = Command::new(env!("CARGO_BIN_EXE_switchyard"))

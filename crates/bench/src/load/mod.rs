@@ -11,7 +11,9 @@
 //! [`pace`]). The generator's own CPU time over the window is read from
 //! `/proc/thread-self` on each of its threads.
 //!
-//! HTTP/1.1 is hand-written on `httparse` (one write per request, buffers reused);
+//! HTTP/1.1 is hand-written on `httparse` (one write per request, buffers reused; after a
+//! response that says `connection: close` it waits up to a second for the server's close
+//! before closing its side);
 //! HTTP/2 uses the `h2` crate with [`H2_STREAMS_PER_CONNECTION`] concurrent streams per
 //! connection; TLS is rustls with the aws-lc-rs provider (see `tls.rs`).
 

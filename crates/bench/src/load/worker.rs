@@ -37,6 +37,10 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause after a failed connection attempt, so a refusing target is not hammered in a
 /// tight loop that would eat the CPU the target needs.
 const CONNECT_BACKOFF: Duration = Duration::from_millis(10);
+
+/// How long a connection whose response said `connection: close` waits for the server's
+/// close before closing itself.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// Timer slop forgiven in open loop: a request whose connection was free and waiting for
 /// its send time is measured from when the timer (1 ms granularity) released it, up to
 /// this much after its intended time. Anything later is charged to the request.
@@ -335,6 +339,9 @@ async fn h1<S: AsyncRead + AsyncWrite + Unpin>(
             Ok(Ok(response)) if (200..400).contains(&response.status) => {
                 local.success(since, &response);
                 if response.close {
+                    // The server closes: wait for its FIN before closing this side, as an
+                    // HTTP client should, so that the TIME_WAIT stays on the server's side.
+                    let _ = timeout(CLOSE_WAIT, until_eof(io, buf)).await;
                     break Flow::Reconnect;
                 }
             }
@@ -354,6 +361,18 @@ async fn h1<S: AsyncRead + AsyncWrite + Unpin>(
     };
     user.jar.replace(jar);
     flow
+}
+
+/// Reads and discards until the peer closes (or the read fails).
+async fn until_eof<S: AsyncRead + Unpin>(io: &mut S, buf: &mut BytesMut) {
+    use tokio::io::AsyncReadExt;
+    loop {
+        buf.clear();
+        match io.read_buf(buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
 }
 
 /// A connection's shared state between its HTTP/2 streams.

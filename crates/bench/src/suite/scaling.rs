@@ -228,7 +228,7 @@ pub fn run(opts: &ScalingOptions) -> anyhow::Result<Scaling> {
 
     let reuse = match opts.requests_per_connection {
         None => "keep-alive".to_string(),
-        Some(1) => "one request per connection".to_string(),
+        Some(1) => "one request per connection (`connection: close`)".to_string(),
         Some(k) => format!("{k} requests per connection"),
     };
     let scaling = Scaling {
@@ -327,7 +327,14 @@ fn measure(opts: &ScalingOptions, layout: &Layout, target: &Target) -> anyhow::R
         tls: None,
         protocol: Protocol::Http1,
         paths,
-        headers: Vec::new(),
+        // One request per connection: the request asks the proxy to close, and the
+        // generator waits for that close (as HTTP/1.0-style clients do), so the TIME_WAIT
+        // sockets stay on the proxy's side. When the generator closed first, its
+        // connect(2) calls spent their time searching a port space full of them.
+        headers: match opts.requests_per_connection {
+            Some(1) => vec![("connection".to_string(), "close".to_string())],
+            _ => Vec::new(),
+        },
         cookies: false,
         connections,
         requests_per_connection: opts.requests_per_connection,

@@ -272,6 +272,16 @@ pub(crate) fn validate_http2(cx: &mut Ctx<'_, '_>, raw: &RawHttp2) -> Http2 {
     }
 }
 
+/// Validates a service's `http3`.
+pub(crate) fn validate_http3(cx: &mut Ctx<'_, '_>, raw: &RawHttp3) -> Http3 {
+    let d = Http3::default();
+    let streams = raw.max_concurrent_streams.as_ref().and_then(|v| cx.int_in("max_concurrent_streams", v, 1..=10_000));
+    Http3 {
+        enabled: raw.enabled.as_ref().map_or(d.enabled, |e| *e.get_ref()),
+        max_concurrent_streams: streams.and_then(|n| u32::try_from(n).ok()).unwrap_or(d.max_concurrent_streams),
+    }
+}
+
 /// Validates a pool's `tls`; `None` for `tls = false` and on errors.
 pub(crate) fn validate_upstream_tls(cx: &mut Ctx<'_, '_>, raw: &S<RawUpstreamTls>) -> Option<UpstreamTls> {
     let raw = raw.get_ref();

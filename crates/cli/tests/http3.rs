@@ -71,7 +71,10 @@ impl Front {
             let list: Vec<String> = servers.iter().map(|a| format!("{{ address = \"{a}\" }}")).collect();
             config += &format!("\n[[pool]]\nname = \"{name}\"\nservers = [{}]\n{pool_extra}\n", list.join(", "));
         }
-        let proxy = Proxy::start(&config, listen);
+        let file = dir.join("switchyard.toml");
+        std::fs::write(&file, &config).expect("config");
+        // Two workers: QUIC is served by the first one (ADR 0006), TCP by both.
+        let proxy = Proxy::run_file_with(&file, listen, 2);
         Front { proxy, listen, ca, log }
     }
 
@@ -312,6 +315,23 @@ fn a_client_that_moves_to_another_port_keeps_being_served() {
     let lines = front.log_lines(6);
     let clients: Vec<&str> = lines.iter().filter_map(|l| l["client"].as_str()).collect();
     assert!(clients.iter().any(|c| c.ends_with(&format!(":{}", ports[1]))), "{clients:?} {ports:?}");
+}
+
+#[test]
+fn a_reload_keeps_http3_serving_with_the_new_rules() {
+    let Some(python) = python() else { return };
+    let (main, images) = (Origin::start("main"), Origin::start("images"));
+    let front = Front::start(
+        &[("main", &[main.addr], ""), ("images", &[images.addr], "")],
+        "rules = [{ path_prefix = \"/old/\", pool = \"images\" }]",
+    );
+    let before = front.h3(&python, json!({ "requests": [get("/new/a")] }));
+    assert_eq!(before.result(0).header("x-origin").as_deref(), Some("main"));
+    let config = std::fs::read_to_string(&front.proxy.config).expect("config");
+    std::fs::write(&front.proxy.config, config.replace("/old/", "/new/")).expect("config");
+    front.proxy.reload(1);
+    let after = front.h3(&python, json!({ "requests": [get("/new/a")] }));
+    assert_eq!(after.result(0).header("x-origin").as_deref(), Some("images"), "{}", front.proxy.log());
 }
 
 #[test]

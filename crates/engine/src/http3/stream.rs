@@ -423,3 +423,45 @@ impl ClientStream for H3Client {
         Some(&self.resets)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunked_body_loses_its_framing_and_keeps_its_trailers() {
+        let mut framer = Framer::new(Framing::Chunked);
+        let wire = b"3\r\nabc\r\n2\r\nde\r\n0\r\ngrpc-status: 7\r\ncontent-length: 9\r\n\r\n";
+        let (mut payload, mut trailers, mut end) = (Vec::new(), None, false);
+        // Written in pieces that split the framing.
+        for piece in wire.chunks(4) {
+            let (step, n) = framer.take(piece).expect("valid framing");
+            assert_eq!(n, piece.len());
+            payload.extend_from_slice(&step.data);
+            trailers = trailers.or(step.trailers);
+            end |= step.end;
+        }
+        assert_eq!((payload.as_slice(), end), (&b"abcde"[..], true));
+        let trailers = trailers.expect("trailers");
+        assert_eq!(trailers.get("grpc-status").map(|v| v.as_bytes()), Some(&b"7"[..]));
+        assert!(trailers.get("content-length").is_none(), "framing fields never trail");
+    }
+
+    #[test]
+    fn a_body_with_a_length_ends_at_its_length() {
+        let mut framer = Framer::new(Framing::Length(4));
+        let (step, n) = framer.take(b"abcdef").expect("take");
+        assert_eq!((&step.data[..], n, step.end), (&b"abcd"[..], 4, true));
+        assert!(!framer.ends_with_close());
+        let mut until_close = Framer::new(Framing::UntilClose);
+        let (step, n) = until_close.take(b"xyz").expect("take");
+        assert_eq!((&step.data[..], n, step.end), (&b"xyz"[..], 3, false));
+        assert!(until_close.ends_with_close());
+    }
+
+    #[test]
+    fn bad_chunk_framing_is_an_error() {
+        let mut framer = Framer::new(Framing::Chunked);
+        assert!(framer.take(b"zz\r\nabc\r\n").is_err());
+    }
+}

@@ -318,6 +318,19 @@ fn a_client_that_moves_to_another_port_keeps_being_served() {
 }
 
 #[test]
+fn an_oversized_head_is_refused_on_its_stream_only() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start(&[("main", &[origin.addr], "")], "limits = { max_header_bytes = \"4KiB\" }");
+    let big = json!({ "method": "GET", "path": "/big", "headers": [["x-filler", "a".repeat(8 * 1024)]] });
+    let answer = front.h3(&python, json!({ "requests": [big, get("/after?size=100")] }));
+    assert_eq!(answer.result(0).status(), 431);
+    let after = answer.result(1);
+    assert_eq!((after.status(), after.body().len()), (200, 100), "the connection goes on");
+    assert_eq!(origin.requests(), 1);
+}
+
+#[test]
 fn a_reload_keeps_http3_serving_with_the_new_rules() {
     let Some(python) = python() else { return };
     let (main, images) = (Origin::start("main"), Origin::start("images"));

@@ -331,6 +331,36 @@ fn an_oversized_head_is_refused_on_its_stream_only() {
 }
 
 #[test]
+fn garbage_datagrams_disturb_no_one() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start(&[("main", &[origin.addr], "")], "");
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
+    // Short and long headers with random contents, an Initial-looking packet too
+    // small to be one, and empty datagrams: each is dropped (or answered by a
+    // stateless reset or version negotiation), never a crash.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    for i in 0..2000usize {
+        let len = [0, 1, 20, 200, 1200, 1500][i % 6];
+        let datagram: Vec<u8> = (0..len)
+            .map(|j| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                if j == 0 && i % 3 == 0 {
+                    0xc0
+                } else {
+                    seed as u8
+                }
+            })
+            .collect();
+        let _ = socket.send_to(&datagram, front.listen);
+    }
+    let answer = front.h3(&python, json!({ "requests": [get("/after?size=100")] }));
+    assert_eq!(answer.result(0).status(), 200, "{}", front.proxy.log());
+}
+
+#[test]
 fn a_reload_keeps_http3_serving_with_the_new_rules() {
     let Some(python) = python() else { return };
     let (main, images) = (Origin::start("main"), Origin::start("images"));

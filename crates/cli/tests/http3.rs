@@ -58,9 +58,11 @@ impl Front {
         std::fs::write(&key_file, key).expect("key");
         let listen = proxy_addr();
         let log = dir.join("access.log");
+        // `http3 = true` unless `extra` writes its own `http3`.
+        let http3 = if extra.contains("http3 =") { "" } else { "http3 = true\n" };
         let mut config = format!(
             "workers = 2\ndrain_timeout = \"5s\"\n\n[access_log]\npath = \"{}\"\nformat = \"json\"\n\n\
-             [[service]]\nname = \"web\"\nmode = \"https\"\nlisten = \"{listen}\"\npool = \"{}\"\nhttp3 = true\n\
+             [[service]]\nname = \"web\"\nmode = \"https\"\nlisten = \"{listen}\"\npool = \"{}\"\n{http3}\
              tls = {{ certificate = \"{}\", key = \"{}\" }}\n{extra}\n",
             log.display(),
             pools[0].0,
@@ -328,6 +330,19 @@ fn an_oversized_head_is_refused_on_its_stream_only() {
     let after = answer.result(1);
     assert_eq!((after.status(), after.body().len()), (200, 100), "the connection goes on");
     assert_eq!(origin.requests(), 1);
+}
+
+#[test]
+fn a_rapid_reset_client_is_closed_and_no_one_else() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start(&[("main", &[origin.addr], "")], "http3 = { enabled = true, max_resets = 10 }");
+    let flood = front.h3(&python, json!({ "reset_streams": 40, "requests": [get("/late?size=10")] }));
+    assert_eq!(flood.0["closed"], 0x107, "closed with H3_EXCESSIVE_LOAD: {}", flood.0);
+    assert!(flood.0["results"][0].get("error").is_some(), "{}", flood.0);
+    assert!(front.proxy.log().contains("rapid-reset"), "{}", front.proxy.log());
+    let other = front.h3(&python, json!({ "requests": [get("/fine?size=10")] }));
+    assert_eq!(other.result(0).status(), 200);
 }
 
 #[test]

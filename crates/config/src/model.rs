@@ -1015,11 +1015,14 @@ pub struct Http3 {
     pub enabled: bool,
     /// Most concurrent request streams per connection (default 100).
     pub max_concurrent_streams: u32,
+    /// Request streams the client resets tolerated per connection within
+    /// 10 s before the connection is closed (rapid-reset defence; default 200).
+    pub max_resets: u32,
 }
 
 impl Default for Http3 {
     fn default() -> Self {
-        Http3 { enabled: false, max_concurrent_streams: 100 }
+        Http3 { enabled: false, max_concurrent_streams: 100, max_resets: 200 }
     }
 }
 

@@ -639,6 +639,8 @@ pub struct RawHttp3 {
     pub enabled: Option<S<bool>>,
     /// `max_concurrent_streams`
     pub max_concurrent_streams: Option<S<i64>>,
+    /// `max_resets`
+    pub max_resets: Option<S<i64>>,
 }
 
 /// A pool's `tls`: `tls = BOOL` is read as `enabled`.

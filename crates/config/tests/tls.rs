@@ -90,11 +90,12 @@ client_auth = { ca = "FIXTURES/ca.crt", required = false }
 fn http3_is_off_by_default_and_reads_as_a_switch_or_a_table() {
     let tls = r#"tls = { certificate = "FIXTURES/rsa.crt", key = "FIXTURES/rsa.key" }"#;
     let c = https(tls).unwrap();
-    assert_eq!(c.services[0].http3, Http3 { enabled: false, max_concurrent_streams: 100 });
+    assert_eq!(c.services[0].http3, Http3 { enabled: false, max_concurrent_streams: 100, max_resets: 200 });
     let c = https(&format!("http3 = true\n{tls}")).unwrap();
-    assert_eq!(c.services[0].http3, Http3 { enabled: true, max_concurrent_streams: 100 });
-    let c = https(&format!("http3 = {{ enabled = true, max_concurrent_streams = 250 }}\n{tls}")).unwrap();
-    assert_eq!(c.services[0].http3, Http3 { enabled: true, max_concurrent_streams: 250 });
+    assert_eq!(c.services[0].http3, Http3 { enabled: true, max_concurrent_streams: 100, max_resets: 200 });
+    let c =
+        https(&format!("http3 = {{ enabled = true, max_concurrent_streams = 250, max_resets = 7 }}\n{tls}")).unwrap();
+    assert_eq!(c.services[0].http3, Http3 { enabled: true, max_concurrent_streams: 250, max_resets: 7 });
 }
 
 fn errors(loaded: Result<Config, Diagnostics>) -> Vec<String> {

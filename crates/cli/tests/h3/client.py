@@ -7,10 +7,13 @@ Plan:
    "concurrent": bool   -- every request at once on the one connection (else in order),
    "cookie_jar": bool   -- keep `set-cookie` values and send them back (in order only),
    "rebind_after": int  -- after that many requests, move the connection to a new
-                           local UDP port (new socket, new connection ID) and go on}
+                           local UDP port (new socket, new connection ID) and go on,
+   "reset_streams": int -- first open that many request streams (headers, no end)
+                           and reset each at once (a rapid-reset client)}
 
 Answer: {"results": [{"status", "headers", "body_hex", "trailers"} or {"error"}...],
-         "ports": [local port of each socket used]}
+         "ports": [local port of each socket used],
+         "closed": the server's connection close code, or null}
 """
 
 import asyncio
@@ -24,7 +27,7 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import QuicEvent, StreamReset
+from aioquic.quic.events import ConnectionTerminated, QuicEvent, StreamReset
 
 
 class Exchange:
@@ -49,8 +52,14 @@ class Client(QuicConnectionProtocol):
         super().__init__(*args, **kwargs)
         self.http = H3Connection(self._quic)
         self.exchanges = {}
+        self.closed = None
 
     def quic_event_received(self, event: QuicEvent) -> None:
+        if isinstance(event, ConnectionTerminated):
+            self.closed = event.error_code
+            for exchange in self.exchanges.values():
+                exchange.finish(f"connection closed with code {event.error_code}: {event.reason_phrase}")
+            return
         if isinstance(event, StreamReset) and event.stream_id in self.exchanges:
             self.exchanges[event.stream_id].finish(f"stream reset with code {event.error_code}")
         for h3_event in self.http.handle_event(event):
@@ -72,6 +81,8 @@ class Client(QuicConnectionProtocol):
                 exchange.finish()
 
     async def request(self, method, authority, path, headers, body) -> Exchange:
+        if self.closed is not None:
+            raise RuntimeError(f"connection closed with code {self.closed}")
         stream_id = self._quic.get_next_available_stream_id()
         exchange = Exchange()
         self.exchanges[stream_id] = exchange
@@ -92,6 +103,17 @@ class Client(QuicConnectionProtocol):
         if error:
             raise RuntimeError(error)
         return exchange
+
+    async def reset_streams(self, count, authority) -> None:
+        for _ in range(count):
+            stream_id = self._quic.get_next_available_stream_id()
+            fields = [(b":method", b"POST"), (b":scheme", b"https"), (b":authority", authority.encode()),
+                      (b":path", b"/reset")]
+            self.http.send_headers(stream_id, fields, end_stream=False)
+            self._quic.reset_stream(stream_id, 0x10C)  # H3_REQUEST_CANCELLED
+            self.transmit()
+            await asyncio.sleep(0.002)
+        await asyncio.sleep(0.5)
 
 
 def answer(exchange: Exchange) -> dict:
@@ -145,6 +167,8 @@ async def main() -> None:
     results, jar = [], {}
     async with connect(plan["host"], plan["port"], configuration=config, create_protocol=Client) as client:
         ports = [client._transport.get_extra_info("sockname")[1]]
+        if plan.get("reset_streams"):
+            await client.reset_streams(plan["reset_streams"], f"{plan['server_name']}:{plan['port']}")
         requests = plan["requests"]
         if plan.get("concurrent"):
             results = await asyncio.gather(*(one(client, plan, r, None) for r in requests))
@@ -154,7 +178,7 @@ async def main() -> None:
                     ports.append(await rebind(client))
                 results.append(await one(client, plan, req, jar))
         client.close()
-    json.dump({"results": list(results), "ports": ports}, sys.stdout)
+    json.dump({"results": list(results), "ports": ports, "closed": client.closed}, sys.stdout)
 
 
 asyncio.run(main())

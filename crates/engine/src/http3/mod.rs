@@ -19,8 +19,11 @@
 //! Limits, per connection: `http3.max_concurrent_streams` request streams
 //! (QUIC stream credit), a few unidirectional streams (HTTP/3's control and
 //! QPACK streams), the field section size (`limits.max_header_bytes`), and
-//! `timeouts.client_idle` as QUIC's idle timeout. A draining worker or a
-//! removed service sends GOAWAY: streams in flight finish.
+//! `timeouts.client_idle` as QUIC's idle timeout. More than
+//! `http3.max_resets` streams reset by the client before their request was
+//! complete, within [`RESET_WINDOW`], close the connection with
+//! `H3_EXCESSIVE_LOAD` (rapid-reset defence). A draining worker or a removed
+//! service sends GOAWAY: streams in flight finish.
 //!
 //! Invariants: no peer input can panic this code; a misbehaving connection
 //! closes only itself.
@@ -39,6 +42,8 @@ use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use switchyard_config::Service;
 
+use self::stream::Ended;
+use crate::http2::{Tally, RESET_WINDOW};
 use crate::live::Proto;
 use crate::transport::Transport;
 use crate::worker::{Local, Worker};
@@ -46,6 +51,9 @@ use crate::worker::{Local, Worker};
 /// Unidirectional streams a client may open at once: HTTP/3's control
 /// stream, the two QPACK streams, and room for reserved (grease) types.
 const UNI_STREAMS: u32 = 8;
+/// `H3_EXCESSIVE_LOAD` (RFC 9114 8.1): the connection close code of the
+/// rapid-reset defence.
+const EXCESSIVE_LOAD: u32 = 0x107;
 /// Longest a QUIC connection may stay without traffic (`client_idle` within
 /// this bound, as the QUIC idle timeout is a 62-bit millisecond count).
 const MAX_IDLE: Duration = Duration::from_secs(24 * 3600);
@@ -165,6 +173,7 @@ async fn connection(incoming: quinn::Incoming, local: Rc<Local>, service: usize,
     };
     let (name, timeouts, max_field_section) =
         (svc.name.clone(), svc.timeouts, u64::try_from(svc.limits.max_header_bytes).unwrap_or(u64::MAX));
+    let resets = Tally::new(svc.http3.max_resets, tokio::time::Instant::now());
     let metrics = local.gen.services[service].clone();
     let peer = incoming.remote_address();
     let local_addr = SocketAddr::new(incoming.local_ip().unwrap_or(addr.ip()), addr.port());
@@ -228,14 +237,25 @@ async fn connection(incoming: quinn::Incoming, local: Rc<Local>, service: usize,
                     break;
                 }
             },
-            Some(_ended) = streams.next(), if !streams.is_empty() => {
+            Some(ended) = streams.next(), if !streams.is_empty() => {
                 // Every other stream that is ready finishes before the
                 // connection is polled again.
+                let mut reset = usize::from(ended == Ended::PeerReset);
                 std::future::poll_fn(|cx| {
-                    while let Poll::Ready(Some(_)) = streams.poll_next_unpin(cx) {}
+                    while let Poll::Ready(Some(ended)) = streams.poll_next_unpin(cx) {
+                        reset += usize::from(ended == Ended::PeerReset);
+                    }
                     Poll::Ready(())
                 })
                 .await;
+                let now = tokio::time::Instant::now();
+                if (0..reset).fold(false, |tripped, _| resets.record(now, RESET_WINDOW) || tripped) {
+                    let reason = "rapid-reset";
+                    tracing::warn!(service = %shared.name, client = %peer, reason, "HTTP/3 connection closed");
+                    metrics.connection_refused(worker.id, reason);
+                    shared.connection.close(quinn::VarInt::from_u32(EXCESSIVE_LOAD), reason.as_bytes());
+                    break;
+                }
             }
             () = worker.drain.notified(), if !going_away => {}
             () = worker.reloaded.notified(), if !going_away => {}

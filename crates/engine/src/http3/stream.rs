@@ -57,6 +57,13 @@ pub(super) enum Ended {
     Done,
     /// No request could be read, or the response could not be completed.
     Failed,
+    /// The client reset the stream before its request was complete.
+    PeerReset,
+}
+
+/// Whether `e` is the client's reset of the stream.
+fn peer_reset(e: &h3::error::StreamError) -> bool {
+    matches!(e, h3::error::StreamError::RemoteTerminate { .. })
 }
 
 /// Serves one stream: the request through the pipeline, the response back.
@@ -65,8 +72,10 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
         let (local, service) = conn.current();
         local.gen.config.services.get(service).map_or(Default::default(), |s| s.timeouts.client_header)
     };
-    let Ok(Ok((request, stream))) = tokio::time::timeout(wait, resolver.resolve_request()).await else {
-        return Ended::Failed;
+    let (request, stream) = match tokio::time::timeout(wait, resolver.resolve_request()).await {
+        Ok(Ok(resolved)) => resolved,
+        Ok(Err(e)) if peer_reset(&e) => return Ended::PeerReset,
+        Ok(Err(_)) | Err(_) => return Ended::Failed,
     };
     let (parts, ()) = request.into_parts();
     let head_request = parts.method == http::Method::HEAD;
@@ -77,7 +86,11 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
     } else {
         match tokio::time::timeout(wait, first_data(&mut recv)).await {
             Ok(Ok(first)) => (first.is_none(), first.unwrap_or_default()),
-            Ok(Err(())) | Err(_) => {
+            Ok(Err(reset)) => {
+                out.reset(Code::H3_REQUEST_INCOMPLETE).await;
+                return if reset { Ended::PeerReset } else { Ended::Failed };
+            }
+            Err(_) => {
                 out.reset(Code::H3_REQUEST_INCOMPLETE).await;
                 return Ended::Failed;
             }
@@ -111,14 +124,14 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
 }
 
 /// The first body payload of a request without a length: `None` when the
-/// stream ended without one.
-async fn first_data(recv: &mut RecvHalf) -> Result<Option<Bytes>, ()> {
+/// stream ended without one. The error says whether the client reset it.
+async fn first_data(recv: &mut RecvHalf) -> Result<Option<Bytes>, bool> {
     loop {
         match std::future::poll_fn(|cx| recv.poll_recv_data(cx)).await {
             Ok(Some(mut data)) if data.has_remaining() => return Ok(Some(data.copy_to_bytes(data.remaining()))),
             Ok(Some(_)) => {}
             Ok(None) => return Ok(None),
-            Err(_) => return Err(()),
+            Err(e) => return Err(peer_reset(&e)),
         }
     }
 }

@@ -99,11 +99,12 @@ ensure_cargo() {
 # git-ignored .tools/ only when missing: h2spec (HTTP/2 conformance, `go install`) into
 # .tools/bin, Python grpcio (a real gRPC client and server) with the standard health
 # servicer, and the OpenTelemetry project's generated OTLP protobuf classes
-# (opentelemetry-proto: the tracing tests' collector decodes with them) into
-# .tools/venv. Without Go or Python the tests needing them say they skipped.
+# (opentelemetry-proto: the tracing tests' collector decodes with them), and aioquic
+# (an HTTP/3 client, crates/cli/tests/http3.rs) into .tools/venv. Without Go or Python
+# the tests needing them say they skipped.
 TOOLS_DIR=.tools
 H2SPEC_MODULE=github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible
-PYTHON_PACKAGES=(grpcio==1.85.3 grpcio-health-checking==1.85.1 protobuf==7.36.2 opentelemetry-proto==1.45.2)
+PYTHON_PACKAGES=(grpcio==1.85.3 grpcio-health-checking==1.85.1 protobuf==7.36.2 opentelemetry-proto==1.45.2 aioquic==1.7.2)
 
 install_h2spec() {
   if [[ -x $TOOLS_DIR/bin/h2spec ]]; then
@@ -122,8 +123,9 @@ install_h2spec() {
 install_grpcio() {
   local venv=$TOOLS_DIR/venv
   if [[ -x $venv/bin/python ]] &&
-    "$venv/bin/python" -c 'import grpc, grpc_health.v1, opentelemetry.proto.collector.trace.v1' 2>/dev/null; then
-    echo "grpcio and opentelemetry-proto present"
+    "$venv/bin/python" -c 'import grpc, grpc_health.v1, opentelemetry.proto.collector.trace.v1, aioquic.h3.connection' \
+      2>/dev/null; then
+    echo "grpcio, opentelemetry-proto and aioquic present"
     return
   fi
   if ! command -v python3 >/dev/null 2>&1; then

@@ -223,6 +223,7 @@ fn same_service(old_cfg: &Config, a: &Service, new_cfg: &Config, b: &Service) ->
         sni_routes,
         tls,
         http2,
+        http3,
         compression,
         cache,
         protection,
@@ -249,6 +250,7 @@ fn same_service(old_cfg: &Config, a: &Service, new_cfg: &Config, b: &Service) ->
         && *accept_proxy == b.accept_proxy
         && *tls == b.tls
         && *http2 == b.http2
+        && *http3 == b.http3
         && *compression == b.compression
         && *cache == b.cache
         && *protection == b.protection

@@ -152,7 +152,7 @@ fn modes_of(key: &str) -> Option<&'static [Mode]> {
     Some(match key {
         "x_forwarded_for" | "x_forwarded_proto" | "forwarded" | "timeouts" | "limits" | "rules" | "http2"
         | "compression" | "cache" => &[Mode::Http, Mode::Https],
-        "tls" => &[Mode::Https],
+        "tls" | "http3" => &[Mode::Https],
         "idle_timeout" | "zero_copy" => &[Mode::Tcp, Mode::TlsPassthrough],
         "max_connections" | "when_full" => &[Mode::Http, Mode::Https, Mode::Tcp, Mode::TlsPassthrough],
         "udp" => &[Mode::Udp],
@@ -180,6 +180,7 @@ fn written_keys(raw: &RawService) -> Vec<(&'static str, Range<usize>)> {
         ("sni", raw.sni.as_ref().map(S::span)),
         ("tls", raw.tls.as_ref().map(S::span)),
         ("http2", raw.http2.as_ref().map(S::span)),
+        ("http3", raw.http3.as_ref().map(S::span)),
         ("compression", raw.compression.as_ref().map(S::span)),
         ("cache", raw.cache.as_ref().map(S::span)),
         ("protection", raw.protection.as_ref().map(S::span)),

@@ -263,6 +263,8 @@ pub struct Service {
     pub tls: Option<ServerTls>,
     /// HTTP/2 towards clients (`http` and `https` services).
     pub http2: Http2,
+    /// HTTP/3 (QUIC) towards clients, on the listeners' ports over UDP (`https` only).
+    pub http3: Http3,
     /// Response compression (`http` and `https` services); `None`: off.
     pub compression: Option<crate::Compression>,
     /// The response cache (`http` and `https` services); `None`: off.
@@ -1001,6 +1003,26 @@ pub struct Http2 {
 impl Default for Http2 {
     fn default() -> Self {
         Http2 { enabled: true, max_concurrent_streams: 100, max_resets: 200, max_control_frames: 1000 }
+    }
+}
+
+/// HTTP/3 towards clients (`http3`): QUIC on the UDP ports of an `https`
+/// service's listeners, with the service's certificates (ALPN `h3`).
+/// 0-RTT is refused (a replayed request could act twice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http3 {
+    /// Accept HTTP/3 and advertise it with `Alt-Svc` (default false).
+    pub enabled: bool,
+    /// Most concurrent request streams per connection (default 100).
+    pub max_concurrent_streams: u32,
+    /// Request streams the client resets tolerated per connection within
+    /// 10 s before the connection is closed (rapid-reset defence; default 200).
+    pub max_resets: u32,
+}
+
+impl Default for Http3 {
+    fn default() -> Self {
+        Http3 { enabled: false, max_concurrent_streams: 100, max_resets: 200 }
     }
 }
 

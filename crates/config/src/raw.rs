@@ -112,6 +112,8 @@ pub struct RawService {
     pub tls: Option<S<RawServerTls>>,
     /// `http2`: a boolean (read as `enabled`) or a table.
     pub http2: Option<S<RawHttp2>>,
+    /// `http3`
+    pub http3: Option<S<RawHttp3>>,
     /// `compression`: a boolean (read as `enabled`) or a table.
     pub compression: Option<S<RawCompression>>,
     /// `cache`: a boolean (true: all defaults) or a table.
@@ -628,6 +630,17 @@ pub struct RawHttp2 {
     pub max_resets: Option<S<i64>>,
     /// `max_control_frames`
     pub max_control_frames: Option<S<i64>>,
+}
+
+/// A service's `http3`: `http3 = BOOL` is read as `enabled`.
+#[derive(Debug, Clone, Default)]
+pub struct RawHttp3 {
+    /// `enabled` (or the boolean itself).
+    pub enabled: Option<S<bool>>,
+    /// `max_concurrent_streams`
+    pub max_concurrent_streams: Option<S<i64>>,
+    /// `max_resets`
+    pub max_resets: Option<S<i64>>,
 }
 
 /// A pool's `tls`: `tls = BOOL` is read as `enabled`.

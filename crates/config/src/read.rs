@@ -32,7 +32,7 @@ mod tracing;
 use cluster::read_cluster;
 use compression::read_compression;
 use protection::read_protection;
-use tls::{read_hsts, read_http2, read_server_tls, read_upstream_tls, redirect_https, switch_or_table};
+use tls::{read_hsts, read_http2, read_http3, read_server_tls, read_upstream_tls, redirect_https, switch_or_table};
 
 type Value<'i> = Spanned<DeValue<'i>>;
 type Key<'i> = Spanned<Cow<'i, str>>;
@@ -59,6 +59,7 @@ const SERVICE_KEYS: &[&str] = &[
     "sni",
     "tls",
     "http2",
+    "http3",
     "compression",
     "cache",
     "protection",
@@ -237,6 +238,10 @@ fn read_service(r: &mut Report<'_>, table: &DeTable<'_>) -> RawService {
             "http2" => {
                 raw.http2 =
                     switch_or_table(r, name, value, |b| RawHttp2 { enabled: Some(b), ..Default::default() }, read_http2)
+            }
+            "http3" => {
+                raw.http3 =
+                    switch_or_table(r, name, value, |b| RawHttp3 { enabled: Some(b), ..Default::default() }, read_http3)
             }
             "compression" => {
                 raw.compression = switch_or_table(

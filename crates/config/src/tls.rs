@@ -272,6 +272,19 @@ pub(crate) fn validate_http2(cx: &mut Ctx<'_, '_>, raw: &RawHttp2) -> Http2 {
     }
 }
 
+/// Validates a service's `http3`.
+pub(crate) fn validate_http3(cx: &mut Ctx<'_, '_>, raw: &RawHttp3) -> Http3 {
+    let d = Http3::default();
+    let number = |cx: &mut Ctx<'_, '_>, key: &str, v: &Option<S<i64>>, max: i64, default: u32| {
+        v.as_ref().and_then(|v| cx.int_in(key, v, 1..=max)).and_then(|n| u32::try_from(n).ok()).unwrap_or(default)
+    };
+    Http3 {
+        enabled: raw.enabled.as_ref().map_or(d.enabled, |e| *e.get_ref()),
+        max_concurrent_streams: number(cx, "max_concurrent_streams", &raw.max_concurrent_streams, 10_000, 100),
+        max_resets: number(cx, "max_resets", &raw.max_resets, 100_000, 200),
+    }
+}
+
 /// Validates a pool's `tls`; `None` for `tls = false` and on errors.
 pub(crate) fn validate_upstream_tls(cx: &mut Ctx<'_, '_>, raw: &S<RawUpstreamTls>) -> Option<UpstreamTls> {
     let raw = raw.get_ref();

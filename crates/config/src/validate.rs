@@ -26,7 +26,9 @@ use crate::persistence::{check_persistence_modes, validate_persistence};
 use crate::raw::*;
 use crate::rule::{validate_rule, RuleScope};
 use crate::source::validate_source;
-use crate::tls::{check_layer4_pools, parse_protocol, validate_http2, validate_server_tls, validate_upstream_tls};
+use crate::tls::{
+    check_layer4_pools, parse_protocol, validate_http2, validate_http3, validate_server_tls, validate_upstream_tls,
+};
 use crate::units::{closest, is_token, parse_duration, parse_size, parse_socket_addr, suggest, Problem};
 
 /// Idle keep-alive connections a worker keeps per server when the pool does
@@ -219,6 +221,16 @@ fn validate_service(cx: &mut Ctx<'_, '_>, service: &S<RawService>, listeners: &m
         );
     }
     let http2 = raw.http2.as_ref().map_or_else(Http2::default, |h| validate_http2(cx, h.get_ref()));
+    let http3 = raw.http3.as_ref().map_or_else(Http3::default, |h| validate_http3(cx, h.get_ref()));
+    if http3.enabled && mode == Some(Mode::Https) {
+        // QUIC takes the UDP side of every listener's port.
+        let quic: Vec<Listener> = own
+            .iter()
+            .filter_map(|addr| listeners.iter().find(|l| l.addr == *addr && !l.udp && l.service == name))
+            .map(|l| Listener { addr: l.addr, span: l.span.clone(), service: l.service.clone(), udp: true })
+            .collect();
+        listeners.extend(quic);
+    }
     let compression = raw.compression.as_ref().and_then(|c| validate_compression(cx, c.get_ref()));
     let cache = raw.cache.as_ref().and_then(|c| crate::cache::validate_cache(cx, c));
     let scope = RuleScope { mode, client_auth: tls.as_ref().is_some_and(|t| t.client_auth.is_some()) };
@@ -239,6 +251,7 @@ fn validate_service(cx: &mut Ctx<'_, '_>, service: &S<RawService>, listeners: &m
         sni_routes: layer4.sni_routes,
         tls: tls.filter(|_| mode == Some(Mode::Https)),
         http2,
+        http3: if mode == Some(Mode::Https) { http3 } else { Http3::default() },
         compression: compression.filter(|_| matches!(mode, Some(Mode::Http | Mode::Https))),
         cache: cache.filter(|_| matches!(mode, Some(Mode::Http | Mode::Https))),
         protection: protection.filter(|_| mode != Some(Mode::Udp)),

@@ -87,6 +87,45 @@ client_auth = { ca = "FIXTURES/ca.crt", required = false }
 }
 
 #[test]
+fn http3_is_off_by_default_and_reads_as_a_switch_or_a_table() {
+    let tls = r#"tls = { certificate = "FIXTURES/rsa.crt", key = "FIXTURES/rsa.key" }"#;
+    let c = https(tls).unwrap();
+    assert_eq!(c.services[0].http3, Http3 { enabled: false, max_concurrent_streams: 100, max_resets: 200 });
+    let c = https(&format!("http3 = true\n{tls}")).unwrap();
+    assert_eq!(c.services[0].http3, Http3 { enabled: true, max_concurrent_streams: 100, max_resets: 200 });
+    let c =
+        https(&format!("http3 = {{ enabled = true, max_concurrent_streams = 250, max_resets = 7 }}\n{tls}")).unwrap();
+    assert_eq!(c.services[0].http3, Http3 { enabled: true, max_concurrent_streams: 250, max_resets: 7 });
+}
+
+fn errors(loaded: Result<Config, Diagnostics>) -> Vec<String> {
+    loaded.unwrap_err().errors().map(|d| format!("{} ({})", d.message, d.hint.clone().unwrap_or_default())).collect()
+}
+
+#[test]
+fn http3_is_refused_outside_https_and_with_bad_limits() {
+    let tls = r#"tls = { certificate = "FIXTURES/rsa.crt", key = "FIXTURES/rsa.key" }"#;
+    let e = errors(https(&format!("http3 = {{ max_concurrent_streams = 0, ehm = 1 }}\n{tls}")));
+    assert!(e.iter().any(|m| m.contains("max_concurrent_streams")), "{e:?}");
+    assert!(e.iter().any(|m| m.contains("ehm")), "{e:?}");
+    let text =
+        "[[service]]\nname = \"web\"\nmode = \"http\"\nlisten = \"127.0.0.1:8080\"\npool = \"p\"\nhttp3 = true\n\
+                [[pool]]\nname = \"p\"\nservers = [ { address = \"127.0.0.1:9001\" } ]\n";
+    let e: Vec<String> = parse(text, "t.toml").unwrap_err().errors().map(|d| d.message.clone()).collect();
+    assert!(e.iter().any(|m| m.contains("http3")), "{e:?}");
+}
+
+#[test]
+fn http3_takes_the_udp_side_of_its_listeners() {
+    let tls = r#"tls = { certificate = "FIXTURES/rsa.crt", key = "FIXTURES/rsa.key" }"#;
+    let udp = "[[service]]\nname = \"dns\"\nmode = \"udp\"\nlisten = \"127.0.0.1:8443\"\npool = \"main\"\n";
+    // Without http3 a udp service may share the port; with it, not.
+    assert!(https(&format!("{tls}\n{udp}")).is_ok());
+    let e = errors(https(&format!("http3 = true\n{tls}\n{udp}")));
+    assert!(e.iter().any(|m| m.contains("127.0.0.1:8443")), "{e:?}");
+}
+
+#[test]
 fn the_bench_configuration_validates() {
     let c = https(
         r#"tls = { certificate = "FIXTURES/ecdsa.crt", key = "FIXTURES/ecdsa.key", session_cache = false, tickets = false }"#,

@@ -269,17 +269,18 @@ impl Control {
         let mut fresh: Vec<Vec<Bound>> = (0..self.worker_count).map(|_| Vec::new()).collect();
         let mut added = Vec::new();
         for service in &config.services {
-            let proto = Proto::of(service);
-            for &addr in &service.listeners {
-                if bound.contains(&(proto, addr)) {
-                    continue;
+            for proto in Proto::all(service) {
+                for &addr in &service.listeners {
+                    if bound.contains(&(proto, addr)) {
+                        continue;
+                    }
+                    let sockets = bind_all(proto, addr, self.worker_count, freebind)
+                        .map_err(|source| ApplyError::Listen { service: service.name.clone(), addr, source })?;
+                    for (list, socket) in fresh.iter_mut().zip(sockets) {
+                        list.push(socket);
+                    }
+                    added.push((proto, addr));
                 }
-                let sockets = bind_all(proto, addr, self.worker_count, freebind)
-                    .map_err(|source| ApplyError::Listen { service: service.name.clone(), addr, source })?;
-                for (list, socket) in fresh.iter_mut().zip(sockets) {
-                    list.push(socket);
-                }
-                added.push((proto, addr));
             }
         }
         let access_log = match (&config.access_log, &old.access_log) {
@@ -403,7 +404,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// With `freebind` (a node of a cluster) the sockets have IP_FREEBIND: they bind
 /// an address the node does not hold yet, so the standby already listens when
 /// keepalived moves the virtual address to it.
+///
+/// QUIC is bound once, for the first worker (ADR 0006): the one endpoint
+/// sees every datagram of its connections, whatever address they come from.
 pub(crate) fn bind_all(proto: Proto, addr: SocketAddr, workers: usize, freebind: bool) -> std::io::Result<Vec<Bound>> {
+    if proto == Proto::Quic {
+        return Ok(vec![bind(proto, addr, false, freebind)?]);
+    }
     drop(bind(proto, addr, false, freebind)?);
     (0..workers).map(|_| bind(proto, addr, workers > 1, freebind)).collect()
 }
@@ -411,7 +418,7 @@ pub(crate) fn bind_all(proto: Proto, addr: SocketAddr, workers: usize, freebind:
 fn bind(proto: Proto, addr: SocketAddr, reuse_port: bool, freebind: bool) -> std::io::Result<Bound> {
     let (kind, protocol) = match proto {
         Proto::Tcp => (Type::STREAM, Protocol::TCP),
-        Proto::Udp => (Type::DGRAM, Protocol::UDP),
+        Proto::Udp | Proto::Quic => (Type::DGRAM, Protocol::UDP),
     };
     let socket = Socket::new(Domain::for_address(addr), kind, Some(protocol))?;
     socket.set_reuse_address(true)?;
@@ -436,6 +443,7 @@ fn bind(proto: Proto, addr: SocketAddr, reuse_port: bool, freebind: bool) -> std
             Bound::Tcp(addr, socket.into())
         }
         Proto::Udp => Bound::Udp(addr, socket.into()),
+        Proto::Quic => Bound::Quic(addr, socket.into()),
     })
 }
 

@@ -15,6 +15,7 @@ pub mod fuzz;
 pub mod health;
 pub mod http;
 pub mod http2;
+pub mod http3;
 pub mod l4;
 pub mod live;
 pub mod metrics;
@@ -131,17 +132,15 @@ pub fn start(config: Config, workers: Option<usize>) -> Result<Handle, StartErro
     let mut bound = HashSet::new();
     let freebind = config.cluster.as_ref().is_some_and(|c| c.freebind);
     for service in &config.services {
-        let proto = live::Proto::of(service);
-        for &addr in &service.listeners {
-            let sockets = control::bind_all(proto, addr, workers, freebind).map_err(|source| StartError::Listen {
-                service: service.name.clone(),
-                addr,
-                source,
-            })?;
-            for (list, socket) in per_worker.iter_mut().zip(sockets) {
-                list.push(socket);
+        for proto in live::Proto::all(service) {
+            for &addr in &service.listeners {
+                let sockets = control::bind_all(proto, addr, workers, freebind)
+                    .map_err(|source| StartError::Listen { service: service.name.clone(), addr, source })?;
+                for (list, socket) in per_worker.iter_mut().zip(sockets) {
+                    list.push(socket);
+                }
+                bound.insert((proto, addr));
             }
-            bound.insert((proto, addr));
         }
     }
     let access_log = match &config.access_log {

@@ -319,9 +319,18 @@ pub enum Proto {
     Tcp,
     /// UDP (mode udp).
     Udp,
+    /// QUIC on UDP (HTTP/3 of an `https` service with `http3`).
+    Quic,
 }
 
 impl Proto {
+    /// Every transport a service's listeners take: [`Proto::of`], and QUIC
+    /// beside TCP for an `https` service with `http3`.
+    pub fn all(service: &Service) -> impl Iterator<Item = Proto> {
+        let quic = service.mode == Mode::Https && service.http3.enabled;
+        std::iter::once(Proto::of(service)).chain(quic.then_some(Proto::Quic))
+    }
+
     /// The transport of a service's listeners.
     pub fn of(service: &Service) -> Proto {
         if service.mode == Mode::Udp {
@@ -626,7 +635,9 @@ impl Generation {
             .services
             .iter()
             .enumerate()
-            .flat_map(|(i, s)| s.listeners.iter().map(move |&addr| ((Proto::of(s), addr), i)))
+            .flat_map(|(i, s)| {
+                Proto::all(s).flat_map(move |proto| s.listeners.iter().map(move |&addr| ((proto, addr), i)))
+            })
             .collect();
         let gates = config
             .services

@@ -7,9 +7,9 @@
 //!
 //! A plain [`TcpStream`] implements them with zero-cost borrowed halves; TLS
 //! connections implement them in [`crate::tls`], HTTP/2 streams in
-//! [`crate::http2`], server connections in [`crate::upstream`]. [`Pipe`] is
-//! an in-memory connection: the in-process tests' clients and servers, and
-//! the cache's background refresh.
+//! [`crate::http2`], HTTP/3 streams in [`crate::http3`], server connections
+//! in [`crate::upstream`]. [`Pipe`] is an in-memory connection: the
+//! in-process tests' clients and servers, and the cache's background refresh.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -38,6 +38,9 @@ pub struct Transport {
     /// The request arrived on an HTTP/2 stream ([`crate::http2`]): logged as
     /// `HTTP/2`, and the stream is not counted as a connection of its own.
     pub http2: bool,
+    /// The request arrived on an HTTP/3 stream ([`crate::http3`]): logged as
+    /// `HTTP/3`, and the stream is not counted as a connection of its own.
+    pub http3: bool,
     /// The application protocol ALPN chose (`h2` or `http/1.1`); `None`
     /// without TLS or when the client offered none.
     pub alpn: Option<&'static str>,
@@ -48,6 +51,14 @@ pub struct Transport {
     /// entry (`stale-while-revalidate`, [`crate::http`]'s `cached` module):
     /// no client waits for it, and it is not counted as a connection.
     pub cache_refresh: bool,
+}
+
+impl Transport {
+    /// Whether the request is one stream of a multiplexed connection
+    /// (HTTP/2 or HTTP/3) rather than a connection of its own.
+    pub fn is_stream(&self) -> bool {
+        self.http2 || self.http3
+    }
 }
 
 /// A client connection the HTTP/1.1 pipeline can serve.

@@ -78,6 +78,8 @@ pub enum Bound {
     Tcp(SocketAddr, std::net::TcpListener),
     /// A bound UDP socket.
     Udp(SocketAddr, std::net::UdpSocket),
+    /// A bound UDP socket for a QUIC endpoint (HTTP/3).
+    Quic(SocketAddr, std::net::UdpSocket),
 }
 
 /// One worker's state for one pool: its balancer and idle connections.

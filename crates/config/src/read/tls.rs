@@ -25,6 +25,7 @@ const SERVER_TLS_KEYS: &[&str] = &[
 const CERT_KEY_KEYS: &[&str] = &["certificate", "key"];
 const CLIENT_AUTH_KEYS: &[&str] = &["ca", "required"];
 const HTTP2_KEYS: &[&str] = &["enabled", "max_concurrent_streams", "max_resets", "max_control_frames"];
+const HTTP3_KEYS: &[&str] = &["enabled", "max_concurrent_streams", "max_resets"];
 const UPSTREAM_TLS_KEYS: &[&str] = &["verify", "ca", "server_name", "certificate", "key"];
 const HSTS_KEYS: &[&str] = &["max_age", "include_subdomains", "preload"];
 
@@ -107,6 +108,22 @@ pub(super) fn read_http2(r: &mut Report<'_>, table: &DeTable<'_>) -> RawHttp2 {
             "max_control_frames" => raw.max_control_frames = integer(r, name, value),
             _ => {
                 unknown_key(r, key, HTTP2_KEYS, "in `http2`");
+            }
+        }
+    }
+    raw
+}
+
+pub(super) fn read_http3(r: &mut Report<'_>, table: &DeTable<'_>) -> RawHttp3 {
+    let mut raw = RawHttp3::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        match name {
+            "enabled" => raw.enabled = boolean(r, name, value),
+            "max_concurrent_streams" => raw.max_concurrent_streams = integer(r, name, value),
+            "max_resets" => raw.max_resets = integer(r, name, value),
+            _ => {
+                unknown_key(r, key, HTTP3_KEYS, "in `http3`");
             }
         }
     }

@@ -100,6 +100,7 @@ pub(super) fn log<S>(client: &Client<S>, service: &Service, status: u16, error: 
         target: target.as_bytes(),
         version: match (t.unparsed, client.transport.http2, t.http10) {
             (Some(version), _, _) => version,
+            (None, _, _) if client.transport.http3 => "HTTP/3",
             (None, true, _) => "HTTP/2",
             (None, false, true) => "HTTP/1.0",
             (None, false, false) => "HTTP/1.1",

@@ -1,6 +1,7 @@
-//! The HTTP pipeline (HTTP/1.1 and 1.0 connections, and each HTTP/2 stream:
-//! [`crate::http2`]). One client connection is served by [`serve`]; each
-//! request on it goes through these phases, in this order, in this file —
+//! The HTTP pipeline (HTTP/1.1 and 1.0 connections, each HTTP/2 stream:
+//! [`crate::http2`], and each HTTP/3 stream: [`crate::http3`]). One client
+//! connection is served by [`serve`]; each request on it goes through these
+//! phases, in this order, in this file —
 //! [`handle`] calls one function per phase:
 //!
 //! 1. **read head**: bytes until a complete head, under the header timeout ([`read_head`])
@@ -220,8 +221,8 @@ pub fn serve<S: ClientStream + 'static>(
             return;
         };
         let metrics = client.local.gen.services[client.service].clone();
-        // A request of an HTTP/2 stream is not a connection of its own.
-        let counted = !client.transport.http2 && !client.transport.cache_refresh;
+        // A request of an HTTP/2 or HTTP/3 stream is not a connection of its own.
+        let counted = !client.transport.is_stream() && !client.transport.cache_refresh;
         if counted {
             metrics.connection_opened(worker.id);
         }
@@ -1007,7 +1008,7 @@ async fn exchange<S: ClientStream>(
     // HTTP/2 stream is a stream (gRPC calls stream for as long as they last):
     // only each read's `client_idle` bounds it, and the connection's own
     // defences bound the client.
-    let body_deadline = if client.transport.http2 {
+    let body_deadline = if client.transport.is_stream() {
         tokio::time::Instant::now() + STREAM_BODY_LIMIT
     } else {
         tokio::time::Instant::now() + t.client_body
@@ -1027,6 +1028,7 @@ async fn exchange<S: ClientStream>(
         return early(request_relay_error(e));
     }
     let relayed = Cell::new(None);
+    let alt_svc = alt_svc(client, service);
     let mut response = Response {
         out: &mut client.out,
         fields: &mut client.resp_fields,
@@ -1037,6 +1039,7 @@ async fn exchange<S: ClientStream>(
         now: worker.clock.get(),
         intercept: client.intercept,
         grpc_status: None,
+        alt_svc,
     };
     let draining = || worker.closing(gen, &service.name);
     if upload.is_finished() {
@@ -1190,6 +1193,18 @@ struct Response<'a> {
     /// The gRPC status the response carried (in its head or trailers), when
     /// the request asked for trailers.
     grpc_status: Option<u16>,
+    /// The port HTTP/3 is advertised on (`Alt-Svc`), when it is.
+    alt_svc: Option<u16>,
+}
+
+/// The port to advertise HTTP/3 on in a response to `client`: its
+/// listener's own (QUIC takes the UDP side of each TCP listener), for a
+/// service with `http3` and a client that did not come by HTTP/3.
+fn alt_svc<S: ClientStream>(client: &Client<S>, service: &Service) -> Option<u16> {
+    if !service.http3.enabled || client.transport.http3 || !client.transport.secure {
+        return None;
+    }
+    client.stream.local().ok().map(|a| a.port())
 }
 
 /// Persistence at the response: a cookie to insert, or the pool whose servers'
@@ -1384,6 +1399,12 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
         response.out.extend_from_slice(b"set-cookie: ");
         response.out.extend_from_slice(cookie.as_bytes());
         response.out.extend_from_slice(b"\r\n\r\n");
+    }
+    if let Some(port) = response.alt_svc {
+        response.out.truncate(response.out.len().saturating_sub(2));
+        response.out.extend_from_slice(b"alt-svc: h3=\":");
+        response.out.extend_from_slice(itoa::Buffer::new().format(port).as_bytes());
+        response.out.extend_from_slice(b"\"; ma=86400\r\n\r\n");
     }
     match decision {
         Ok(coding) => compress::rewrite_head(response.out, coding, info.version == Version::Http11),

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use quinn::crypto::rustls::QuicServerConfig;
 use rustls::crypto::aws_lc_rs::{self, kx_group, Ticketer};
 use rustls::crypto::{CryptoProvider, SupportedKxGroup};
 use rustls::pki_types::pem::PemObject;
@@ -113,6 +114,18 @@ pub fn server_config(tls: &ServerTls, http2: bool, resumption: &Resumption) -> R
         None => {}
     }
     Ok(config)
+}
+
+/// The QUIC form of a service's TLS configuration: the same certificates,
+/// suites, groups, resumption and client authentication, with ALPN `h3`,
+/// TLS 1.3 (QUIC has no other) and no early data (0-RTT would let a
+/// replayed request act twice).
+pub fn quic_config(tcp: &ServerConfig) -> Result<QuicServerConfig, String> {
+    let mut config = tcp.clone();
+    config.alpn_protocols = vec![b"h3".to_vec()];
+    config.max_early_data_size = 0;
+    QuicServerConfig::try_from(config)
+        .map_err(|e| format!("HTTP/3: {e} (QUIC needs the TLS 1.3 suite TLS13_AES_128_GCM_SHA256 in `ciphers`)"))
 }
 
 fn versions(min: TlsVersion) -> &'static [&'static SupportedProtocolVersion] {

@@ -24,6 +24,7 @@ mod tests;
 
 use std::sync::Arc;
 
+use quinn::crypto::rustls::QuicServerConfig;
 use rustls::server::ServerConnection;
 use switchyard_config::{Config, Service};
 use tokio_rustls::TlsAcceptor;
@@ -36,6 +37,8 @@ use crate::transport::Transport;
 pub struct Terminator {
     pub(crate) acceptor: TlsAcceptor,
     resumption: Resumption,
+    /// The same settings for QUIC (ALPN `h3`), when the service has `http3`.
+    quic: Option<Arc<QuicServerConfig>>,
 }
 
 impl std::fmt::Debug for Terminator {
@@ -60,7 +63,16 @@ impl Terminator {
         };
         let h2 = service.http2.enabled;
         let server = config::server_config(tls, h2, &resumption).map_err(error)?;
-        Ok(Terminator { acceptor: TlsAcceptor::from(Arc::new(server)), resumption })
+        let quic = match service.http3.enabled {
+            true => Some(Arc::new(config::quic_config(&server).map_err(error)?)),
+            false => None,
+        };
+        Ok(Terminator { acceptor: TlsAcceptor::from(Arc::new(server)), resumption, quic })
+    }
+
+    /// The QUIC TLS configuration, when the service has `http3`.
+    pub fn quic(&self) -> Option<Arc<QuicServerConfig>> {
+        self.quic.clone()
     }
 
     /// The rustls configuration handshakes use.
@@ -122,6 +134,7 @@ pub fn transport(conn: &ServerConnection) -> Transport {
             _ => None,
         },
         http2: false,
+        http3: false,
         refused: None,
         cache_refresh: false,
     }

@@ -129,7 +129,7 @@ impl Inbound {
 }
 
 /// One DATA frame's payload as a chunk.
-fn chunk(data: &[u8]) -> Bytes {
+pub(crate) fn chunk(data: &[u8]) -> Bytes {
     use std::fmt::Write as _;
     let mut out = BytesMut::with_capacity(data.len() + 20);
     // The size line is written in place: no string of its own per frame.
@@ -140,7 +140,7 @@ fn chunk(data: &[u8]) -> Bytes {
 }
 
 /// The last chunk, with the trailers HTTP/1.1 may carry as its trailer section.
-fn last_chunk(trailers: Option<&http::HeaderMap>) -> Bytes {
+pub(crate) fn last_chunk(trailers: Option<&http::HeaderMap>) -> Bytes {
     let mut end = BytesMut::with_capacity(64);
     end.extend_from_slice(b"0\r\n");
     for (name, value) in trailers.into_iter().flatten() {
@@ -176,7 +176,7 @@ pub(crate) fn may_trail(name: &[u8]) -> bool {
 
 /// The HTTP/2 trailers for the trailer fields a chunked body ended with;
 /// none when it had none (or none HTTP/2 can carry).
-fn trailer_map(scanner: &ChunkedScanner) -> Option<http::HeaderMap> {
+pub(crate) fn trailer_map(scanner: &ChunkedScanner) -> Option<http::HeaderMap> {
     let mut map = http::HeaderMap::new();
     for (name, value) in scanner.trailers() {
         if !may_trail(name) {

@@ -59,7 +59,7 @@ pub(in crate::http) fn spawn<S: ClientStream>(
 ) {
     let request = request_bytes(&client.buf[..head.len], head, &client.fields);
     let (local, service, peer, worker) = (client.local.clone(), client.service, client.peer, worker.clone());
-    let transport = Transport { cache_refresh: true, http2: false, ..client.transport.clone() };
+    let transport = Transport { cache_refresh: true, http2: false, http3: false, ..client.transport.clone() };
     tokio::task::spawn_local(async move {
         let _refresh = refresh;
         let (pipe, PipeEnd { to_pipeline, mut from_pipeline, .. }) = Pipe::pair(None);

@@ -1,0 +1,236 @@
+//! Message bodies between an HTTP/3 request stream and the HTTP/1.1 byte
+//! form the pipeline relays, as poll functions run inside the connection's
+//! task (no pipe, no task of their own) — the HTTP/3 counterpart of
+//! [`crate::translate::data`].
+//!
+//! [`Inbound`] reads the request's DATA frames as body bytes: as they came
+//! when the request has a length, else in chunked coding with the request's
+//! trailers as the trailer section. QUIC flow control is released by quinn as
+//! the bytes are read, so a slow server slows the client down.
+//!
+//! [`Outbound`] sends what the pipeline writes. The `h3` crate's send side is
+//! a set of `async fn`s that borrow the stream; each is run as one boxed
+//! operation that owns the stream while it runs and hands it back when done
+//! ([`Op`]). A write is taken once the previous operation finished, so at most
+//! one write's payload waits beyond quinn's send buffer (the same bound as
+//! HTTP/2's). An operation in flight can be cancelled, which returns the
+//! stream so that it can be reset: dropping a quinn send stream would
+//! otherwise finish it, and a response cut short would look complete.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes};
+use h3::error::Code;
+use tokio::io::ReadBuf;
+use tokio::sync::Notify;
+
+use crate::translate::data::{chunk, last_chunk};
+
+/// The send half of a request stream.
+pub(crate) type SendHalf = h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
+/// The receive half of a request stream.
+pub(crate) type RecvHalf = h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;
+
+/// An I/O error standing for an HTTP/3 stream error.
+fn io_error(e: &h3::error::StreamError) -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionAborted, e.to_string())
+}
+
+/// Where [`Inbound`] is in the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum In {
+    Data,
+    Trailers,
+    Done,
+}
+
+/// A request stream's body as HTTP/1.1 body bytes (see the module docs).
+pub(crate) struct Inbound {
+    recv: Option<RecvHalf>,
+    chunked: bool,
+    /// Bytes ready for the reader.
+    pending: Bytes,
+    state: In,
+}
+
+impl Inbound {
+    /// The body of `recv`, in chunked coding when `chunked`; `first` is the
+    /// payload already received (read before the head was written).
+    pub(crate) fn new(recv: RecvHalf, chunked: bool, first: Bytes) -> Self {
+        let pending = if chunked && !first.is_empty() { chunk(&first) } else { first };
+        Inbound { recv: Some(recv), chunked, pending, state: In::Data }
+    }
+
+    /// A request without a body.
+    pub(crate) fn empty() -> Self {
+        Inbound { recv: None, chunked: false, pending: Bytes::new(), state: In::Done }
+    }
+
+    /// Reads what is ready into `buf`; nothing added means the end of the body.
+    pub(crate) fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        loop {
+            if !self.pending.is_empty() {
+                let n = self.pending.len().min(buf.remaining());
+                buf.put_slice(&self.pending[..n]);
+                self.pending.advance(n);
+                return Poll::Ready(Ok(()));
+            }
+            let Some(recv) = self.recv.as_mut() else {
+                return Poll::Ready(Ok(()));
+            };
+            match self.state {
+                In::Done => return Poll::Ready(Ok(())),
+                In::Data => match recv.poll_recv_data(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(Some(mut data))) => {
+                        let data = data.copy_to_bytes(data.remaining());
+                        self.pending = if self.chunked && !data.is_empty() { chunk(&data) } else { data };
+                    }
+                    Poll::Ready(Ok(None)) => self.state = if self.chunked { In::Trailers } else { In::Done },
+                    Poll::Ready(Err(e)) => {
+                        self.state = In::Done;
+                        return Poll::Ready(Err(io_error(&e)));
+                    }
+                },
+                In::Trailers => match recv.poll_recv_trailers(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(trailers)) => {
+                        self.pending = last_chunk(trailers.as_ref());
+                        self.state = In::Done;
+                    }
+                    Poll::Ready(Err(e)) => {
+                        self.state = In::Done;
+                        return Poll::Ready(Err(io_error(&e)));
+                    }
+                },
+            }
+        }
+    }
+}
+
+/// What one send operation does, in this order.
+#[derive(Default)]
+pub(crate) struct Step {
+    /// The response head.
+    pub(crate) head: Option<http::Response<()>>,
+    /// Body payload (one DATA frame).
+    pub(crate) data: Bytes,
+    /// Trailers, which end the message.
+    pub(crate) trailers: Option<http::HeaderMap>,
+    /// Finish the stream (the message is complete).
+    pub(crate) end: bool,
+}
+
+/// A send operation in flight: it owns the stream and returns it.
+type Op = Pin<Box<dyn Future<Output = (SendHalf, Result<(), String>)>>>;
+
+/// The response side of a request stream (see the module docs).
+pub(crate) struct Outbound {
+    /// The stream, while no operation runs.
+    idle: Option<SendHalf>,
+    op: Option<Op>,
+    /// Cancels the operation in flight.
+    cancel: Rc<Notify>,
+    /// The stream's failure, once an operation failed.
+    error: Option<String>,
+    /// The whole message went out (or the stream was reset).
+    ended: bool,
+}
+
+impl Outbound {
+    /// The response side of `send`.
+    pub(crate) fn new(send: SendHalf) -> Self {
+        Outbound { idle: Some(send), op: None, cancel: Rc::new(Notify::new()), error: None, ended: false }
+    }
+
+    /// Whether the whole message was sent (or the stream reset).
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Why sending failed, when it did.
+    pub(crate) fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// Waits for the operation in flight to finish.
+    pub(crate) fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Some(op) = self.op.as_mut() {
+            let (send, result) = std::task::ready!(op.as_mut().poll(cx));
+            self.op = None;
+            self.idle = Some(send);
+            if let Err(e) = result {
+                self.error = Some(e);
+                self.ended = true;
+            }
+        }
+        match &self.error {
+            Some(e) => Poll::Ready(Err(io::Error::new(io::ErrorKind::ConnectionAborted, e.clone()))),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+
+    /// Starts `step` (the stream must be idle: after [`Outbound::poll_idle`]
+    /// answered ready) and runs it as far as it goes now.
+    pub(crate) fn start(&mut self, step: Step, cx: &mut Context<'_>) -> io::Result<()> {
+        let Some(send) = self.idle.take() else {
+            return Err(io::Error::other("a send operation is already running"));
+        };
+        self.ended |= step.end;
+        self.op = Some(Box::pin(run(send, step, self.cancel.clone())));
+        match self.poll_idle(cx) {
+            Poll::Ready(result) => result,
+            Poll::Pending => Ok(()),
+        }
+    }
+
+    /// Ends the stream with `code` unless the message went out whole: an
+    /// operation in flight is cancelled first.
+    pub(crate) async fn reset(&mut self, code: Code) {
+        if self.op.is_some() {
+            self.cancel.notify_one();
+            let _ = std::future::poll_fn(|cx| self.poll_idle(cx)).await;
+        }
+        if let Some(send) = self.idle.as_mut() {
+            if !self.ended || self.error.is_some() {
+                send.stop_stream(code);
+            }
+        }
+        self.ended = true;
+    }
+
+    /// Waits for what was started to be sent.
+    pub(crate) async fn flush(&mut self) -> io::Result<()> {
+        std::future::poll_fn(|cx| self.poll_idle(cx)).await
+    }
+}
+
+/// Runs one step on `send`, unless cancelled.
+async fn run(mut send: SendHalf, step: Step, cancel: Rc<Notify>) -> (SendHalf, Result<(), String>) {
+    let result = tokio::select! {
+        biased;
+        () = cancel.notified() => Err("cancelled".to_string()),
+        r = steps(&mut send, step) => r.map_err(|e| e.to_string()),
+    };
+    (send, result)
+}
+
+async fn steps(send: &mut SendHalf, step: Step) -> Result<(), h3::error::StreamError> {
+    if let Some(head) = step.head {
+        send.send_response(head).await?;
+    }
+    if !step.data.is_empty() {
+        send.send_data(step.data).await?;
+    }
+    if let Some(trailers) = step.trailers {
+        send.send_trailers(trailers).await?;
+    }
+    if step.end {
+        send.finish().await?;
+    }
+    Ok(())
+}

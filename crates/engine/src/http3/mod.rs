@@ -1,0 +1,266 @@
+//! HTTP/3 towards clients: QUIC (quinn, rustls on aws-lc-rs) on the UDP side
+//! of an `https` service's listeners, with `http3` on.
+//!
+//! There is one request pipeline. Each HTTP/3 request stream is served by
+//! [`crate::http::serve`] inside its QUIC connection's task (no task per
+//! stream; every ready stream finishes before the connection is polled
+//! again), the stream itself being the pipeline's client connection
+//! ([`stream`]): routing, persistence, caching, rewriting, picking,
+//! forwarding, compression and logging behave exactly as for HTTP/1.1 and
+//! HTTP/2.
+//!
+//! One endpoint per listener address ([`serve_endpoint`]), on one worker
+//! (ADR 0006): quinn routes each datagram to its connection by connection
+//! ID, so a client whose address changes (NAT rebinding, migration) keeps
+//! its connection. The endpoint's TLS configuration is the service's
+//! ([`crate::tls::Terminator`]: certificates by SNI, resumption) with ALPN
+//! `h3` and no 0-RTT, and is replaced when a reload installs a new one.
+//!
+//! Limits, per connection: `http3.max_concurrent_streams` request streams
+//! (QUIC stream credit), a few unidirectional streams (HTTP/3's control and
+//! QPACK streams), the field section size (`limits.max_header_bytes`), and
+//! `timeouts.client_idle` as QUIC's idle timeout. More than
+//! `http3.max_resets` streams reset by the client before their request was
+//! complete, within [`RESET_WINDOW`], close the connection with
+//! `H3_EXCESSIVE_LOAD` (rapid-reset defence). A draining worker or a removed
+//! service sends GOAWAY: streams in flight finish.
+//!
+//! Invariants: no peer input can panic this code; a misbehaving connection
+//! closes only itself.
+
+mod body;
+mod stream;
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use switchyard_config::Service;
+
+use self::stream::Ended;
+use crate::http2::{Tally, RESET_WINDOW};
+use crate::live::Proto;
+use crate::transport::Transport;
+use crate::worker::{Local, Worker};
+
+/// Unidirectional streams a client may open at once: HTTP/3's control
+/// stream, the two QPACK streams, and room for reserved (grease) types.
+const UNI_STREAMS: u32 = 8;
+/// `H3_EXCESSIVE_LOAD` (RFC 9114 8.1): the connection close code of the
+/// rapid-reset defence.
+const EXCESSIVE_LOAD: u32 = 0x107;
+/// Longest a QUIC connection may stay without traffic (`client_idle` within
+/// this bound, as the QUIC idle timeout is a 62-bit millisecond count).
+const MAX_IDLE: Duration = Duration::from_secs(24 * 3600);
+
+/// What every stream of a connection shares.
+pub(super) struct Shared {
+    connection: quinn::Connection,
+    local_addr: Option<SocketAddr>,
+    worker: Rc<Worker>,
+    transport: Transport,
+    /// The generation and service index new streams are served on.
+    serving: RefCell<(Rc<Local>, usize)>,
+    name: String,
+}
+
+impl Shared {
+    /// The generation and service a new stream runs on: the worker's
+    /// current one when the service still exists there.
+    fn current(&self) -> (Rc<Local>, usize) {
+        let now = self.worker.local();
+        let mut serving = self.serving.borrow_mut();
+        if now.gen.number != serving.0.gen.number {
+            if let Some(i) = now.gen.service_index(&self.name) {
+                *serving = (now, i);
+            }
+        }
+        serving.clone()
+    }
+}
+
+/// The QUIC server configuration of `service` in `local`'s generation:
+/// `None` when the service has no QUIC TLS configuration.
+fn server_config(local: &Local, service: usize) -> Option<quinn::ServerConfig> {
+    let svc = local.gen.config.services.get(service)?;
+    let crypto = local.gen.tls.get(service)?.as_ref()?.quic()?;
+    let mut config = quinn::ServerConfig::with_crypto(crypto);
+    Some(config.transport_config(Arc::new(transport_config(svc))).clone())
+}
+
+/// QUIC transport parameters for `svc`'s clients.
+fn transport_config(svc: &Service) -> quinn::TransportConfig {
+    let mut t = quinn::TransportConfig::default();
+    let idle = svc.timeouts.client_idle.min(MAX_IDLE);
+    t.max_concurrent_bidi_streams(svc.http3.max_concurrent_streams.into())
+        .max_concurrent_uni_streams(UNI_STREAMS.into())
+        .max_idle_timeout(quinn::IdleTimeout::try_from(idle).ok());
+    t
+}
+
+/// Serves the QUIC endpoint of listener `addr` until the listener is
+/// removed by a reload or the worker drains.
+pub(crate) async fn serve_endpoint(worker: Rc<Worker>, addr: SocketAddr, socket: std::net::UdpSocket) {
+    let local = worker.local();
+    let Some(&service) = local.gen.listeners.get(&(Proto::Quic, addr)) else {
+        return;
+    };
+    let Some(config) = server_config(&local, service) else {
+        tracing::error!(%addr, "HTTP/3 listener without a QUIC TLS configuration");
+        return;
+    };
+    let runtime = Arc::new(quinn::TokioRuntime);
+    let endpoint = match quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(config), socket, runtime) {
+        Ok(endpoint) => endpoint,
+        Err(e) => {
+            tracing::error!(%addr, error = %e, "cannot start the HTTP/3 endpoint");
+            return;
+        }
+    };
+    let mut generation = local.gen.number;
+    loop {
+        if worker.draining.get() {
+            break;
+        }
+        let local = worker.local();
+        let Some(&service) = local.gen.listeners.get(&(Proto::Quic, addr)) else {
+            tracing::info!(worker = worker.id, %addr, "HTTP/3 listener removed by reload: no longer accepting");
+            break;
+        };
+        if local.gen.number != generation {
+            // Certificates and limits of the new generation, for new connections.
+            generation = local.gen.number;
+            endpoint.set_server_config(server_config(&local, service));
+        }
+        let incoming = tokio::select! {
+            incoming = endpoint.accept() => incoming,
+            () = worker.drain.notified() => break,
+            () = worker.reloaded.notified() => continue,
+        };
+        let Some(incoming) = incoming else {
+            break;
+        };
+        worker.open.set(worker.open.get() + 1);
+        let w = worker.clone();
+        tokio::task::spawn_local(async move {
+            let _open = OpenGuard(w.clone());
+            connection(incoming, local, service, w, addr).await;
+        });
+    }
+    // New connections are refused; those open finish (the endpoint's driver
+    // runs while they do).
+    endpoint.set_server_config(None);
+}
+
+/// Counts a QUIC connection among the worker's open ones (the drain waits for them).
+struct OpenGuard(Rc<Worker>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.open.set(self.0.open.get().saturating_sub(1));
+    }
+}
+
+/// Serves one QUIC connection: the handshake, then its request streams.
+async fn connection(incoming: quinn::Incoming, local: Rc<Local>, service: usize, worker: Rc<Worker>, addr: SocketAddr) {
+    let Some(svc) = local.gen.config.services.get(service) else {
+        return;
+    };
+    let (name, timeouts, max_field_section) =
+        (svc.name.clone(), svc.timeouts, u64::try_from(svc.limits.max_header_bytes).unwrap_or(u64::MAX));
+    let resets = Tally::new(svc.http3.max_resets, tokio::time::Instant::now());
+    let metrics = local.gen.services[service].clone();
+    let peer = incoming.remote_address();
+    let local_addr = SocketAddr::new(incoming.local_ip().unwrap_or(addr.ip()), addr.port());
+    let connecting = match incoming.accept() {
+        Ok(connecting) => connecting,
+        Err(e) => {
+            tracing::debug!(service = %name, client = %peer, error = %e, "QUIC connection refused");
+            return;
+        }
+    };
+    let conn = match tokio::time::timeout(timeouts.client_header, connecting).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => {
+            tracing::debug!(service = %name, client = %peer, error = %e, "QUIC handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(service = %name, client = %peer, "QUIC handshake timed out");
+            return;
+        }
+    };
+    metrics.connection_opened(worker.id);
+    let _closed = crate::http::ConnectionGuard::new(&metrics, worker.id);
+    let built = h3::server::builder()
+        .max_field_section_size(max_field_section)
+        .build::<_, Bytes>(h3_quinn::Connection::new(conn.clone()))
+        .await;
+    let mut h3 = match built {
+        Ok(h3) => h3,
+        Err(e) => {
+            tracing::debug!(service = %name, client = %peer, error = %e, "HTTP/3 connection failed");
+            return;
+        }
+    };
+    let transport = Transport { secure: true, alpn: Some("h3"), http3: true, ..Transport::default() };
+    let shared = Rc::new(Shared {
+        connection: conn,
+        local_addr: Some(local_addr),
+        worker: worker.clone(),
+        transport,
+        serving: RefCell::new((local, service)),
+        name,
+    });
+    let mut going_away = false;
+    // The streams run inside this task, each polled only when it was woken.
+    let mut streams = FuturesUnordered::new();
+    loop {
+        if !going_away && (worker.draining.get() || worker.local().gen.service_index(&shared.name).is_none()) {
+            going_away = true;
+            // GOAWAY: no new request streams; those accepted finish.
+            if h3.shutdown(0).await.is_err() {
+                break;
+            }
+        }
+        tokio::select! {
+            accepted = h3.accept() => match accepted {
+                Ok(Some(resolver)) => streams.push(stream::serve(resolver, shared.clone())),
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(service = %shared.name, client = %peer, error = %e, "HTTP/3 connection closed");
+                    break;
+                }
+            },
+            Some(ended) = streams.next(), if !streams.is_empty() => {
+                // Every other stream that is ready finishes before the
+                // connection is polled again.
+                let mut reset = usize::from(ended == Ended::PeerReset);
+                std::future::poll_fn(|cx| {
+                    while let Poll::Ready(Some(ended)) = streams.poll_next_unpin(cx) {
+                        reset += usize::from(ended == Ended::PeerReset);
+                    }
+                    Poll::Ready(())
+                })
+                .await;
+                let now = tokio::time::Instant::now();
+                if (0..reset).fold(false, |tripped, _| resets.record(now, RESET_WINDOW) || tripped) {
+                    let reason = "rapid-reset";
+                    tracing::warn!(service = %shared.name, client = %peer, reason, "HTTP/3 connection closed");
+                    metrics.connection_refused(worker.id, reason);
+                    shared.connection.close(quinn::VarInt::from_u32(EXCESSIVE_LOAD), reason.as_bytes());
+                    break;
+                }
+            }
+            () = worker.drain.notified(), if !going_away => {}
+            () = worker.reloaded.notified(), if !going_away => {}
+        }
+    }
+    // Streams still running when the connection ended finish (or fail) now.
+    while streams.next().await.is_some() {}
+}

@@ -180,6 +180,9 @@ fn client_config(roots: rustls::RootCertStore, alpn: Vec<Vec<u8>>) -> ClientConf
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = alpn;
+    // Every handshake a full one: a resumed session reports the certificate
+    // of the handshake that created it, not the one served now.
+    config.resumption = rustls::client::Resumption::disabled();
     config
 }
 
@@ -223,14 +226,15 @@ fn serial(tls: &Tls) -> String {
     cert.raw_serial().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Polls `f` every 200 ms until `Some`, for up to `limit`.
-fn wait_long<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+/// Polls `f` every 200 ms until `Some`, for up to `limit`; on a timeout the
+/// panic shows `logs()`.
+fn wait_long<T>(what: &str, limit: Duration, logs: impl Fn() -> String, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(Instant::now() < deadline, "timed out waiting for {what}\n{}", logs());
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -280,11 +284,16 @@ fn http01_issues_stores_and_reuses_a_certificate() {
     let file = write_temp("acme", "switchyard.toml", &config(http, admin, origin.addr, &[("site", https, tls)]));
     let proxy = Proxy::run_file(&file, http);
     let client = pebble.client(&[b"http/1.1"]);
-    let first = wait_long("a certificate issued by http-01", ISSUANCE, || {
-        let mut tls = connect(https, &client, "www.a.example").ok()?;
-        let (status, _) = get(&mut tls, "/", "www.a.example").ok()?;
-        (status == 200).then(|| serial(&tls))
-    });
+    let first = wait_long(
+        "a certificate issued by http-01",
+        ISSUANCE,
+        || format!("{}\n{}", proxy.log(), pebble.log()),
+        || {
+            let mut tls = connect(https, &client, "www.a.example").ok()?;
+            let (status, _) = get(&mut tls, "/", "www.a.example").ok()?;
+            (status == 200).then(|| serial(&tls))
+        },
+    );
     let log = proxy.log();
     assert!(log.contains("ACME certificate issued and installed"), "{log}");
     let view = certificates(admin);
@@ -313,9 +322,12 @@ fn http01_issues_stores_and_reuses_a_certificate() {
     // A restart serves the stored certificate and creates no new account or order.
     drop(proxy);
     let proxy = Proxy::run_file(&file, http);
-    let again = wait_long("the stored certificate after a restart", ISSUANCE, || {
-        connect(https, &client, "a.example").ok().map(|tls| serial(&tls))
-    });
+    let again = wait_long(
+        "the stored certificate after a restart",
+        ISSUANCE,
+        || format!("{}\n{}", proxy.log(), pebble.log()),
+        || connect(https, &client, "a.example").ok().map(|tls| serial(&tls)),
+    );
     assert_eq!(again, first, "the stored certificate is reused");
     let log = proxy.log();
     assert!(log.contains("ACME certificate read from"), "{log}");
@@ -334,18 +346,24 @@ fn tls_alpn01_issues_a_certificate_on_the_https_listener() {
     let storage = temp_dir("acme-storage");
     let tls = pebble.acme(&["b.example"], "tls-alpn-01", &storage, "");
     let proxy = Proxy::start(&config(http, admin, origin.addr, &[("site", https, tls)]), http);
-    let client = pebble.client(&[b"h2", b"http/1.1"]);
-    wait_long("a certificate issued by tls-alpn-01", ISSUANCE, || {
-        let mut tls = connect(https, &client, "b.example").ok()?;
-        let (status, _) = get(&mut tls, "/", "b.example").ok()?;
-        (status == 200).then_some(())
-    });
+    let client = pebble.client(&[b"http/1.1"]);
+    wait_long(
+        "a certificate issued by tls-alpn-01",
+        ISSUANCE,
+        || format!("{}\n{}", proxy.log(), pebble.log()),
+        || {
+            let mut tls = connect(https, &client, "b.example").ok()?;
+            let (status, _) = get(&mut tls, "/", "b.example").ok()?;
+            (status == 200).then_some(())
+        },
+    );
     let view = certificates(admin);
     assert_eq!(view[0]["challenge"], "tls-alpn-01", "{view:?}");
     assert_eq!(view[0]["state"], "valid", "{view:?}");
-    let log = pebble.log();
-    assert!(log.contains("tls-alpn-01"), "pebble validated by tls-alpn-01:\n{log}");
-    // No validation in progress: `acme-tls/1` gets no certificate, and the process serves on.
+    // `acme-tls/1` is offered by the service, yet never chosen over HTTP.
+    let h2 = connect(https, &pebble.client(&[b"h2", b"http/1.1", b"acme-tls/1"]), "b.example").expect("h2");
+    assert_eq!(h2.conn.alpn_protocol(), Some(&b"h2"[..]));
+    // No validation in progress: `acme-tls/1` alone gets no certificate, and the process serves on.
     let validation = pebble.client(&[b"acme-tls/1"]);
     assert!(connect(https, &validation, "b.example").is_err());
     assert!(connect(https, &client, "b.example").is_ok());
@@ -363,11 +381,15 @@ fn renewal_swaps_certificates_under_load_without_a_failed_request() {
     let tls = pebble.acme(&["c.example"], "http-01", &storage, ", profile = \"shortlived\"");
     let proxy = Proxy::start(&config(http, admin, origin.addr, &[("site", https, tls)]), http);
     let client = pebble.client(&[b"http/1.1"]);
-    let first = wait_long("the first short-lived certificate", ISSUANCE, || {
-        connect(https, &client, "c.example").ok().map(|tls| serial(&tls))
-    });
-    // A kept-alive connection opened on the first certificate.
+    let first = wait_long(
+        "the first short-lived certificate",
+        ISSUANCE,
+        || format!("{}\n{}", proxy.log(), pebble.log()),
+        || connect(https, &client, "c.example").ok().map(|tls| serial(&tls)),
+    );
+    // A kept-alive connection, kept across the swaps.
     let mut kept = connect(https, &client, "c.example").expect("connection");
+    let kept_serial = serial(&kept);
     let stop = Arc::new(AtomicBool::new(false));
     let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(Mutex::new(Vec::<String>::new())));
     let serials = Arc::new(Mutex::new(vec![first.clone()]));
@@ -404,11 +426,16 @@ fn renewal_swaps_certificates_under_load_without_a_failed_request() {
         })
         .collect();
     // Two renewals seen by clients (a 20 s certificate renews in the middle of its window).
-    wait_long("two renewals seen by clients", Duration::from_secs(150), || {
-        let (status, _) = get(&mut kept, "/", "c.example").expect("the kept-alive connection is served throughout");
-        assert_eq!(status, 200);
-        (serials.lock().expect("lock").len() >= 3).then_some(())
-    });
+    wait_long(
+        "two renewals seen by clients",
+        Duration::from_secs(150),
+        || format!("{}\n{}", proxy.log(), pebble.log()),
+        || {
+            let (status, _) = get(&mut kept, "/", "c.example").expect("the kept-alive connection is served throughout");
+            assert_eq!(status, 200);
+            (serials.lock().expect("lock").len() >= 3).then_some(())
+        },
+    );
     stop.store(true, Ordering::Relaxed);
     for t in load {
         t.join().expect("load thread");
@@ -416,7 +443,7 @@ fn renewal_swaps_certificates_under_load_without_a_failed_request() {
     let failed = failed.lock().expect("lock").clone();
     assert!(failed.is_empty(), "failed requests during the swaps: {failed:?}\n{}", proxy.log());
     assert!(ok.load(Ordering::Relaxed) > 0);
-    assert_eq!(serial(&kept), first, "an established connection keeps its certificate");
+    assert_eq!(serial(&kept), kept_serial, "an established connection keeps its certificate");
     let view = certificates(admin);
     assert!(view[0]["issued"].as_u64().is_some_and(|n| n >= 3), "{view:?}");
     assert_eq!(view[0]["ari"], true, "Pebble offers renewal information: {view:?}");
@@ -440,15 +467,20 @@ fn a_refused_order_is_logged_and_retried_without_disturbing_traffic() {
     let proxy = Proxy::start(&config(http, admin, origin.addr, &services), http);
     let client = pebble.client(&[b"http/1.1"]);
     let mut plain_ok = 0;
-    let failures = wait_long("two refused attempts", ISSUANCE, || {
-        // Traffic on the plain service is served throughout.
-        let r = Client::connect(http).request("GET", "/", &[("host", "d.example"), ("connection", "close")]);
-        assert_eq!(r.status, 200);
-        plain_ok += 1;
-        let view = certificates(admin);
-        let refused = view.iter().find(|c| c["service"] == "refused")?;
-        (refused["failures"].as_u64()? >= 2).then(|| refused.clone())
-    });
+    let failures = wait_long(
+        "two refused attempts",
+        ISSUANCE,
+        || format!("{}\n{}", proxy.log(), pebble.log()),
+        || {
+            // Traffic on the plain service is served throughout.
+            let r = Client::connect(http).request("GET", "/", &[("host", "d.example"), ("connection", "close")]);
+            assert_eq!(r.status, 200);
+            plain_ok += 1;
+            let view = certificates(admin);
+            let refused = view.iter().find(|c| c["service"] == "refused")?;
+            (refused["failures"].as_u64()? >= 2).then(|| refused.clone())
+        },
+    );
     assert!(plain_ok > 0);
     assert_eq!(failures["state"], "pending", "{failures}");
     let error = failures["last_error"].as_str().unwrap_or_default();
@@ -465,7 +497,12 @@ fn a_refused_order_is_logged_and_retried_without_disturbing_traffic() {
     // The refused service has no certificate: its handshakes fail, the process serves on.
     assert!(connect(bad, &client, "refused.example").is_err());
     // The other ACME service got its certificate meanwhile.
-    wait_long("the good service's certificate", ISSUANCE, || connect(good, &client, "d.example").ok());
+    wait_long(
+        "the good service's certificate",
+        ISSUANCE,
+        || format!("{}\n{}", proxy.log(), pebble.log()),
+        || connect(good, &client, "d.example").ok(),
+    );
     let r = Client::connect(http).request("GET", "/", &[("host", "d.example"), ("connection", "close")]);
     assert_eq!(r.status, 200);
 }

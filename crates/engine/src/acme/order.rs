@@ -137,7 +137,12 @@ pub fn alpn_certificate(domain: &str, digest: &[u8]) -> Result<Arc<CertifiedKey>
     params.custom_extensions = vec![CustomExtension::new_acme_identifier(digest)];
     let cert = params.self_signed(&key).map_err(|e| format!("challenge certificate: {e}"))?;
     let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    certified(vec![cert.der().clone()], der)
+    // Not `CertifiedKey::from_der`: its consistency check parses the
+    // certificate with webpki, which refuses the critical acmeIdentifier
+    // extension it does not know. The key is the one just signed with.
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let signing = provider.key_provider.load_private_key(der).map_err(|e| format!("challenge key: {e}"))?;
+    Ok(Arc::new(CertifiedKey::new(vec![cert.der().clone()], signing)))
 }
 
 /// A rustls certified key from a chain and its key.

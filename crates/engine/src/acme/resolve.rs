@@ -1,7 +1,7 @@
 //! The certificate resolver of an `https` service whose certificate comes
 //! from ACME.
 //!
-//! A ClientHello that offers ALPN `acme-tls/1` is an ACME server validating
+//! A ClientHello that offers ALPN `acme-tls/1` alone is an ACME server validating
 //! a tls-alpn-01 challenge (RFC 8737): it gets the challenge certificate of
 //! the name it asks for, or no certificate. Every other handshake gets the
 //! current certificate, read from the [`Managed`] at each handshake, so a
@@ -35,7 +35,11 @@ impl AcmeResolver {
 
 impl ResolvesServerCert for AcmeResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let validation = hello.alpn().is_some_and(|mut protocols| protocols.any(|p| p == ACME_TLS_ALPN));
+        // RFC 8737 3: a validation offers `acme-tls/1` and nothing else.
+        let validation = hello.alpn().is_some_and(|protocols| {
+            let mut offered = protocols.peekable();
+            offered.peek().is_some() && offered.all(|p| p == ACME_TLS_ALPN)
+        });
         if validation {
             return self.challenges.alpn01(hello.server_name()?);
         }

@@ -96,7 +96,7 @@ pub(crate) fn validate_server_tls(cx: &mut Ctx<'_, '_>, raw: &S<RawServerTls>) -
         cx.r.error_hint(
             &span,
             "`tls` has no certificate",
-            "add certificate = \"site.crt\" and key = \"site.key\" (PEM files: the chain, leaf first, and its key), or acme = { ... } (see docs/tls.md)",
+            "add certificate = \"site.crt\" and key = \"site.key\" (PEM files: the chain, leaf first, and its key), or acme = { directory = \"https://...\", domains = [\"www.example.com\"] } for certificates from ACME",
         );
         complete = false;
     }

@@ -283,7 +283,7 @@ impl Scrape {
         w.family("acme_certificate_present", help, Type::Gauge, None, present);
         let expiry = a.iter().filter_map(|r| Some(([("service", r.service.as_str())], r.not_after?)));
         let help = "End of validity of the service's certificate from ACME (Unix time).";
-        w.family("acme_certificate_expiry_timestamp", help, Type::Gauge, Some("seconds"), expiry);
+        w.family("acme_certificate_expiry_timestamp_seconds", help, Type::Gauge, Some("seconds"), expiry);
         let orders = a.iter().flat_map(|r| {
             [("issued", r.issued), ("failed", r.failed)]
                 .map(|(k, v)| ([("service", r.service.as_str()), ("result", k)], v))

@@ -96,14 +96,16 @@ ensure_cargo() {
 }
 
 # Implementations we did not write that the interop tests drive, installed into the
-# git-ignored .tools/ only when missing: h2spec (HTTP/2 conformance, `go install`) into
-# .tools/bin, Python grpcio (a real gRPC client and server) with the standard health
-# servicer, and the OpenTelemetry project's generated OTLP protobuf classes
-# (opentelemetry-proto: the tracing tests' collector decodes with them), and aioquic
-# (an HTTP/3 client, crates/cli/tests/http3.rs) into .tools/venv. Without Go or Python
-# the tests needing them say they skipped.
+# git-ignored .tools/ only when missing: h2spec (HTTP/2 conformance, `go install`) and
+# Pebble with pebble-challtestsrv (ACME, `go install`) into .tools/bin; Python grpcio
+# (a real gRPC client and server) with the standard health servicer, the OpenTelemetry
+# project's generated OTLP protobuf classes (opentelemetry-proto: the tracing tests'
+# collector decodes with them) and aioquic (an HTTP/3 client, crates/cli/tests/http3.rs)
+# into .tools/venv. Without Go or Python the tests needing them say they skipped.
 TOOLS_DIR=.tools
 H2SPEC_MODULE=github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible
+# Let's Encrypt's ACME test server and its DNS server (the ACME tests, crates/cli/tests/acme.rs).
+PEBBLE_VERSION=v2.10.3
 PYTHON_PACKAGES=(grpcio==1.85.3 grpcio-health-checking==1.85.1 protobuf==7.36.2 opentelemetry-proto==1.45.2 aioquic==1.7.2)
 
 install_h2spec() {
@@ -118,6 +120,22 @@ install_h2spec() {
   echo "installing h2spec into $TOOLS_DIR/bin"
   GOBIN="$PWD/$TOOLS_DIR/bin" go install "$H2SPEC_MODULE" ||
     echo "warning: go install h2spec failed; its test will say it skipped" >&2
+}
+
+install_pebble() {
+  if [[ -x $TOOLS_DIR/bin/pebble && -x $TOOLS_DIR/bin/pebble-challtestsrv ]]; then
+    echo "pebble present"
+    return
+  fi
+  if ! command -v go >/dev/null 2>&1; then
+    echo "warning: no Go toolchain: pebble not installed, the ACME tests will say they skipped" >&2
+    return
+  fi
+  echo "installing pebble and pebble-challtestsrv into $TOOLS_DIR/bin"
+  GOBIN="$PWD/$TOOLS_DIR/bin" go install \
+    "github.com/letsencrypt/pebble/v2/cmd/pebble@$PEBBLE_VERSION" \
+    "github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv@$PEBBLE_VERSION" ||
+    echo "warning: go install pebble failed; the ACME tests will say they skipped" >&2
 }
 
 install_grpcio() {
@@ -185,6 +203,7 @@ install_missing_packages
 
 step "interop tools (.tools/)"
 install_h2spec
+install_pebble
 install_grpcio
 install_jaeger
 

@@ -70,6 +70,44 @@ pub trait Backend: Send + Sync + 'static {
     fn cluster(&self) -> ClusterView {
         ClusterView { ready: true, ..ClusterView::default() }
     }
+    /// Certificates from ACME, per service (none by default).
+    fn certificates(&self) -> Vec<CertificateView> {
+        Vec::new()
+    }
+}
+
+/// `GET /api/v1/certificates`: one service's certificate from ACME.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CertificateView {
+    /// The service it is served by.
+    pub service: String,
+    /// The names it is for.
+    pub domains: Vec<String>,
+    /// The ACME directory URL.
+    pub directory: String,
+    /// `http-01` or `tls-alpn-01`.
+    pub challenge: String,
+    /// `pending` (none issued yet), `valid`, `expiring` (less than a fifth of
+    /// its lifetime left), or `expired`.
+    pub state: String,
+    /// Serial number (hex) of the certificate served.
+    pub serial: Option<String>,
+    /// Start of validity (Unix seconds).
+    pub not_before: Option<u64>,
+    /// End of validity (Unix seconds).
+    pub not_after: Option<u64>,
+    /// When the next issuance or renewal attempt is due (Unix seconds).
+    pub next_attempt: Option<u64>,
+    /// Whether that time came from the server's renewal information (ARI).
+    pub ari: bool,
+    /// Failed attempts since the last success.
+    pub failures: u32,
+    /// The last failure's reason, until a success.
+    pub last_error: Option<String>,
+    /// Certificates issued since start.
+    pub issued: u64,
+    /// A warning for the operator (expiring or expired, failing), if any.
+    pub warning: Option<String>,
 }
 
 /// `GET /api/v1/cluster`: this node's readiness and its replication peers.

@@ -244,6 +244,14 @@ pub(crate) async fn purge_cache(
     }
 }
 
+/// `GET /api/v1/certificates`: every certificate from ACME, its state and renewal.
+pub(crate) async fn certificates(State(state): State<AdminState>) -> Response {
+    match call(&state, |b| b.certificates()).await {
+        Ok(view) => Json(json!({ "certificates": view })).into_response(),
+        Err(r) => r,
+    }
+}
+
 /// `GET /api/v1/cache`: every service's cache, its size and counters.
 pub(crate) async fn caches(State(state): State<AdminState>) -> Response {
     match call(&state, |b| b.stats()).await {

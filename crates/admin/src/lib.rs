@@ -34,9 +34,9 @@ use axum::Router;
 use switchyard_config::{Admin, AdminToken};
 
 pub use backend::{
-    ApiError, Backend, CacheEntriesView, CacheEntryView, CacheKeyView, CachePartialView, CacheView, ClassCounts,
-    DatagramCounts, HealthView, HistogramView, PersistenceEntryView, PersistenceView, PoolView, ReloadView, ServerOp,
-    ServerView, ServiceView, StatsView,
+    ApiError, Backend, CacheEntriesView, CacheEntryView, CacheKeyView, CachePartialView, CacheView, CertificateView,
+    ClassCounts, DatagramCounts, HealthView, HistogramView, PersistenceEntryView, PersistenceView, PoolView,
+    ReloadView, ServerOp, ServerView, ServiceView, StatsView,
 };
 pub use exposition::MetricsFormat;
 pub use handlers::{
@@ -112,6 +112,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/v1/pools/{pool}/servers/{server}/weight", put(handlers::server_weight))
         .route("/api/v1/pools/{pool}/servers/{server}/{action}", post(handlers::server_action))
         .route("/api/v1/cache", get(handlers::caches))
+        .route("/api/v1/certificates", get(handlers::certificates))
         .route("/api/v1/cache/purge", post(handlers::purge_cache))
         .route("/api/v1/cache/{service}/entries", get(handlers::cache_entries))
         .route("/api/v1/pools/{pool}/persistence", get(handlers::persistence).delete(handlers::flush_persistence))

@@ -7,13 +7,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use switchyard_admin::backend::{
-    ApiError, Backend, CacheEntriesView, CacheEntryView, CacheKeyView, CachePartialView, CacheView, ClassCounts,
-    ClusterView, DatagramCounts, HealthView, HistogramView, PeerView, PersistenceEntryView, PersistenceView, PoolView,
-    ReloadView, ServerOp, ServerView, ServiceView, StatsView,
+    ApiError, Backend, CacheEntriesView, CacheEntryView, CacheKeyView, CachePartialView, CacheView, CertificateView,
+    ClassCounts, ClusterView, DatagramCounts, HealthView, HistogramView, PeerView, PersistenceEntryView,
+    PersistenceView, PoolView, ReloadView, ServerOp, ServerView, ServiceView, StatsView,
 };
 use switchyard_admin::MetricsFormat;
 use switchyard_config::{Algorithm, Mode, Persistence};
-use switchyard_engine::metrics::{self, ByClass, ExpositionView, HistogramSnapshot, PeerRow, ProcessGauges, ServerRow};
+use switchyard_engine::metrics::{
+    self, AcmeRow, ByClass, ExpositionView, HistogramSnapshot, PeerRow, ProcessGauges, ServerRow,
+};
 use switchyard_engine::{Applied, ApplyError, Change, Control, Generation};
 
 use crate::commands::{reload_file, ReloadError};
@@ -64,6 +66,56 @@ fn api_error(e: ApplyError) -> ApiError {
         ApplyError::NotFound(m) => ApiError::NotFound(m),
         ApplyError::BadInput(m) => ApiError::BadRequest(m),
         other => ApiError::Conflict(other.to_string()),
+    }
+}
+
+fn unix(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// A certificate from ACME, its state and what the operator should know.
+fn certificate_view(m: &switchyard_engine::acme::Managed) -> CertificateView {
+    let status = m.status();
+    let now = std::time::SystemTime::now();
+    let state = match &status.current {
+        None => "pending",
+        Some(c) if c.not_after <= now => "expired",
+        Some(c) if c.expiring(now) => "expiring",
+        Some(_) => "valid",
+    };
+    let warning = match (state, &status.last_error) {
+        ("expired", _) => Some("the certificate has expired".to_string()),
+        ("expiring", _) => Some("the certificate expires soon and is not renewed yet".to_string()),
+        (_, Some(e)) => Some(format!("{} failed attempt(s), retrying: {e}", status.failures)),
+        _ => None,
+    };
+    CertificateView {
+        service: m.service.clone(),
+        domains: m.settings.domains.clone(),
+        directory: m.settings.directory.clone(),
+        challenge: m.settings.challenge.name().to_string(),
+        state: state.to_string(),
+        serial: status.current.as_ref().map(|c| c.serial.clone()),
+        not_before: status.current.as_ref().map(|c| unix(c.not_before)),
+        not_after: status.current.as_ref().map(|c| unix(c.not_after)),
+        next_attempt: status.next_attempt.map(unix),
+        ari: status.ari,
+        failures: status.failures,
+        last_error: status.last_error,
+        issued: m.counters.issued.load(std::sync::atomic::Ordering::Relaxed),
+        warning,
+    }
+}
+
+fn acme_row(m: &switchyard_engine::acme::Managed) -> AcmeRow {
+    let status = m.status();
+    let read = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    AcmeRow {
+        service: m.service.clone(),
+        not_after: status.current.as_ref().map(|c| unix(c.not_after)),
+        issued: read(&m.counters.issued),
+        failed: read(&m.counters.failed),
+        consecutive_failures: u64::from(status.failures),
     }
 }
 
@@ -245,6 +297,7 @@ impl Backend for EngineBackend {
                 tracing_spans_dropped_export_failed: export_failed,
             },
             tls: Some(&gen.tls_handshakes),
+            acme: gen.acme.all().iter().map(|m| acme_row(m)).collect(),
             ..ExpositionView::default()
         };
         view.peers = self
@@ -371,6 +424,11 @@ impl Backend for EngineBackend {
             Some(_) => Ok(lines),
             None => Err(lines),
         }
+    }
+
+    fn certificates(&self) -> Vec<CertificateView> {
+        let gen = self.control.generation();
+        gen.acme.all().iter().map(|m| certificate_view(m)).collect()
     }
 
     fn cluster(&self) -> ClusterView {

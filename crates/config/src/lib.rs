@@ -24,6 +24,7 @@
 //! - [`diff()`]: what changed between two validated configurations, by name
 //!   (the input of a reload; its `Display` is a one-line summary for logs).
 
+mod acme;
 mod cache;
 mod cluster;
 mod compression;
@@ -46,6 +47,7 @@ mod tracing;
 mod units;
 mod validate;
 
+pub use acme::DEFAULT_STORAGE as DEFAULT_ACME_STORAGE;
 pub use compression::{Compression, Encoding};
 pub use diagnostic::{Diagnostic, Diagnostics, Severity};
 pub use diff::{diff, Changes, Diff, PoolChange};

@@ -954,9 +954,12 @@ pub enum TlsVersion {
 /// TLS termination of an `https` service (`tls`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerTls {
-    /// Certificates, at least one. The first is the default (no server name,
-    /// or no certificate valid for it); the others are chosen by server name.
+    /// Certificates from files: at least one, unless `acme` is set (then
+    /// none). The first is the default (no server name, or no certificate
+    /// valid for it); the others are chosen by server name.
     pub certificates: Vec<CertKey>,
+    /// Certificates from an ACME server (RFC 8555) instead of files.
+    pub acme: Option<Acme>,
     /// Lowest version accepted (default TLS 1.2).
     pub min_version: TlsVersion,
     /// Cipher suites offered, by rustls name (`TLS13_AES_128_GCM_SHA256`,
@@ -971,6 +974,49 @@ pub struct ServerTls {
     pub session_cache: usize,
     /// Client certificates (mTLS); `None`: not asked for.
     pub client_auth: Option<ClientAuth>,
+}
+
+/// How an ACME challenge proves control of a domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcmeChallenge {
+    /// `http-01`: an answer at `http://DOMAIN/.well-known/acme-challenge/TOKEN`
+    /// (RFC 8555 8.3), given by the `http` services' listeners.
+    Http01,
+    /// `tls-alpn-01`: a handshake with ALPN `acme-tls/1` (RFC 8737), given by
+    /// the service's own listeners.
+    TlsAlpn01,
+}
+
+impl AcmeChallenge {
+    /// The name in the configuration and in RFC 8555's registry.
+    pub fn name(self) -> &'static str {
+        match self {
+            AcmeChallenge::Http01 => "http-01",
+            AcmeChallenge::TlsAlpn01 => "tls-alpn-01",
+        }
+    }
+}
+
+/// A service's certificate from an ACME server (`tls.acme`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acme {
+    /// The server's directory URL (`https://`).
+    pub directory: String,
+    /// Contact URLs of the account (`mailto:`), possibly none.
+    pub contact: Vec<String>,
+    /// The DNS names of the one certificate, at least one, lower case.
+    pub domains: Vec<String>,
+    /// How control of the domains is proved.
+    pub challenge: AcmeChallenge,
+    /// Directory of the account credentials, keys and certificates, as
+    /// resolved (relative paths start at the configuration file's directory).
+    pub storage: std::path::PathBuf,
+    /// CA certificates the ACME server's own certificate chains to (a private
+    /// CA such as Pebble's); `None`: the system's roots.
+    pub ca_roots: Option<PemFile>,
+    /// The certificate profile asked for (an ACME profiles extension name such
+    /// as `"shortlived"`); `None`: the server's default.
+    pub profile: Option<String>,
 }
 
 /// Verification of client certificates (mTLS) on a listener.

@@ -581,6 +581,30 @@ pub struct RawServerTls {
     pub session_cache: Option<S<RawCacheSize>>,
     /// `client_auth`
     pub client_auth: Option<S<RawClientAuth>>,
+    /// `acme`: certificates from an ACME server instead of files.
+    pub acme: Option<S<RawAcme>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells.
+    pub broken: Vec<String>,
+}
+
+/// `acme` of a service's `tls`.
+#[derive(Debug, Clone, Default)]
+pub struct RawAcme {
+    /// `directory`: the ACME server's directory URL.
+    pub directory: Option<S<String>>,
+    /// `contact`: `mailto:` URLs.
+    pub contact: Option<S<Vec<S<String>>>>,
+    /// `domains`: the names the certificate is for.
+    pub domains: Option<S<Vec<S<String>>>>,
+    /// `challenge`: `"http-01"` or `"tls-alpn-01"`.
+    pub challenge: Option<S<String>>,
+    /// `storage`: directory of the account, keys and certificates.
+    pub storage: Option<S<String>>,
+    /// `ca_roots`: PEM file of the CA the ACME server's own certificate chains to.
+    pub ca_roots: Option<S<String>>,
+    /// `profile`: the certificate profile asked for.
+    pub profile: Option<S<String>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells.
     pub broken: Vec<String>,

@@ -7,7 +7,8 @@
 //! are read in [`crate::pem`].
 //!
 //! Invariants of an accepted configuration: an `https` service has a
-//! [`ServerTls`] with at least one certificate; its cipher list (when given)
+//! [`ServerTls`] with at least one certificate file, or with `acme` and no
+//! file ([`crate::acme`]); its cipher list (when given)
 //! has a suite for the lowest version it accepts; a pool's client certificate
 //! has both a certificate and a key; `verify = false` comes without `ca`; a
 //! pool with `tls` or `protocol` is used by no layer-4 service.
@@ -79,11 +80,23 @@ pub(crate) fn validate_server_tls(cx: &mut Ctx<'_, '_>, raw: &S<RawServerTls>) -
     let nothing_written = raw.certificate.is_none()
         && raw.key.is_none()
         && raw.certificates.as_ref().is_none_or(|l| l.get_ref().is_empty());
-    if nothing_written && ["certificate", "key", "certificates"].iter().all(|k| !broken(&raw.broken, k)) {
+    let acme = raw.acme.as_ref().and_then(|a| crate::acme::validate_acme(cx, a));
+    if let Some(a) = &raw.acme {
+        if !nothing_written {
+            cx.r.error_hint(
+                &a.span(),
+                "`acme` and certificate files in the same `tls`",
+                "a service's certificates come either from files (certificate, key, certificates) or from ACME: remove one",
+            );
+            return None;
+        }
+        complete &= acme.is_some();
+    } else if nothing_written && ["certificate", "key", "certificates", "acme"].iter().all(|k| !broken(&raw.broken, k))
+    {
         cx.r.error_hint(
             &span,
             "`tls` has no certificate",
-            "add certificate = \"site.crt\" and key = \"site.key\" (PEM files: the chain, leaf first, and its key)",
+            "add certificate = \"site.crt\" and key = \"site.key\" (PEM files: the chain, leaf first, and its key), or acme = { directory = \"https://...\", domains = [\"www.example.com\"] } for certificates from ACME",
         );
         complete = false;
     }
@@ -100,9 +113,10 @@ pub(crate) fn validate_server_tls(cx: &mut Ctx<'_, '_>, raw: &S<RawServerTls>) -
     });
     let client_auth = raw.client_auth.as_ref().and_then(|a| client_auth(cx, a));
     let certificates: Option<Vec<CertKey>> = certificates.into_iter().collect();
-    let certificates = certificates.filter(|c| complete && !c.is_empty())?;
+    let certificates = certificates.filter(|c| complete && (acme.is_some() || !c.is_empty()))?;
     Some(ServerTls {
         certificates,
+        acme,
         min_version,
         ciphers,
         groups,

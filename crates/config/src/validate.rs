@@ -157,6 +157,7 @@ pub(crate) fn validate(r: &mut Report<'_>, raw: &RawConfig, files: &Files) -> Co
     check_listeners(cx.r, &listeners);
     check_udp_pools(&mut cx, &raw.pools, &pools, &services);
     check_layer4_pools(&mut cx, &raw.pools, &services);
+    crate::acme::check_http01_listener(&mut cx, &raw.services, &services);
     check_persistence_modes(&mut cx, &raw.pools, &pools, &services);
     let admin = raw.admin.as_ref().map(|a| validate_admin(&mut cx, a, &listeners));
     let access_log = raw.access_log.as_ref().map(|l| validate_access_log(&mut cx, l));

@@ -324,3 +324,35 @@ fn regenerate_fixtures() {
     write("chain.key", &leaf_key.serialize_pem());
     write("chain.crt", &format!("{}{}", leaf.pem(), ca.pem()));
 }
+
+#[test]
+fn acme_instead_of_files() {
+    let c = https(
+        r#"[service.tls.acme]
+directory = "https://acme.example/directory"
+contact = "mailto:ops@example.com"
+domains = ["Example.COM.", "www.example.com"]
+challenge = "tls-alpn-01"
+storage = "acme-state"
+ca_roots = "FIXTURES/ca.crt"
+profile = "shortlived"
+"#,
+    )
+    .unwrap();
+    let tls = c.services[0].tls.as_ref().unwrap();
+    assert!(tls.certificates.is_empty());
+    let acme = tls.acme.as_ref().unwrap();
+    assert_eq!(acme.directory, "https://acme.example/directory");
+    assert_eq!(acme.contact, ["mailto:ops@example.com"]);
+    assert_eq!(acme.domains, ["example.com", "www.example.com"]);
+    assert_eq!(acme.challenge, AcmeChallenge::TlsAlpn01);
+    assert!(acme.storage.ends_with("acme-state") && acme.storage.is_absolute(), "{:?}", acme.storage);
+    assert!(acme.ca_roots.as_ref().unwrap().pem.starts_with(b"-----BEGIN CERTIFICATE-----"));
+    assert_eq!(acme.profile.as_deref(), Some("shortlived"));
+    let defaults =
+        https(r#"tls = { acme = { directory = "https://acme.example/d", domains = ["a.example.com"] } }"#).unwrap();
+    let acme = defaults.services[0].tls.as_ref().unwrap().acme.clone().unwrap();
+    assert_eq!(acme.challenge, AcmeChallenge::Http01);
+    assert_eq!(acme.storage, Path::new(DEFAULT_ACME_STORAGE));
+    assert!(acme.contact.is_empty() && acme.ca_roots.is_none() && acme.profile.is_none());
+}

@@ -6,7 +6,9 @@
 //!   HTTP/1.1 codec continues with, so telling the two apart costs no system
 //!   call, and a silent connection holds no buffer.
 //! - `https` services: the TLS handshake (within `client_header`), then the
-//!   codec ALPN chose: `h2`, or HTTP/1.1 for `http/1.1` or no ALPN.
+//!   codec ALPN chose: `h2`, or HTTP/1.1 for `http/1.1` or no ALPN; a
+//!   handshake that chose `acme-tls/1` (an ACME tls-alpn-01 validation) is
+//!   closed at once.
 //!
 //! Nothing else in the engine chooses a protocol: the codecs never hand a
 //! connection to each other.
@@ -152,6 +154,13 @@ pub async fn serve_https(
         Err(_) => return failed("tls-handshake-timeout", &"no handshake within client_header"),
     };
     let conn = tls.get_ref().1;
+    if conn.alpn_protocol() == Some(crate::acme::resolve::ACME_TLS_ALPN) {
+        // A tls-alpn-01 validation: the handshake was the answer (RFC 8737 3).
+        counters.handshake(worker.id, Handshake::Full);
+        let mut tls = tls;
+        let _ = tokio::time::timeout(wait, tokio::io::AsyncWriteExt::shutdown(&mut tls)).await;
+        return;
+    }
     let resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
     counters.handshake(worker.id, if resumed { Handshake::Resumed } else { Handshake::Full });
     let transport = Transport { refused, ..crate::tls::transport(conn) };

@@ -7,6 +7,7 @@
 //! a graceful stop lets in-flight requests finish before workers exit.
 
 pub mod access_log;
+pub mod acme;
 pub mod cache;
 pub mod control;
 pub use switchyard_http::error;
@@ -175,6 +176,8 @@ pub fn start(config: Config, workers: Option<usize>) -> Result<Handle, StartErro
         let thread = peers::spawn(cluster, generations.clone(), stop_rx.clone());
         threads.push(thread.map_err(|source| StartError::Cluster { addr, source })?);
     }
+    let acme = control.generation().acme.clone();
+    threads.push(acme::manager::spawn(acme, stop_rx.clone()).map_err(StartError::Thread)?);
     threads.push(health::spawn(move || generations(), stop_rx).map_err(StartError::Thread)?);
     Ok(Handle { control, threads })
 }

@@ -564,6 +564,9 @@ pub struct Generation {
     pub tls: Vec<Option<Arc<Terminator>>>,
     /// TLS handshake counters of the process, carried across reloads.
     pub tls_handshakes: Arc<TlsMetrics>,
+    /// Certificates from ACME and the challenge answers offered, carried
+    /// across reloads.
+    pub acme: Arc<crate::acme::Registry>,
     /// The response cache per service (`None`: off), indexed like
     /// `config.services`; carried across reloads while a service's cache
     /// settings are unchanged.
@@ -593,7 +596,15 @@ impl Generation {
         outbox: Option<&Arc<crate::replica::Outbox>>,
     ) -> Result<Self, GenerationError> {
         // First: the steps below adopt live objects of `previous`.
-        let tls = crate::tls::terminators(&config, previous.map(|g| (&g.config, g.tls.as_slice())))?;
+        let acme = previous.map_or_else(|| Arc::new(crate::acme::Registry::default()), |g| g.acme.clone());
+        let tls = crate::tls::terminators(&config, previous.map(|g| (&g.config, g.tls.as_slice())), &acme)?;
+        let managed: Vec<&str> = config
+            .services
+            .iter()
+            .filter(|s| s.tls.as_ref().is_some_and(|t| t.acme.is_some()))
+            .map(|s| s.name.as_str())
+            .collect();
+        acme.keep_only(&managed);
         let tls_handshakes = previous.map_or_else(|| Arc::new(TlsMetrics::new(workers)), |g| g.tls_handshakes.clone());
         let upstream_tls = config
             .pools
@@ -697,6 +708,7 @@ impl Generation {
             workers,
             tls,
             tls_handshakes,
+            acme,
         })
     }
 

@@ -116,6 +116,7 @@ fn config(listen: SocketAddr, server: SocketAddr, tls: ServerTls) -> Config {
 fn tls(certificates: Vec<CertKey>) -> ServerTls {
     ServerTls {
         certificates,
+        acme: None,
         min_version: TlsVersion::V1_2,
         ciphers: Vec::new(),
         groups: Vec::new(),

@@ -20,7 +20,7 @@ use ureq::http::Method;
 pub use client::CtlError;
 use client::{encode_query_value, Client};
 
-use crate::backend::{ClusterView, HealthView, PersistenceView, ReloadView, ServerView, StatsView};
+use crate::backend::{CertificateView, ClusterView, HealthView, PersistenceView, ReloadView, ServerView, StatsView};
 
 /// `switchyard ctl`: arguments.
 #[derive(Debug, Clone, Args)]
@@ -99,6 +99,8 @@ pub enum CtlCommand {
         #[arg(long, conflicts_with = "key")]
         prefix: Option<String>,
     },
+    /// Certificates from ACME: state, expiry, next attempt, failures.
+    Certificates,
     /// Print the running configuration (TOML).
     Config,
     /// Check a configuration file against the running switchyard, without applying it.
@@ -168,6 +170,14 @@ pub fn execute(args: &CtlArgs, out: &mut dyn Write) -> Result<(), CtlError> {
         CtlCommand::Persistence { pool, flush, limit } => persistence(&client, args, pool, *flush, *limit)?,
         CtlCommand::Cache { command } => cache::run(&client, args, command.as_ref())?,
         CtlCommand::Purge { service, key, prefix } => purge(&client, args, service, key.as_deref(), prefix.as_deref())?,
+        CtlCommand::Certificates => {
+            let path = "/api/v1/certificates";
+            let answer = client.call(Method::GET, path, None)?;
+            render(args, path, &answer, |v: serde_json::Value| {
+                let certs: Vec<CertificateView> = serde_json::from_value(v["certificates"].clone()).unwrap_or_default();
+                table::render_certificates(&certs, std::time::SystemTime::now())
+            })?
+        }
         CtlCommand::Config => client.call(Method::GET, "/api/v1/config", None)?,
         CtlCommand::Validate { file } => validate(&client, args, file)?,
         CtlCommand::Reload => {

@@ -4,7 +4,9 @@
 
 use std::fmt::Write as _;
 
-use crate::backend::{ClusterView, HealthView, HistogramView, PersistenceView, PoolView, ServerView, StatsView};
+use crate::backend::{
+    CertificateView, ClusterView, HealthView, HistogramView, PersistenceView, PoolView, ServerView, StatsView,
+};
 use crate::sample::percentile;
 
 /// How a column's cells line up.
@@ -280,6 +282,47 @@ fn latency(h: &HistogramView, q: f64) -> String {
     }
 }
 
+/// `ctl certificates`: one line per certificate from ACME, then its warning.
+pub fn render_certificates(certs: &[CertificateView], now: std::time::SystemTime) -> String {
+    if certs.is_empty() {
+        return "no certificate from ACME\n".to_string();
+    }
+    let now = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let until = |t: Option<u64>| match t {
+        Some(t) if t > now => duration(t - now),
+        Some(_) => "now".to_string(),
+        None => "-".to_string(),
+    };
+    let mut table = Table::new(&[
+        ("SERVICE", Align::Left),
+        ("DOMAINS", Align::Left),
+        ("STATE", Align::Left),
+        ("EXPIRES IN", Align::Right),
+        ("NEXT ATTEMPT", Align::Right),
+        ("FAILURES", Align::Right),
+        ("SERIAL", Align::Left),
+    ]);
+    for c in certs {
+        let next = format!("{}{}", until(c.next_attempt), if c.ari { " (ARI)" } else { "" });
+        table.row(vec![
+            c.service.clone(),
+            c.domains.join(","),
+            c.state.clone(),
+            until(c.not_after),
+            next,
+            c.failures.to_string(),
+            c.serial.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    let mut out = table.render();
+    for c in certs {
+        if let Some(w) = &c.warning {
+            let _ = writeln!(out, "warning: {}: {w}", c.service);
+        }
+    }
+    out
+}
+
 /// `3d 04h`, `1h 02m`, `5m 07s`, `42s`.
 pub fn duration(seconds: u64) -> String {
     let (d, h, m, s) = (seconds / 86_400, seconds / 3600 % 24, seconds / 60 % 60, seconds % 60);
@@ -294,6 +337,35 @@ pub fn duration(seconds: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn certificates_show_expiry_and_warnings() {
+        let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        let certs = [
+            CertificateView {
+                service: "site".into(),
+                domains: vec!["a.example".into()],
+                state: "expiring".into(),
+                not_after: Some(1_000_000 + 3 * 3600),
+                next_attempt: Some(1_000_000 + 60),
+                ari: true,
+                serial: Some("0a1b".into()),
+                warning: Some("the certificate expires soon and is not renewed yet".into()),
+                ..CertificateView::default()
+            },
+            CertificateView {
+                service: "new".into(),
+                state: "pending".into(),
+                failures: 2,
+                ..CertificateView::default()
+            },
+        ];
+        let text = render_certificates(&certs, now);
+        assert!(text.contains("3h 00m"), "{text}");
+        assert!(text.contains("1m 00s (ARI)"), "{text}");
+        assert!(text.contains("warning: site: the certificate expires soon"), "{text}");
+        assert!(text.lines().any(|l| l.starts_with("new") && l.contains("pending")), "{text}");
+    }
     use crate::backend::{PersistenceEntryView, ServiceView};
 
     #[test]

@@ -1,4 +1,4 @@
-//! Readers of the TLS and HTTP/2 tables (a service's `tls` and `http2`, a
+//! Readers of the TLS and HTTP/2 tables (a service's `tls` with its `acme`, and `http2`, a
 //! pool's `tls`, a rule's `hsts` and `redirect_https`), and of the values
 //! that take two types: `http2 = true` or a table, `session_cache = false`
 //! or a number, `redirect_https = true` or a port.
@@ -21,7 +21,9 @@ const SERVER_TLS_KEYS: &[&str] = &[
     "tickets",
     "session_cache",
     "client_auth",
+    "acme",
 ];
+const ACME_KEYS: &[&str] = &["directory", "contact", "domains", "challenge", "storage", "ca_roots", "profile"];
 const CERT_KEY_KEYS: &[&str] = &["certificate", "key"];
 const CLIENT_AUTH_KEYS: &[&str] = &["ca", "required"];
 const HTTP2_KEYS: &[&str] = &["enabled", "max_concurrent_streams", "max_resets", "max_control_frames"];
@@ -54,6 +56,7 @@ pub(super) fn read_server_tls(r: &mut Report<'_>, table: &DeTable<'_>) -> RawSer
             "client_auth" => {
                 raw.client_auth = table_of(r, name, value).map(|t| S::new(value.span(), read_client_auth(r, t)))
             }
+            "acme" => raw.acme = table_of(r, name, value).map(|t| S::new(value.span(), read_acme(r, t))),
             _ => raw.broken.extend(unknown_key(r, key, SERVER_TLS_KEYS, "in `tls`")),
         }
         if r.error_count() > errors_before {
@@ -89,6 +92,28 @@ fn read_client_auth(r: &mut Report<'_>, table: &DeTable<'_>) -> RawClientAuth {
             "ca" => raw.ca = string(r, name, value),
             "required" => raw.required = boolean(r, name, value),
             _ => raw.broken.extend(unknown_key(r, key, CLIENT_AUTH_KEYS, "in `client_auth`")),
+        }
+        if r.error_count() > errors_before {
+            raw.broken.push(name.to_string());
+        }
+    }
+    raw
+}
+
+fn read_acme(r: &mut Report<'_>, table: &DeTable<'_>) -> RawAcme {
+    let mut raw = RawAcme::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        let errors_before = r.error_count();
+        match name {
+            "directory" => raw.directory = string(r, name, value),
+            "contact" => raw.contact = strings(r, name, value),
+            "domains" => raw.domains = strings(r, name, value),
+            "challenge" => raw.challenge = string(r, name, value),
+            "storage" => raw.storage = string(r, name, value),
+            "ca_roots" => raw.ca_roots = string(r, name, value),
+            "profile" => raw.profile = string(r, name, value),
+            _ => raw.broken.extend(unknown_key(r, key, ACME_KEYS, "in `acme`")),
         }
         if r.error_count() > errors_before {
             raw.broken.push(name.to_string());

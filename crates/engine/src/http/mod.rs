@@ -469,6 +469,16 @@ async fn handle<S: ClientStream>(
             return false;
         }
     }
+    // Phase 3: an ACME http-01 validation is answered before the rules.
+    if let Some(key_authorization) = acme_challenge(client, &head, service, local) {
+        let reply = Answer {
+            status: 200,
+            location: None,
+            content_type: "application/octet-stream",
+            body: key_authorization.as_bytes(),
+        };
+        return answer(client, service, info, head.len, reply, started).await;
+    }
     // Phase 3: route — a rule may answer by itself; persistence; the cache.
     let routed = route(client, &head, service, worker, local);
     let pool = match pool_or_reply(&routed, service) {
@@ -561,6 +571,25 @@ fn request_info<S>(
         },
         trailers: head.te_trailers,
     }
+}
+
+/// Phase 3, first: the key authorization of an ACME http-01 challenge being
+/// validated (RFC 8555 8.3), for a GET of its token on an `http` service.
+fn acme_challenge<S>(client: &Client<S>, head: &RequestHead, service: &Service, local: &Local) -> Option<String> {
+    if service.mode != switchyard_config::Mode::Http {
+        return None;
+    }
+    let buf = &client.buf[..head.len];
+    if &buf[head.method.clone()] != b"GET" {
+        return None;
+    }
+    let (origin_target, _) = split_target(&buf[head.target.clone()]);
+    let (path, _) = split_query(origin_target);
+    let path = std::str::from_utf8(path).ok()?;
+    if !path.starts_with(crate::acme::HTTP01_PREFIX) {
+        return None;
+    }
+    local.gen.acme.challenges.http01(path)
 }
 
 /// Phase 3: the rules' decision, the balancing hash, and the server

@@ -37,7 +37,7 @@ use switchyard_http::error::Side;
 
 pub use exposition::Format;
 pub use histogram::{index_of, lower_bound, percentile, upper_bound, HistogramSnapshot, BUCKETS, OVERFLOW_US};
-pub use prometheus::{encode, ExpositionView, PeerRow, ProcessGauges, ServerRow, SERVER_STATES};
+pub use prometheus::{encode, AcmeRow, ExpositionView, PeerRow, ProcessGauges, ServerRow, SERVER_STATES};
 
 use histogram::HistogramSlot;
 

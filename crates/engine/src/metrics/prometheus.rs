@@ -43,6 +43,23 @@ pub struct ExpositionView<'a> {
     pub process: ProcessGauges,
     /// Cluster peers (high availability); empty on a single node.
     pub peers: Vec<PeerRow>,
+    /// Certificates from ACME, per service.
+    pub acme: Vec<AcmeRow>,
+}
+
+/// One service's certificate from ACME as seen at scrape time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AcmeRow {
+    /// Service name.
+    pub service: String,
+    /// End of the current certificate's validity (Unix seconds); `None`: none issued yet.
+    pub not_after: Option<u64>,
+    /// Certificates issued since start.
+    pub issued: u64,
+    /// Failed issuance attempts since start.
+    pub failed: u64,
+    /// Failed attempts since the last success.
+    pub consecutive_failures: u64,
 }
 
 /// One cluster peer as seen at scrape time.
@@ -126,6 +143,7 @@ struct Scrape {
     /// Per service with a cache: hits, misses, stale, revalidated, evictions, bytes, served bytes, pieces.
     caches: Vec<(String, [u64; 8])>,
     peers: Vec<PeerRow>,
+    acme: Vec<AcmeRow>,
 }
 
 #[derive(Debug)]
@@ -190,6 +208,7 @@ impl Scrape {
                 })
                 .collect(),
             peers: view.peers.clone(),
+            acme: view.acme.clone(),
         }
     }
 }
@@ -204,6 +223,7 @@ impl Scrape {
         self.udp(w);
         self.caches(w);
         self.peers(w);
+        self.acme(w);
         let t = &self.tls;
         let rows = [("full", t.full), ("resumed", t.resumed), ("failed", t.failed)];
         w.family(
@@ -254,6 +274,25 @@ impl Scrape {
         let lag = p.iter().map(|r| ([("peer", r.peer.as_str())], r.lag_seconds));
         let help = "Seconds from learning an entry to the peer's acknowledgement (last batch).";
         w.gauge_f64("cluster_peer_lag_seconds", help, Some("seconds"), lag);
+    }
+
+    fn acme(&self, w: &mut Writer) {
+        let a = &self.acme;
+        let present = a.iter().map(|r| ([("service", r.service.as_str())], u64::from(r.not_after.is_some())));
+        let help = "1 when the service has a certificate from ACME to serve, 0 while none is issued yet.";
+        w.family("acme_certificate_present", help, Type::Gauge, None, present);
+        let expiry = a.iter().filter_map(|r| Some(([("service", r.service.as_str())], r.not_after?)));
+        let help = "End of validity of the service's certificate from ACME (Unix time).";
+        w.family("acme_certificate_expiry_timestamp_seconds", help, Type::Gauge, Some("seconds"), expiry);
+        let orders = a.iter().flat_map(|r| {
+            [("issued", r.issued), ("failed", r.failed)]
+                .map(|(k, v)| ([("service", r.service.as_str()), ("result", k)], v))
+        });
+        let help = "ACME certificate orders by result (issued, failed).";
+        w.family("acme_orders", help, Type::Counter, None, orders);
+        let failing = a.iter().map(|r| ([("service", r.service.as_str())], r.consecutive_failures));
+        let help = "Failed ACME attempts since the last success (retried with back-off).";
+        w.family("acme_consecutive_failures", help, Type::Gauge, None, failing);
     }
 
     fn udp(&self, w: &mut Writer) {

@@ -144,6 +144,16 @@ fn view<'a>(
             tracing_spans_dropped_export_failed: 3,
         },
         peers: Vec::new(),
+        acme: vec![
+            AcmeRow {
+                service: "site".into(),
+                not_after: Some(1_800_000_000),
+                issued: 3,
+                failed: 1,
+                consecutive_failures: 0,
+            },
+            AcmeRow { service: "new".into(), not_after: None, issued: 0, failed: 4, consecutive_failures: 4 },
+        ],
     }
 }
 
@@ -236,6 +246,13 @@ fn check_values(s: &[Sample]) {
     assert_eq!(find(s, "switchyard_server_state", &main_a).iter().map(|x| x.value).sum::<f64>(), 1.0);
     assert_eq!(value(s, "switchyard_tls_handshakes_total", &[("kind", "resumed")]), 1.0);
     assert_eq!(value(s, "switchyard_tls_handshakes_total", &[("kind", "full")]), 0.0);
+    assert_eq!(value(s, "switchyard_acme_certificate_present", &[("service", "site")]), 1.0);
+    assert_eq!(value(s, "switchyard_acme_certificate_present", &[("service", "new")]), 0.0);
+    assert_eq!(value(s, "switchyard_acme_certificate_expiry_timestamp_seconds", &[("service", "site")]), 1.8e9);
+    assert!(find(s, "switchyard_acme_certificate_expiry_timestamp_seconds", &[("service", "new")]).is_empty());
+    assert_eq!(value(s, "switchyard_acme_orders_total", &[("service", "site"), ("result", "issued")]), 3.0);
+    assert_eq!(value(s, "switchyard_acme_orders_total", &[("service", "new"), ("result", "failed")]), 4.0);
+    assert_eq!(value(s, "switchyard_acme_consecutive_failures", &[("service", "new")]), 4.0);
     assert_eq!(value(s, "switchyard_workers", &[]), 2.0);
     assert_eq!(value(s, "switchyard_config_generation", &[]), 7.0);
     assert_eq!(value(s, "switchyard_reloads_total", &[("result", "failed")]), 1.0);

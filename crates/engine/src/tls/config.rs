@@ -13,13 +13,15 @@ use rustls::crypto::{CryptoProvider, SupportedKxGroup};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{
-    NoServerSessionStorage, ProducesTickets, ServerSessionMemoryCache, StoresServerSessions, WebPkiClientVerifier,
+    NoServerSessionStorage, ProducesTickets, ResolvesServerCert, ServerSessionMemoryCache, StoresServerSessions,
+    WebPkiClientVerifier,
 };
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
-use switchyard_config::{CertKey, PemFile, ServerTls, TlsVersion};
+use switchyard_config::{AcmeChallenge, CertKey, PemFile, ServerTls, TlsVersion};
 
 use super::resolve::SniResolver;
+use crate::acme::resolve::{AcmeResolver, ACME_TLS_ALPN};
 
 /// Why a service's TLS configuration could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -80,13 +82,29 @@ pub fn alpn(http2: bool) -> Vec<Vec<u8>> {
 /// The rustls configuration of a service: certificates chosen by SNI,
 /// versions, suites and groups, resumption and client authentication.
 pub fn server_config(tls: &ServerTls, http2: bool, resumption: &Resumption) -> Result<ServerConfig, String> {
+    server_config_with(tls, http2, resumption, None)
+}
+
+/// [`server_config`], with the certificates of an ACME account (`acme`:
+/// its resolver) instead of files when the service's `tls` has `acme`.
+pub fn server_config_with(
+    tls: &ServerTls,
+    http2: bool,
+    resumption: &Resumption,
+    acme: Option<AcmeResolver>,
+) -> Result<ServerConfig, String> {
     let provider = Arc::new(provider(tls)?);
-    let certs = tls
-        .certificates
-        .iter()
-        .map(|ck| Ok((Arc::new(certified_key(ck, &provider)?), ck.names.clone())))
-        .collect::<Result<Vec<_>, String>>()?;
-    let resolver = SniResolver::new(certs).ok_or("no certificate")?;
+    let resolver: Arc<dyn ResolvesServerCert> = match acme {
+        Some(acme) => Arc::new(acme),
+        None => {
+            let certs = tls
+                .certificates
+                .iter()
+                .map(|ck| Ok((Arc::new(certified_key(ck, &provider)?), ck.names.clone())))
+                .collect::<Result<Vec<_>, String>>()?;
+            Arc::new(SniResolver::new(certs).ok_or("no certificate")?)
+        }
+    };
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions(tls.min_version))
         .map_err(|e| format!("no usable cipher suite or group for the versions allowed: {e}"))?;
@@ -100,8 +118,12 @@ pub fn server_config(tls: &ServerTls, http2: bool, resumption: &Resumption) -> R
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let mut config = builder.with_cert_resolver(Arc::new(resolver));
+    let mut config = builder.with_cert_resolver(resolver);
     config.alpn_protocols = alpn(http2);
+    if tls.acme.as_ref().is_some_and(|a| a.challenge == AcmeChallenge::TlsAlpn01) {
+        // Last: never chosen over HTTP; only a validation offers it (alone).
+        config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
+    }
     config.session_storage = match &resumption.cache {
         Some(cache) => cache.clone(),
         None => Arc::new(NoServerSessionStorage {}),

@@ -31,6 +31,8 @@ use tokio_rustls::TlsAcceptor;
 
 pub use self::config::TlsError;
 use self::config::{keeps_resumption, Resumption};
+use crate::acme::resolve::AcmeResolver;
+use crate::acme::Registry;
 use crate::transport::Transport;
 
 /// One `https` service's TLS termination in one generation.
@@ -51,7 +53,13 @@ impl Terminator {
     /// Builds the termination of `service` (which must have `tls`). `previous`
     /// is the same service's termination in the generation being replaced,
     /// with its settings: its resumption state is kept when they allow.
-    pub fn build(service: &Service, previous: Option<(&Service, &Terminator)>) -> Result<Self, TlsError> {
+    /// `acme`: the process's ACME certificates, of which a service whose
+    /// `tls` has `acme` takes (or starts) its own.
+    pub fn build(
+        service: &Service,
+        previous: Option<(&Service, &Terminator)>,
+        acme: &Arc<Registry>,
+    ) -> Result<Self, TlsError> {
         let error = |why: String| TlsError { service: service.name.clone(), why };
         let tls = service.tls.as_ref().ok_or_else(|| error("the service has no `tls` settings".into()))?;
         let kept = previous.and_then(|(old, term)| {
@@ -62,7 +70,11 @@ impl Terminator {
             None => Resumption::new(tls).map_err(error)?,
         };
         let h2 = service.http2.enabled;
-        let server = config::server_config(tls, h2, &resumption).map_err(error)?;
+        let managed = tls
+            .acme
+            .as_ref()
+            .map(|settings| AcmeResolver::new(acme.managed(&service.name, settings), acme.challenges.clone()));
+        let server = config::server_config_with(tls, h2, &resumption, managed).map_err(error)?;
         let quic = match service.http3.enabled {
             true => Some(Arc::new(config::quic_config(&server).map_err(error)?)),
             false => None,
@@ -87,7 +99,11 @@ pub type Previous<'a> = (&'a Config, &'a [Option<Arc<Terminator>>]);
 
 /// The terminations of every `https` service of `config`, indexed like its
 /// services (`None` for other modes).
-pub fn terminators(config: &Config, previous: Option<Previous<'_>>) -> Result<Vec<Option<Arc<Terminator>>>, TlsError> {
+pub fn terminators(
+    config: &Config,
+    previous: Option<Previous<'_>>,
+    acme: &Arc<Registry>,
+) -> Result<Vec<Option<Arc<Terminator>>>, TlsError> {
     config
         .services
         .iter()
@@ -99,7 +115,7 @@ pub fn terminators(config: &Config, previous: Option<Previous<'_>>) -> Result<Ve
                 let i = old.services.iter().position(|o| o.name == s.name)?;
                 Some((&old.services[i], terms.get(i)?.as_deref()?))
             });
-            Terminator::build(s, before).map(|t| Some(Arc::new(t)))
+            Terminator::build(s, before, acme).map(|t| Some(Arc::new(t)))
         })
         .collect()
 }

@@ -58,6 +58,7 @@ impl Ca {
 fn settings(certificates: Vec<CertKey>) -> ServerTls {
     ServerTls {
         certificates,
+        acme: None,
         min_version: TlsVersion::V1_2,
         ciphers: Vec::new(),
         groups: Vec::new(),

@@ -136,6 +136,92 @@ pub trait Sink: AsyncWrite + Unpin {
     fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize>;
 }
 
+/// A poll answered without waiting: `Pending` becomes `WouldBlock`. For the
+/// [`Sink`] of a stream whose writes are polled (HTTP/2, HTTP/3): a write that
+/// can go now goes, one that would wait takes the relay's awaited path.
+pub fn now<T>(poll: impl FnOnce(&mut Context<'_>) -> Poll<io::Result<T>>) -> io::Result<T> {
+    match poll(&mut Context::from_waker(std::task::Waker::noop())) {
+        Poll::Ready(result) => result,
+        Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+    }
+}
+
+/// The pipeline's client connection over one request stream of a multiplexed
+/// connection (HTTP/2, HTTP/3): the request body `rd`, the response side `wr`,
+/// the connection's local address and the reset codes the stream lends the
+/// pipeline. The stream carries one request whose head is handed over with
+/// it, so the pipeline never waits idle on it.
+pub struct StreamClient<R, W> {
+    /// The request body.
+    pub rd: R,
+    /// The response side.
+    pub wr: W,
+    /// The connection's local address.
+    pub local: Option<SocketAddr>,
+    /// Reset codes between the stream and the pipeline.
+    pub resets: Rc<Resets>,
+}
+
+impl<R, W: Sink> Sink for StreamClient<R, W>
+where
+    R: AsyncRead + Unpin,
+{
+    fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
+        self.wr.try_write_now(data)
+    }
+
+    fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
+        self.wr.try_write_two_now(a, b)
+    }
+}
+
+impl<R: AsyncRead + Unpin, W: Unpin> AsyncRead for StreamClient<R, W> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.rd).poll_read(cx, buf)
+    }
+}
+
+impl<R: Unpin, W: AsyncWrite + Unpin> AsyncWrite for StreamClient<R, W> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.wr).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.wr).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.wr).poll_shutdown(cx)
+    }
+}
+
+impl<R: AsyncRead + Unpin, W: Sink> ClientStream for StreamClient<R, W> {
+    type Rd<'a>
+        = &'a mut R
+    where
+        Self: 'a;
+    type Wr<'a>
+        = &'a mut W
+    where
+        Self: 'a;
+
+    fn halves(&mut self) -> (&mut R, &mut W) {
+        (&mut self.rd, &mut self.wr)
+    }
+
+    fn ready(&self) -> impl Future<Output = io::Result<()>> {
+        std::future::ready(Ok(()))
+    }
+
+    fn local(&self) -> io::Result<SocketAddr> {
+        self.local.ok_or_else(|| io::ErrorKind::Unsupported.into())
+    }
+
+    fn resets(&self) -> Option<&Rc<Resets>> {
+        Some(&self.resets)
+    }
+}
+
 impl<T: Sink + ?Sized> Sink for &mut T {
     fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
         (**self).try_write_now(data)

@@ -24,7 +24,6 @@
 
 use std::cell::RefCell;
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
@@ -37,7 +36,7 @@ use super::body::{Inbound, Outbound, RecvHalf, Step};
 use super::Shared;
 use crate::translate::data::trailer_map;
 use crate::translate::head::{self, RequestBody};
-use crate::transport::{ClientStream, Resets, Sink};
+use crate::transport::{Resets, Sink, StreamClient};
 use switchyard_http::chunked::ChunkedScanner;
 use switchyard_http::parse::{self, Field, Framing};
 
@@ -137,12 +136,7 @@ async fn first_data(recv: &mut RecvHalf) -> Result<Option<Bytes>, bool> {
 }
 
 /// The pipeline's client connection over one HTTP/3 request stream.
-pub(crate) struct H3Client {
-    rd: Rd,
-    wr: Wr,
-    local: Option<SocketAddr>,
-    resets: Rc<Resets>,
-}
+pub(crate) type H3Client = StreamClient<Rd, Wr>;
 
 /// The request body of the stream.
 pub(crate) struct Rd {
@@ -372,68 +366,11 @@ impl AsyncWrite for Wr {
 /// that would wait answers `WouldBlock` and takes the relay's awaited path.
 impl Sink for Wr {
     fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        match self.out.borrow_mut().poll_write(&mut cx, data) {
-            Poll::Ready(result) => result,
-            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
-        }
+        crate::transport::now(|cx| self.out.borrow_mut().poll_write(cx, data))
     }
 
     fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
         crate::transport::write_two_now(self, a, b)
-    }
-}
-
-impl Sink for H3Client {
-    fn try_write_now(&self, data: &[u8]) -> io::Result<usize> {
-        self.wr.try_write_now(data)
-    }
-
-    fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
-        self.wr.try_write_two_now(a, b)
-    }
-}
-
-impl AsyncRead for H3Client {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.rd).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for H3Client {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.wr).poll_write(cx, data)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.wr).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.wr).poll_shutdown(cx)
-    }
-}
-
-impl ClientStream for H3Client {
-    type Rd<'a> = &'a mut Rd;
-    type Wr<'a> = &'a mut Wr;
-
-    fn halves(&mut self) -> (&mut Rd, &mut Wr) {
-        (&mut self.rd, &mut self.wr)
-    }
-
-    /// A stream carries one request whose head is handed over with it, so
-    /// the pipeline never waits idle on it.
-    fn ready(&self) -> impl std::future::Future<Output = io::Result<()>> {
-        std::future::ready(Ok(()))
-    }
-
-    fn local(&self) -> io::Result<SocketAddr> {
-        self.local.ok_or_else(|| io::ErrorKind::Unsupported.into())
-    }
-
-    fn resets(&self) -> Option<&Rc<Resets>> {
-        Some(&self.resets)
     }
 }
 

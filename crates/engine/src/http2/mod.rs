@@ -103,9 +103,38 @@ pub(super) struct Shared {
     /// Wakes the connection loop: a stream ended, or resets crossed the limit.
     wake: Notify,
     resets: Tally,
+    /// Turns of the connection (each poll of it writes the frames streams
+    /// queued, as far as the socket takes them), and the streams waiting for
+    /// the next one ([`Shared::written`]).
+    turns: Cell<u64>,
+    turn_waiters: RefCell<Vec<std::task::Waker>>,
 }
 
 impl Shared {
+    /// Resolves once the connection has had a turn after this call: the
+    /// frames a stream queued before it have been written (as far as the
+    /// socket took them). A stream that resets after a cut response waits
+    /// for it, or the reset would drop what the client was already sent.
+    async fn written(&self) {
+        let start = self.turns.get();
+        std::future::poll_fn(|cx| {
+            if self.turns.get() != start {
+                return Poll::Ready(());
+            }
+            self.turn_waiters.borrow_mut().push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await;
+    }
+
+    /// Counts a turn of the connection and wakes the streams waiting for one.
+    fn turned(&self) {
+        self.turns.set(self.turns.get().wrapping_add(1));
+        for waker in self.turn_waiters.borrow_mut().drain(..) {
+            waker.wake();
+        }
+    }
+
     /// The generation and service a new stream runs on: the worker's
     /// current one when the service still exists there.
     fn current(&self) -> (Rc<Local>, usize) {
@@ -208,6 +237,8 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
         idle_since: Cell::new(Instant::now()),
         wake: Notify::new(),
         resets: Tally::new(settings.max_resets, Instant::now()),
+        turns: Cell::new(0),
+        turn_waiters: RefCell::new(Vec::new()),
     });
     let mut going_away = false;
     let mut calmed = false;
@@ -229,7 +260,11 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
         let idle = shared.open.get() == 0 && !going_away;
         let idle_at = shared.idle_since.get() + timeouts.client_idle;
         tokio::select! {
-            accepted = h2.accept() => match accepted {
+            accepted = std::future::poll_fn(|cx| {
+                let polled = h2.poll_accept(cx);
+                shared.turned();
+                polled
+            }) => match accepted {
                 Some(Ok((req, respond))) => {
                     shared.open.set(shared.open.get() + 1);
                     streams.push(stream(req, respond, shared.clone()));

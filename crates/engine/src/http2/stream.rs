@@ -102,11 +102,9 @@ pub(super) async fn serve(req: http::Request<RecvStream>, mut respond: SendRespo
     }
     if matches!(&out.borrow().state, State::Body(body) if !body.is_ended()) {
         // A response cut short: a reset drops the stream's frames not yet
-        // written, so yielding gives the connection a turn to write what the
-        // client was sent first. Not a guarantee: with other streams of the
-        // connection ready, this one may be polled again before the
-        // connection writes; the client sees the reset either way.
-        tokio::task::yield_now().await;
+        // written, so the connection first takes a turn to write what the
+        // client was sent.
+        conn.written().await;
     }
     let ended = out.borrow_mut().finish(&resets);
     ended

@@ -162,6 +162,12 @@ pub struct StreamClient<R, W> {
     pub resets: Rc<Resets>,
 }
 
+impl<R, W> std::fmt::Debug for StreamClient<R, W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamClient").field("local", &self.local).finish_non_exhaustive()
+    }
+}
+
 impl<R, W: Sink> Sink for StreamClient<R, W>
 where
     R: AsyncRead + Unpin,
@@ -272,13 +278,10 @@ const PIPE_BUFFER: usize = 64 * 1024;
 /// The pipeline's end of an in-memory connection: it reads the HTTP/1.1
 /// request from `rd` and writes the HTTP/1.1 response to `wr` (an in-process
 /// test's server uses it the other way round). Each in-memory stream
-/// carries one direction only, so the two halves borrow independently.
-pub struct Pipe {
-    rd: DuplexStream,
-    wr: DuplexStream,
-    local: Option<SocketAddr>,
-    resets: Rc<Resets>,
-}
+/// carries one direction only, so the two halves borrow independently; a
+/// pipe carries one request whose head is handed over with it, as a stream
+/// of a multiplexed connection does.
+pub type Pipe = StreamClient<DuplexStream, DuplexStream>;
 
 /// The other end of a [`Pipe`]: request bytes go into `to_pipeline`,
 /// response bytes come out of `from_pipeline`.
@@ -301,32 +304,6 @@ impl Pipe {
     }
 }
 
-impl std::fmt::Debug for Pipe {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pipe").field("local", &self.local).finish_non_exhaustive()
-    }
-}
-
-impl AsyncRead for Pipe {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.rd).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Pipe {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.wr).poll_write(cx, data)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.wr).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.wr).poll_shutdown(cx)
-    }
-}
-
 /// In-memory streams have no non-blocking write outside a task context: the
 /// relay falls back to its awaited write.
 impl Sink for DuplexStream {
@@ -336,39 +313,6 @@ impl Sink for DuplexStream {
 
     fn try_write_two_now(&self, _: &[u8], _: &[u8]) -> io::Result<usize> {
         Err(io::ErrorKind::WouldBlock.into())
-    }
-}
-
-impl Sink for Pipe {
-    fn try_write_now(&self, _: &[u8]) -> io::Result<usize> {
-        Err(io::ErrorKind::WouldBlock.into())
-    }
-
-    fn try_write_two_now(&self, _: &[u8], _: &[u8]) -> io::Result<usize> {
-        Err(io::ErrorKind::WouldBlock.into())
-    }
-}
-
-impl ClientStream for Pipe {
-    type Rd<'a> = &'a mut DuplexStream;
-    type Wr<'a> = &'a mut DuplexStream;
-
-    fn halves(&mut self) -> (&mut DuplexStream, &mut DuplexStream) {
-        (&mut self.rd, &mut self.wr)
-    }
-
-    /// A pipe carries one request whose head is handed over with it, so the
-    /// pipeline never waits idle on it: the next read waits instead.
-    fn ready(&self) -> impl Future<Output = io::Result<()>> {
-        std::future::ready(Ok(()))
-    }
-
-    fn local(&self) -> io::Result<SocketAddr> {
-        self.local.ok_or_else(|| io::ErrorKind::Unsupported.into())
-    }
-
-    fn resets(&self) -> Option<&Rc<Resets>> {
-        Some(&self.resets)
     }
 }
 

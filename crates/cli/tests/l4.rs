@@ -298,7 +298,7 @@ fn a_full_udp_flow_table_refuses_new_clients_only() {
 }
 
 fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).expect("udp port").port()
+    common::free_udp_port_on("127.0.0.1:0".parse().expect("address"))
 }
 
 #[test]
@@ -556,5 +556,5 @@ fn ipv6_http_and_udp_listeners_reach_ipv4_servers() {
 }
 
 fn free_udp_port_v6() -> u16 {
-    UdpSocket::bind("[::1]:0").and_then(|s| s.local_addr()).expect("udp port").port()
+    common::free_udp_port_on("[::1]:0".parse().expect("address"))
 }

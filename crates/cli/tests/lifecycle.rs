@@ -50,14 +50,15 @@ fn sigterm_drains_requests_in_flight_then_exits_0() {
 
 #[test]
 fn ipv6_listener_works() {
-    let Ok(probe) = TcpListener::bind("[::1]:0") else {
+    if TcpListener::bind("[::1]:0").is_err() {
         eprintln!("skipped: ::1 is not available on this machine");
         return;
-    };
-    let port = probe.local_addr().expect("addr").port();
-    drop(probe);
-    let origin = Origin::start_at("[::1]:0".parse().expect("addr"), "v6").expect("origin on ::1");
-    let listen = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port));
+    }
+    // Both ports from `free_port_on`, so the origin can never be handed the port meant
+    // for the proxy (then the proxy's readiness check would find the origin).
+    let v6 = |port| SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port));
+    let origin = Origin::start_at(v6(common::free_port_on(v6(0))), "v6").expect("origin on ::1");
+    let listen = v6(common::free_port_on(v6(0)));
     let proxy = Proxy::start(&simple_config(listen, &[origin.addr], ""), listen);
     let mut c = proxy.connect();
     let r = c.get("/__origin/request");

@@ -3,8 +3,8 @@
 //! temporary directory, and a tiny raw HTTP/1.1 client over `std::net::TcpStream`.
 //!
 //! Everything here is built for a loaded two-core machine: waits are bounded polls with
-//! generous limits, nothing asserts on timings, and every port is picked fresh (bind port
-//! 0, read it, drop) so test binaries and tests within them run in parallel safely.
+//! generous limits, nothing asserts on timings, and every port is picked fresh (below the kernel's
+//! ephemeral range, see [`free_port_on`]) so tests within a binary run in parallel safely.
 #![allow(dead_code)] // Each test file uses its own subset.
 
 pub mod grpc;
@@ -13,7 +13,6 @@ pub mod netns;
 pub mod pki;
 pub mod prometheus;
 
-use std::collections::HashSet;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -42,20 +41,51 @@ pub fn free_port() -> u16 {
     free_port_on("127.0.0.1:0".parse().expect("address"))
 }
 
-/// A free TCP port on the given address's IP, never one this test process was
-/// handed before. The kernel may give a port just released to the next `bind(0)`,
-/// and the tests of one binary run in parallel: without this, two tests (or two
-/// nodes of one test) could be handed the same port before either binds it, and
-/// one would talk to the other's listener.
+/// A free TCP port on the given address's IP, below the kernel's ephemeral range and
+/// never one this test process was handed before.
+///
+/// A port handed out here is released before the process under test binds it. A port
+/// from the ephemeral range could meanwhile be given to anything that binds port 0 or
+/// connects (another test's origin, a client's source port), and the process under test
+/// would then fail to bind while its readiness check found the other listener. Below the
+/// ephemeral range only explicit binds take ports, and every explicit bind in the tests
+/// takes its port from here; the bench suite's blocks start at 31000, above this range.
 pub fn free_port_on(addr: SocketAddr) -> u16 {
-    static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
-    loop {
-        let port = TcpListener::bind(addr).and_then(|l| l.local_addr()).expect("bind an ephemeral port").port();
-        let mut handed = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
-        if handed.get_or_insert_with(HashSet::new).insert(port) {
+    pick_port(addr, |a| TcpListener::bind(a).is_ok())
+}
+
+/// A free UDP port on the given address's IP, from the same range as [`free_port_on`].
+pub fn free_udp_port_on(addr: SocketAddr) -> u16 {
+    pick_port(addr, |a| std::net::UdpSocket::bind(a).is_ok())
+}
+
+fn pick_port(addr: SocketAddr, free: impl Fn(SocketAddr) -> bool) -> u16 {
+    static NEXT: Mutex<Option<u16>> = Mutex::new(None);
+    const LOW: u16 = 10_000;
+    let high = ephemeral_low().clamp(LOW + 1_000, 31_000);
+    let span = high - LOW;
+    let mut next = NEXT.lock().unwrap_or_else(|e| e.into_inner());
+    // Each test binary starts at its own offset so binaries run side by side rarely meet.
+    let mut offset = *next.get_or_insert((std::process::id() % u32::from(span)) as u16);
+    for _ in 0..span {
+        let port = LOW + offset;
+        offset = (offset + 1) % span;
+        let mut candidate = addr;
+        candidate.set_port(port);
+        if free(candidate) {
+            *next = Some(offset);
             return port;
         }
     }
+    panic!("no free port between {LOW} and {high} on {}", addr.ip());
+}
+
+/// The first port of the kernel's ephemeral range (32768 where it cannot be read).
+fn ephemeral_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// An address on 127.0.0.1 where nothing listens (a port just released).

@@ -53,6 +53,7 @@ pub struct Body {
     total: u64,
     eof_ends: bool,
     decode: bool,
+    last: bool,
 }
 
 impl Body {
@@ -79,12 +80,20 @@ impl Body {
             Framing::Chunked => Remaining::Chunked(ChunkedScanner::new()),
             Framing::UntilClose => Remaining::UntilClose,
         };
-        Body { remaining, limit: None, total: 0, eof_ends: false, decode: false }
+        Body { remaining, limit: None, total: 0, eof_ends: false, decode: false, last: false }
     }
 
     /// Sends a chunked body decoded: payload only, no chunk framing or trailers.
     pub fn decoded(mut self) -> Self {
         self.decode = true;
+        self
+    }
+
+    /// The connection closes once this body is sent, with nothing left
+    /// unread: its last write may wait for the close's FIN
+    /// ([`Sink::try_write_two_last`]).
+    pub fn last_on_connection(mut self) -> Self {
+        self.last = true;
         self
     }
 
@@ -188,7 +197,11 @@ pub async fn send_head<W: Sink>(
     let (consumed, first) = body.take(buf)?;
     // Head and the body bytes already read leave in one gathered write (and,
     // when small, one packet) without being copied together first.
-    write_all_two(dst, head, &buf[..first], idle).await?;
+    if body.last && body.is_finished() {
+        write_all_last(dst, head, &buf[..first], idle).await?;
+    } else {
+        write_all_two(dst, head, &buf[..first], idle).await?;
+    }
     buf.advance(consumed);
     Ok(())
 }
@@ -217,7 +230,11 @@ pub async fn pump<R: AsyncRead + Unpin, W: Sink>(
             Ok(Ok(_)) => {}
         }
         let (consumed, send) = body.take(buf)?;
-        write_all(dst, &buf[..send], idle).await?;
+        if body.last && body.is_finished() {
+            write_all_last(dst, &buf[..send], &[], idle).await?;
+        } else {
+            write_all(dst, &buf[..send], idle).await?;
+        }
         buf.advance(consumed);
     }
     Ok(())
@@ -247,6 +264,26 @@ pub async fn write_all_two<W: Sink>(dst: &mut W, a: &[u8], b: &[u8], idle: Durat
         return write_all(dst, a, idle).await;
     }
     let written = match dst.try_write_two_now(a, b) {
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+        Err(e) => return Err(RelayError::Write(e)),
+    };
+    if written < a.len() {
+        write_all(dst, &a[written..], idle).await?;
+        write_all(dst, b, idle).await
+    } else {
+        write_all(dst, &b[written - a.len()..], idle).await
+    }
+}
+
+/// [`write_all_two`] for the last bytes before the connection closes: what
+/// the socket takes at once may leave with the FIN ([`Sink::try_write_two_last`]);
+/// a rest that has to wait goes the usual way.
+async fn write_all_last<W: Sink>(dst: &mut W, a: &[u8], b: &[u8], idle: Duration) -> Result<(), RelayError> {
+    if a.is_empty() && b.is_empty() {
+        return Ok(());
+    }
+    let written = match dst.try_write_two_last(a, b) {
         Ok(n) => n,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
         Err(e) => return Err(RelayError::Write(e)),

@@ -1069,9 +1069,12 @@ async fn exchange<S: ClientStream>(
         intercept: client.intercept,
         grpc_status: None,
         alt_svc,
+        // Set below where the whole request has been read.
+        last: false,
     };
     let draining = || worker.closing(gen, &service.name);
     if upload.is_finished() {
+        response.last = !info.keep_alive && client.buf.is_empty();
         // Cache hook: the response is copied as it goes to the client.
         let done = match client.capture.as_mut() {
             Some(capture) => {
@@ -1224,6 +1227,9 @@ struct Response<'a> {
     grpc_status: Option<u16>,
     /// The port HTTP/3 is advertised on (`Alt-Svc`), when it is.
     alt_svc: Option<u16>,
+    /// The client asked to close after this response and sent nothing past
+    /// its request: the response's last write may leave with the FIN.
+    last: bool,
 }
 
 /// The port to advertise HTTP/3 on in a response to `client`: its
@@ -1465,6 +1471,9 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
     let mut body = if dechunk { Body::unlimited(body_framing).decoded() } else { Body::unlimited(body_framing) };
     if info.trailers {
         body = body.keeping_trailers();
+    }
+    if response.last {
+        body = body.last_on_connection();
     }
     let relayed = relay(response.out, server, buf, client, &mut body, t.server_response).await;
     if let Some(status) = body.trailer(b"grpc-status").and_then(grpc_status) {

@@ -37,4 +37,6 @@ mod tcp_tests;
 mod udp_tests;
 
 pub use tcp::{relay, End, RelayOptions, RelayOutcome};
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) use tcp_tests::segments_in;
 pub use udp::{serve_udp, Admit, Flow, FlowStats, FlowTable, UdpOptions, UdpRelay};

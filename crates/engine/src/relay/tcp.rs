@@ -15,7 +15,13 @@
 //! Invariants:
 //! - A direction ends only when its reader has sent FIN *and* every byte read
 //!   has been written out; then the writer gets `shutdown(Write)`, so a
-//!   half-close travels through and the other direction keeps going.
+//!   half-close travels through and the other direction keeps going. The
+//!   direction that ends last skips it: both sockets close at once, and the
+//!   close sends the FIN.
+//! - A FIN that arrived with the last bytes (epoll reported the peer's
+//!   half-close with them) is read before those bytes are written, so they
+//!   are written with `MSG_MORE` and leave with the FIN in one packet. It is
+//!   only concluded from a read that returns 0, never from readiness alone.
 //! - A reset (or any other error) on either socket ends both directions at
 //!   once; a reset is passed on to the other peer as a reset (SO_LINGER 0),
 //!   so it never mistakes a broken stream for a complete one.
@@ -31,6 +37,7 @@ use std::net::Shutdown;
 use std::time::Duration;
 
 use socket2::SockRef;
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -164,6 +171,16 @@ async fn drive(
     End::Closed
 }
 
+/// Sends `data` with `MSG_MORE` (Linux): the kernel queues a tail shorter
+/// than a segment until the FIN that follows, and sends both in one packet.
+fn send_held(to: &TcpStream, data: &[u8]) -> io::Result<usize> {
+    #[cfg(target_os = "linux")]
+    return to
+        .try_io(Interest::WRITABLE, || SockRef::from(to).send_with_flags(data, libc::MSG_MORE | libc::MSG_NOSIGNAL));
+    #[cfg(not(target_os = "linux"))]
+    to.try_write(data)
+}
+
 /// Makes the peer of `stream` see a reset rather than a clean close when the
 /// stream is dropped.
 fn pass_reset(stream: &TcpStream) {
@@ -214,11 +231,13 @@ struct Meter {
     c2s: Cell<u64>,
     s2c: Cell<u64>,
     last: Cell<Instant>,
+    /// One direction has ended cleanly (FIN passed on).
+    one_ended: Cell<bool>,
 }
 
 impl Meter {
     fn new() -> Self {
-        Meter { c2s: Cell::new(0), s2c: Cell::new(0), last: Cell::new(Instant::now()) }
+        Meter { c2s: Cell::new(0), s2c: Cell::new(0), last: Cell::new(Instant::now()), one_ended: Cell::new(false) }
     }
 
     fn touch(&self) {
@@ -242,8 +261,12 @@ async fn pump(from: &TcpStream, to: &TcpStream, stage: &mut Stage, dir: Dir, met
     loop {
         let pending = stage.pending();
         if eof && pending == 0 {
-            // Why ignore: if `to` is gone already, the other direction says so.
-            let _ = SockRef::from(to).shutdown(Shutdown::Write);
+            // The last direction to end leaves its FIN to the close that follows
+            // at once (nothing is left unread on either socket, so it is a FIN).
+            if !meter.one_ended.replace(true) {
+                // Why ignore: if `to` is gone already, the other direction says so.
+                let _ = SockRef::from(to).shutdown(Shutdown::Write);
+            }
             return Ok(());
         }
         let can_fill = !eof && stage.has_room();
@@ -252,7 +275,8 @@ async fn pump(from: &TcpStream, to: &TcpStream, stage: &mut Stage, dir: Dir, met
             biased;
             ready = to.writable(), if pending > 0 => {
                 ready.map_err(|e| End::Error(Side::Internal, e.kind()))?;
-                match stage.drain(to) {
+                // Bytes after which the reader's FIN follows are held for it (MSG_MORE).
+                match stage.drain(to, eof) {
                     Ok(n) => {
                         meter.delivered(dir, n);
                         stage.settle();
@@ -261,10 +285,14 @@ async fn pump(from: &TcpStream, to: &TcpStream, stage: &mut Stage, dir: Dir, met
                     Err(e) => return Err(failure(dir.writer(), &e)),
                 }
             }
-            ready = from.readable(), if can_fill => {
-                ready.map_err(|e| End::Error(Side::Internal, e.kind()))?;
-                match stage.fill(from) {
+            ready = from.ready(Interest::READABLE), if can_fill => {
+                let ready = ready.map_err(|e| End::Error(Side::Internal, e.kind()))?;
+                match stage.fill(from, ready.is_read_closed()) {
                     Ok(Fill::Moved) => meter.touch(),
+                    Ok(Fill::MovedThenEof) => {
+                        meter.touch();
+                        eof = true;
+                    }
                     Ok(Fill::Eof) => eof = true,
                     Ok(Fill::Stalled) => {}
                     Err(e) if is_transient(&e) => {}
@@ -283,6 +311,8 @@ async fn pump(from: &TcpStream, to: &TcpStream, stage: &mut Stage, dir: Dir, met
 pub(super) enum Fill {
     /// Some bytes came in.
     Moved,
+    /// Some bytes came in, then the reader's FIN (a second read returned 0).
+    MovedThenEof,
     /// The reader sent FIN.
     Eof,
     /// Nothing came in, maybe because the stage is full: drain before reading
@@ -349,31 +379,71 @@ impl Stage {
 
     /// Reads what `from` has (up to the room left). `WouldBlock` means the
     /// socket is empty, and its readiness has been cleared; a buffer also
-    /// clears it after a short read, which proves the socket empty.
-    fn fill(&mut self, from: &TcpStream) -> io::Result<Fill> {
+    /// clears it after a short read, which proves the socket empty. With
+    /// `closed` (the peer's FIN has arrived), a buffer reads once more after a
+    /// short read, to find the end before writing the bytes.
+    fn fill(&mut self, from: &TcpStream, closed: bool) -> io::Result<Fill> {
         match self {
             #[cfg(target_os = "linux")]
             Stage::Pipe(p) => p.fill(from),
-            Stage::Buffer(b) => b.fill(from),
+            Stage::Buffer(b) => b.fill(from, closed),
         }
     }
 
     /// Writes pending bytes to `to`; returns how many went out. `WouldBlock`
-    /// means the socket is full, and its readiness has been cleared.
-    fn drain(&mut self, to: &TcpStream) -> io::Result<usize> {
+    /// means the socket is full, and its readiness has been cleared. With
+    /// `last` (the FIN follows these bytes), a buffer sends with `MSG_MORE`.
+    fn drain(&mut self, to: &TcpStream, last: bool) -> io::Result<usize> {
         match self {
             #[cfg(target_os = "linux")]
             Stage::Pipe(p) => p.drain(to),
-            Stage::Buffer(b) => b.drain(to),
+            Stage::Buffer(b) => b.drain(to, last),
         }
+    }
+}
+
+/// Relay buffers between uses, per worker thread: a short connection or one
+/// message of a long one takes a buffer for its bytes in transit and gives it
+/// back once they are written, and a 32 KiB allocation and free each time
+/// cost more than the relaying of a small message itself.
+mod spare {
+    use std::cell::RefCell;
+
+    /// Buffers kept per thread at most (32 KiB each by default).
+    const KEEP: usize = 32;
+
+    thread_local! {
+        static SPARE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// An empty buffer of capacity `size`, reused when one is spare.
+    pub(super) fn take(size: usize) -> Vec<u8> {
+        let reused = SPARE.with(|s| {
+            let mut spare = s.borrow_mut();
+            let at = spare.iter().rposition(|b| b.capacity() == size)?;
+            Some(spare.swap_remove(at))
+        });
+        reused.unwrap_or_else(|| Vec::with_capacity(size))
+    }
+
+    /// Keeps `buf` for the next [`take`], or frees it when enough are kept.
+    pub(super) fn give_back(mut buf: Vec<u8>) {
+        buf.clear();
+        SPARE.with(|s| {
+            let mut spare = s.borrow_mut();
+            if spare.len() < KEEP {
+                spare.push(buf);
+            }
+        });
     }
 }
 
 /// A fixed buffer: bytes `start..buf.len()` are pending. Reads append until
 /// `size`; once everything is written the buffer is emptied, so pending bytes
 /// are always one plain slice (no wrap-around). The memory is taken by a read
-/// into an empty buffer and given back once everything read is written, never
-/// zeroed (reads go into spare capacity): an idle direction holds none.
+/// into an empty buffer and given back (to the thread's spares) once
+/// everything read is written, never zeroed (reads go into spare capacity):
+/// an idle direction holds none.
 struct Buffer {
     buf: Vec<u8>,
     size: usize,
@@ -384,22 +454,43 @@ struct Buffer {
     bulk: bool,
 }
 
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if self.buf.capacity() == self.size {
+            spare::give_back(std::mem::take(&mut self.buf));
+        }
+    }
+}
+
 impl Buffer {
     fn new(size: usize, pipe: Option<usize>) -> Self {
         Buffer { buf: Vec::new(), size: size.max(1), start: 0, pipe, bulk: false }
     }
 
-    fn fill(&mut self, from: &TcpStream) -> io::Result<Fill> {
+    fn fill(&mut self, from: &TcpStream, closed: bool) -> io::Result<Fill> {
         use bytes::BufMut;
         if self.buf.capacity() == 0 {
-            self.buf.reserve_exact(self.size);
+            self.buf = spare::take(self.size);
         }
         let room = self.size - self.buf.len();
         let mut read = None;
+        let mut then_eof = false;
         let buf = &mut self.buf;
-        let tried = from.try_io(tokio::io::Interest::READABLE, || {
+        let tried = from.try_io(Interest::READABLE, || {
             let n = from.try_read_buf(&mut buf.limit(room))?;
             read = Some(n);
+            if n > 0 && n < room && closed {
+                // The FIN is here: this read proves it (0) before the bytes go
+                // out, so they can leave with it. Bytes instead (the read above
+                // was short for another reason) are simply more to relay.
+                match from.try_read_buf(&mut buf.limit(room - n)) {
+                    Ok(0) => then_eof = true,
+                    Ok(more) => read = Some(n + more),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+                return Ok(());
+            }
             // A short read emptied the socket: report it empty, so its readiness
             // is cleared now rather than by a next read failing with EAGAIN.
             // Readiness is cleared as it was before this read (tokio's tick):
@@ -411,6 +502,7 @@ impl Buffer {
         });
         match (read, tried) {
             (Some(0), _) => Ok(Fill::Eof),
+            (Some(_), _) if then_eof => Ok(Fill::MovedThenEof),
             (Some(n), _) => {
                 self.bulk |= n == room;
                 Ok(Fill::Moved)
@@ -420,8 +512,9 @@ impl Buffer {
         }
     }
 
-    fn drain(&mut self, to: &TcpStream) -> io::Result<usize> {
-        let n = to.try_write(&self.buf[self.start..])?;
+    fn drain(&mut self, to: &TcpStream, last: bool) -> io::Result<usize> {
+        let pending = &self.buf[self.start..];
+        let n = if last { send_held(to, pending)? } else { to.try_write(pending)? };
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
@@ -430,7 +523,7 @@ impl Buffer {
             // Everything went out: give the memory back, so an idle connection
             // holds no buffer (the next read takes one again).
             self.start = 0;
-            self.buf = Vec::new();
+            spare::give_back(std::mem::take(&mut self.buf));
         }
         Ok(n)
     }

@@ -270,3 +270,55 @@ async fn client_reset_ends_both_sides() {
         assert!(server_saw_end);
     }
 }
+
+/// Segments `stream` has received so far (Linux `TCP_INFO`). No safe
+/// wrapper of `TCP_INFO` is at hand (socket2 and rustix have none); a read-only
+/// getsockopt into plain data, in tests only.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+pub(crate) fn segments_in(stream: &TcpStream) -> u32 {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `tcp_info` is plain data, and the kernel writes at most `len` bytes of it.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: a valid socket descriptor, and `info`/`len` describe a buffer of that size.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "TCP_INFO: {}", io::Error::last_os_error());
+    info.tcpi_segs_in
+}
+
+/// A server that answers and closes at once: its last bytes and its FIN reach
+/// the client in one segment (the relay reads the FIN before writing the
+/// bytes, holds them with MSG_MORE, and the half-close carries them).
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_fin_that_came_with_the_last_bytes_leaves_with_them() {
+    let (mut client, mut server, proxy_client, proxy_server) = setup().await;
+    server.write_all(b"the whole answer").await.expect("write");
+    server.shutdown().await.expect("shutdown");
+    drop(server);
+    // Both the bytes and the FIN are at the proxy's socket before the relay
+    // first polls it, so its first readiness reports the half-close too.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before = segments_in(&client);
+    let read = async {
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.expect("read");
+        let segments = segments_in(&client) - before;
+        client.shutdown().await.expect("shutdown");
+        (got, segments)
+    };
+    let (outcome, (got, segments)) =
+        bounded(async { tokio::join!(relay(proxy_client, proxy_server, opts(false)), read) }).await;
+    assert_eq!(got, b"the whole answer");
+    assert_eq!(segments, 1, "the answer and the FIN in one segment");
+    assert_eq!((outcome.end, outcome.server_to_client), (End::Closed, 16));
+}

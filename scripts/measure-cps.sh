@@ -13,7 +13,10 @@
 #   OUT                      output folder (default bench-out/measure-cps-<timestamp>)
 #   SYSCALLS=1               after the measured rounds, one more wrk run per target under
 #                            `perf stat` (syscall tracepoints, attached to the proxy; wrk is
-#                            perf's workload, so the count spans exactly the wrk run)
+#                            perf's workload, so the count spans exactly the wrk run), with
+#                            `net:net_dev_queue`: packets sent from the proxy's context, the
+#                            drift-free part of its kernel cost (a response whose FIN rides
+#                            on its last segment saves one, and the peer's acknowledgement)
 # Output: OUT/runs.tsv (one line per run: mode, target, round, requests, user_s, sys_s,
 # µs user, µs kernel, µs total per request), OUT/syscalls-MODE-TARGET.csv with the wrk
 # output beside it, and OUT/summary.txt (medians, calls per connection), printed.
@@ -33,7 +36,7 @@ OUT=${OUT:-$ROOT/bench-out/measure-cps-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 TCK=$(getconf CLK_TCK)
 SYSCALLS=${SYSCALLS:-1}
-EVENTS=raw_syscalls:sys_enter
+EVENTS=raw_syscalls:sys_enter,net:net_dev_queue
 for c in accept4 close connect epoll_ctl epoll_wait fcntl getsockopt getsockname ioctl pipe2 read readv recvfrom \
     sendto sendmsg setsockopt shutdown socket splice write writev futex mmap munmap brk; do
     EVENTS+=",syscalls:sys_enter_$c"
@@ -161,7 +164,8 @@ for mode in ("l7", "l4"):
             if len(f) > 2 and f[0].isdigit():
                 counts[f[2].split(":")[1].replace("sys_enter_", "")] = int(f[0])
         total = counts.pop("sys_enter", 0)
+        packets = counts.pop("net_dev_queue", 0)
         top = sorted(counts.items(), key=lambda kv: -kv[1])
         named = ", ".join(f"{k} {v / n:.2f}" for k, v in top if v / n >= 0.05)
-        print(f"{mode} {t:8} {total / n:5.1f}/conn: {named}")
+        print(f"{mode} {t:8} {total / n:5.1f}/conn: {named}; packets sent {packets / n:.2f}/conn")
 EOF

@@ -12,8 +12,11 @@
 //!   connection's own, else an idle one, else a new one, round robin), and copy the
 //!   response back, framed by its `content-length`; a client that closes hands its origin
 //!   connection back to the idle list; a response with `connection: close` ends both
-//!   connections, as the origin's close would without a relay. No routing rule, no header rewriting, no logging:
-//!   what is left is the kernel's work plus a minimal event loop.
+//!   connections, as the origin's close would without a relay. A request with
+//!   `connection: close` (the one-request-per-connection tests) goes to the origin without
+//!   that line, so the origin connection stays open as a proxy's would, and the client
+//!   connection closes after its response. No routing rule, no other header rewriting, no
+//!   logging: what is left is the kernel's work plus a minimal event loop.
 //!
 //! Invariants: every response is relayed whole and in order; an origin connection serves
 //! one client connection at a time; a response without `content-length` (the bench's
@@ -109,7 +112,13 @@ async fn l7(mut client: TcpStream, origins: &Origins) -> io::Result<()> {
             Some(o) => o,
             None => origins.connect().await?,
         };
-        o.write_all(&req[..head]).await?;
+        let client_closes = framing_of(&req[..head]).1;
+        if client_closes {
+            // The close is the client connection's, not the origin connection's.
+            o.write_all(&without_connection(&req[..head])).await?;
+        } else {
+            o.write_all(&req[..head]).await?;
+        }
         req.drain(..head);
         if !relay_response(&mut o, &mut client, &mut buf).await? {
             // The origin closes after this response: so does the client connection, as
@@ -117,6 +126,9 @@ async fn l7(mut client: TcpStream, origins: &Origins) -> io::Result<()> {
             return Ok(());
         }
         origin = Some(o);
+        if client_closes {
+            break;
+        }
     }
     if let Some(o) = origin {
         origins.idle.borrow_mut().push(o);
@@ -181,21 +193,39 @@ fn head_end(buf: &[u8]) -> Option<usize> {
     buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
 }
 
+/// A head without its `connection` field lines.
+fn without_connection(head: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(head.len());
+    for line in head.split_inclusive(|&b| b == b'\n') {
+        let name = line.split(|&b| b == b':').next().unwrap_or_default();
+        if !name.eq_ignore_ascii_case(b"connection") {
+            out.extend_from_slice(line);
+        }
+    }
+    out
+}
+
 /// The body length (`content-length`) of a response head and whether it asks to close.
 fn framing(head: &[u8]) -> Option<(u64, bool)> {
+    let (length, close) = framing_of(head);
+    length.map(|l| (l, close))
+}
+
+/// The `content-length` of a head, if any, and whether it asks to close.
+fn framing_of(head: &[u8]) -> (Option<u64>, bool) {
     let mut length = None;
     let mut close = false;
     for line in head.split(|&b| b == b'\n').skip(1) {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Some(colon) = line.iter().position(|&b| b == b':') else { continue };
-        let (name, value) = (&line[..colon], std::str::from_utf8(&line[colon + 1..]).ok()?.trim());
+        let (name, value) = (&line[..colon], std::str::from_utf8(&line[colon + 1..]).unwrap_or_default().trim());
         if name.eq_ignore_ascii_case(b"content-length") {
-            length = Some(value.parse().ok()?);
+            length = value.parse().ok();
         } else if name.eq_ignore_ascii_case(b"connection") {
             close = value.eq_ignore_ascii_case("close");
         }
     }
-    length.map(|l| (l, close))
+    (length, close)
 }
 
 fn invalid(what: &str) -> io::Error {
@@ -256,6 +286,24 @@ mod tests {
         let mut first = [0u8; 12];
         again.read_exact(&mut first).expect("a response on a second connection");
         assert_eq!(&first, b"HTTP/1.1 200");
+
+        // One request per connection: the floor answers it and closes, and the origin
+        // connection stays open for the next client (the origin saw no `connection: close`).
+        for _ in 0..3 {
+            let mut once = connect_retrying(floor);
+            once.write_all(b"GET /z?size=7 HTTP/1.1\r\nhost: b\r\nconnection: close\r\n\r\n").expect("write");
+            let mut all = Vec::new();
+            once.read_to_end(&mut all).expect("the response, then the floor's close");
+            let end = head_end(&all).expect("a head");
+            assert_eq!((framing(&all[..end]), all.len() - end), (Some((7, false)), 7));
+        }
+    }
+
+    #[test]
+    fn a_request_goes_on_without_its_connection_field() {
+        let head = b"GET / HTTP/1.1\r\nhost: b\r\nConnection: close\r\nx: 1\r\n\r\n";
+        assert_eq!(framing_of(head), (None, true));
+        assert_eq!(without_connection(head), b"GET / HTTP/1.1\r\nhost: b\r\nx: 1\r\n\r\n");
     }
 
     fn free_port() -> u16 {

@@ -731,6 +731,25 @@ mod tests {
     }
 
     #[test]
+    fn one_request_per_connection_says_close_and_more_do_not() {
+        let p = plan(false);
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 9));
+        let close = ("connection".to_string(), "close".to_string());
+        let mut seen = (0, 0);
+        for t in &p.tests {
+            let s = crate::suite::runner::spec(&p, t, Some(128), addr);
+            let says_close = s.headers.contains(&close);
+            assert_eq!(says_close, t.requests_per_connection == Some(1), "{:?}", t.kind);
+            if says_close {
+                seen.0 += 1;
+            } else {
+                seen.1 += 1;
+            }
+        }
+        assert!(seen.0 > 0 && seen.1 > 0, "both kinds planned: {seen:?}");
+    }
+
+    #[test]
     fn imix_mixes_match_the_seed() {
         assert_eq!(imix_frames(0).len(), 100);
         assert_eq!(imix_frames(1).len(), 12);

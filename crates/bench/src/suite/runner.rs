@@ -83,7 +83,15 @@ pub fn spec(plan: &Plan, t: &TestPlan, size: Option<u64>, addr: SocketAddr) -> L
         insecure: true,
     });
     // Compression tests ask for their coding alone, so each target's answer is that or none.
-    let headers = t.setup.coding().map(|c| vec![("accept-encoding".to_string(), c.to_string())]).unwrap_or_default();
+    let mut headers =
+        t.setup.coding().map(|c| vec![("accept-encoding".to_string(), c.to_string())]).unwrap_or_default();
+    // One request per connection: the request says so, and the proxy closes once it has
+    // answered (as `bench scaling --per-connection` and wrk with `Connection: close` do); the
+    // generator waits for that close, so every target does the active close of its client
+    // connections and none is measured on a generator busy with its own TIME_WAIT sockets.
+    if t.requests_per_connection == Some(1) {
+        headers.push(("connection".to_string(), "close".to_string()));
+    }
     LoadSpec {
         target: addr,
         host: if tls.is_some() { "localhost".into() } else { "bench".into() },

@@ -3,13 +3,16 @@
 # connection (L7 CPS and L4 CPS, 128 B), for two switchyard binaries and HAProxy in the
 # same run, interleaved.
 #
-# On-demand measurement, not part of the test suite. wrk sends `Connection: close`, so each
+# On-demand measurement, not part of the test suite. wrk sends `Connection: close` (unless
+# KEEPALIVE=1: then the figures are per request over kept-alive connections), so each
 # connection carries one request; the proxy's utime and stime come from /proc before and
 # after each measured wrk run. Layout: proxy on core 0, origins and wrk on core 1.
 #
 # Environment (all optional):
 #   BEFORE=path AFTER=path   the two switchyard binaries (default: AFTER only, target/release)
 #   DURATION=5 ROUNDS=3 CONNS=50 SIZE=128 BASE_PORT=29000 PROXY_CPU=0 LOAD_CPU=1
+#   KEEPALIVE=1              no `Connection: close`: per request on kept-alive connections
+#                            (L4: the relay's per-message path, L7: keep-alive)
 #   OUT                      output folder (default bench-out/measure-cps-<timestamp>)
 #   SYSCALLS=1               after the measured rounds, one more wrk run per target under
 #                            `perf stat` (syscall tracepoints, attached to the proxy; wrk is
@@ -36,6 +39,9 @@ OUT=${OUT:-$ROOT/bench-out/measure-cps-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 TCK=$(getconf CLK_TCK)
 SYSCALLS=${SYSCALLS:-1}
+KEEPALIVE=${KEEPALIVE:-0}
+CLOSE=(-H 'Connection: close')
+[[ $KEEPALIVE == 1 ]] && CLOSE=()
 EVENTS=raw_syscalls:sys_enter,net:net_dev_queue
 for c in accept4 close connect epoll_ctl epoll_wait fcntl getsockopt getsockname ioctl pipe2 read readv recvfrom \
     sendto sendmsg setsockopt shutdown socket splice write writev futex mmap munmap brk; do
@@ -75,10 +81,10 @@ cpu_ticks() { # pid -> "utime stime" of the process (all threads)
 
 run_one() { # mode target round port pid
     local mode=$1 target=$2 round=$3 port=$4 pid=$5
-    taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d1s -H 'Connection: close' "http://127.0.0.1:$port/index.html?size=$SIZE" >/dev/null 2>&1 || true
+    taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d1s "${CLOSE[@]}" "http://127.0.0.1:$port/index.html?size=$SIZE" >/dev/null 2>&1 || true
     read -r u0 s0 < <(cpu_ticks "$pid")
     local w
-    w=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" -H 'Connection: close' "http://127.0.0.1:$port/index.html?size=$SIZE" 2>&1) || true
+    w=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" "${CLOSE[@]}" "http://127.0.0.1:$port/index.html?size=$SIZE" 2>&1) || true
     read -r u1 s1 < <(cpu_ticks "$pid")
     local req
     req=$(awk '/requests in/ {print $1}' <<<"$w")
@@ -127,7 +133,7 @@ for mode in l7 l4; do
         for t in "${targets[@]}"; do
             p="port_$t"
             perf stat -x, -o "$OUT/syscalls-$mode-$t.csv" -e "$EVENTS" -p "${pid[$t]}" -- \
-                taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d2s -H 'Connection: close' \
+                taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d2s "${CLOSE[@]}" \
                 "http://127.0.0.1:${!p}/index.html?size=$SIZE" >"$OUT/syscalls-$mode-$t.wrk" 2>&1 || true
         done
     fi
@@ -135,11 +141,12 @@ for mode in l7 l4; do
     unset pid
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/summary.txt"
-python3 - "$OUT/runs.tsv" <<'EOF' | tee -a "$OUT/summary.txt"
+KEEPALIVE=$KEEPALIVE python3 - "$OUT/runs.tsv" <<'EOF' | tee -a "$OUT/summary.txt"
 import csv, os, re, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 out = os.path.dirname(sys.argv[1])
-print("mode target  median µs/conn: user kernel total  (runs)")
+unit = "req" if os.environ.get("KEEPALIVE") == "1" else "conn"
+print(f"mode target  median µs/{unit}: user kernel total  (runs)")
 for mode in ("l7", "l4"):
     for t in ("before", "after", "haproxy"):
         rs = [r for r in rows if r["mode"] == mode and r["target"] == t]
@@ -148,7 +155,7 @@ for mode in ("l7", "l4"):
         med = lambda k: statistics.median(float(r[k]) for r in rs)
         tot = [float(r["us_total"]) for r in rs]
         print(f"{mode} {t:8} {med('us_user'):6.1f} {med('us_kernel'):6.1f} {med('us_total'):6.1f}  ({min(tot):.1f}-{max(tot):.1f})")
-print("system calls per connection (perf stat over one wrk run of 2 s)")
+print(f"system calls per {unit} (perf stat over one wrk run of 2 s)")
 for mode in ("l7", "l4"):
     for t in ("before", "after", "haproxy"):
         csvf, wrkf = f"{out}/syscalls-{mode}-{t}.csv", f"{out}/syscalls-{mode}-{t}.wrk"
@@ -167,5 +174,5 @@ for mode in ("l7", "l4"):
         packets = counts.pop("net_dev_queue", 0)
         top = sorted(counts.items(), key=lambda kv: -kv[1])
         named = ", ".join(f"{k} {v / n:.2f}" for k, v in top if v / n >= 0.05)
-        print(f"{mode} {t:8} {total / n:5.1f}/conn: {named}; packets sent {packets / n:.2f}/conn")
+        print(f"{mode} {t:8} {total / n:5.1f}/{unit}: {named}; packets sent {packets / n:.2f}/{unit}")
 EOF

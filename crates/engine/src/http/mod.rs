@@ -228,6 +228,10 @@ pub fn serve<S: ClientStream + 'static>(
         }
         let _closed = counted.then(|| CloseGuard(&metrics, worker.id));
         requests(client, &worker, name).await;
+        // The connection is done: its scratch set serves the worker's next one
+        // instead of being freed here and allocated again there.
+        client.buf.clear();
+        stash(client, &worker);
         client.stream.close().await;
     }
 }
@@ -360,7 +364,7 @@ fn lend<S>(client: &mut Client<S>, worker: &Worker) {
     }
 }
 
-/// Returns an idle connection's scratch set to the worker's pool.
+/// Returns the scratch set of an idle or finished connection to the worker's pool.
 fn stash<S>(client: &mut Client<S>, worker: &Worker) {
     if !client.buf.is_empty() || client.buf.capacity() == 0 {
         return;

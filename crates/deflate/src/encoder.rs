@@ -1,6 +1,8 @@
-//! The raw deflate encoder: a greedy single-pass LZ77 match finder feeding
-//! blocks that each get the cheapest of a dynamic Huffman code, the fixed
-//! code or stored bytes.
+//! The raw deflate encoder: a greedy single-pass LZ77 match finder that
+//! codes text as it scans (a fixed-code first block, then codes made from
+//! the previous block's counts), and collects a binary stream's first block
+//! to give it the cheapest of a dynamic Huffman code, the fixed code or
+//! stored bytes.
 
 use crate::bits::{BitWriter, Pending};
 use crate::huffman::{Code, Scratch};
@@ -16,7 +18,7 @@ const WINDOW: usize = 32 * 1024;
 const MAX_MATCH: usize = 258;
 /// Matches shorter than this are checked against the match from the next
 /// byte (one step of lazy matching); longer ones are taken at once.
-const LAZY_BELOW: usize = 6;
+const LAZY_BELOW: usize = 5;
 /// Tokens (literals and matches) per collected block.
 const BLOCK_TOKENS: usize = 16 * 1024;
 /// Input bytes of a stream's first block, which is collected as tokens and
@@ -44,19 +46,27 @@ const REBASE_AT: u32 = 0xC000_0000;
 
 /// A streaming raw deflate (RFC 1951) encoder with reusable state.
 ///
-/// Built for compressing HTTP responses on the fly: one pass, no lazy
-/// matching, a small hash table, and no work at the start of a stream (the
-/// table is not cleared: positions are numbered across streams, and entries
-/// from before the current stream are ignored).
+/// Built for compressing HTTP responses on the fly: one pass, a small hash
+/// table, and no work at the start of a stream (the table is not cleared:
+/// positions are numbered across streams, and entries from before the
+/// current stream are ignored).
 ///
-/// The first block of a stream (up to [`BLOCK_BYTES`] of input) is collected
-/// as tokens, counted, and written with the cheapest of its own Huffman code,
-/// the fixed code or stored bytes: small responses get the best ratio this
-/// match finder allows. From then on each block is coded *directly* while it
-/// is scanned, with a Huffman code built from the symbols counted in the
-/// block before (every symbol kept encodable): no token buffer, no second
-/// pass. Web content is uniform enough within a response that the previous
-/// block's statistics cost little ratio against the block's own.
+/// Text (fewer than 1 in [`TEXT_SHARE`] of the first bytes above 143) starts
+/// with a block of up to [`FIXED_BYTES`] coded *directly* while it is
+/// scanned, with deflate's fixed code: nothing to build or describe, which
+/// is most of a small response's cost otherwise; one step of lazy matching
+/// (below [`LAZY_BELOW`]) there keeps its ratio at least as good as libslz's
+/// (HAProxy's encoder, fixed code throughout). Each later block is coded
+/// directly too, with a Huffman code built from the symbols counted in the
+/// block before (every symbol kept encodable) when the block opens: no token
+/// buffer, no second pass, and no code built for a stream that ends. Web
+/// content is uniform enough within a response that the previous block's
+/// statistics cost little ratio against the block's own.
+///
+/// Other data collects its first block (up to [`BLOCK_BYTES`] of input) as
+/// tokens, counted, and writes it with the cheapest of its own Huffman code,
+/// the fixed code or stored bytes (so noise is stored, not grown), then
+/// continues directly like text.
 pub struct Deflater {
     /// Most recent absolute position of each hashed 4-byte sequence; 0: none.
     table: Box<[u32; TABLE]>,
@@ -812,8 +822,9 @@ fn write_tokens(w: &mut BitWriter<'_>, tokens: &[u32], lit: &Code<286>, dist: &C
 /// The match at `w[i..]` (`i + 4 <= w.len()`): the last position of the
 /// stream with the same hash of 4 bytes, if those bytes are equal and within
 /// the window, extended as far as it goes. Records `i` in the table either
-/// way. `word` is the 4 bytes at `i`; `numbering` is the absolute position of `w[0]` and of the stream's
-/// first byte. Returns the length and the distance.
+/// way. `word` holds the 4 bytes at `i`; `numbering` is the absolute
+/// position of `w[0]` and of the stream's first byte. Returns the length and
+/// the distance.
 #[inline(always)]
 fn find_match(w: &[u8], table: &mut [u32; TABLE], i: usize, word: u32, numbering: (u32, u32)) -> Option<(usize, u32)> {
     let (base, start) = numbering;

@@ -336,13 +336,8 @@ impl Deflater {
             }
             return;
         }
-        let mut lit_freq = self.lit_freq;
-        let mut dist_freq = self.dist_freq;
-        for f in lit_freq.iter_mut().chain(dist_freq.iter_mut()) {
-            *f = (*f).max(1);
-        }
-        self.lit.build(&lit_freq, 15, &mut self.sorting);
-        self.dist.build(&dist_freq, 15, &mut self.sorting);
+        self.lit.build_covering(&self.lit_freq, 15, &mut self.sorting);
+        self.dist.build_covering(&self.dist_freq, 15, &mut self.sorting);
         self.describe_codes();
         self.tables = Tables::new(&self.lit, &self.dist);
         self.lit_freq = [0; 286];

@@ -1,18 +1,21 @@
 //! CPU per response and ratio of switchyard-deflate's gzip on the bench's
 //! compression corpus, at the sizes the bench's compression test serves:
-//! `cargo run --release -p switchyard-deflate --example sizes [-- LEVEL [SIZE_KB]]`.
+//! `cargo run --release -p switchyard-deflate --example sizes [-- SIZE_KB]`.
 //!
 //! The corpus is the bench origin's `compressible=1` HTML (the generator of
 //! `crates/bench/src/origin/body.rs`, repeated here so this crate needs no
-//! bench dependency; a test there and [`check_corpus`] here keep the two
-//! alike): a response of N bytes is its first N bytes, compressed as one
-//! gzip member (start, one write, finish) by one reused encoder, as the proxy
-//! does for a response that arrives in one read. Every output is decoded by
-//! flate2 (zlib-rs) and compared with the input before anything is timed.
+//! bench dependency; [`check_corpus`] pins its fingerprint, so a change to
+//! one copy must be made to the other): a response of N bytes is its first
+//! N bytes, compressed as one gzip member (start, one write, finish) by one
+//! reused encoder, as the proxy does for a response that arrives in one
+//! read. Every output is decoded by flate2 (zlib-rs) and compared with the
+//! input before anything is timed.
 //!
-//! LEVEL picks the encoder's level (default 1). Timing is the best of 7
-//! batches of about 50 ms; `SPEED_ROUNDS=N` runs exactly N rounds of the one
-//! SIZE_KB given instead, for `perf stat -e instructions` (divide by N).
+//! Timing is the best of 7 batches of about 50 ms. `SPEED_ROUNDS=N` runs
+//! exactly N rounds of the one SIZE_KB given instead, for counting
+//! instructions (`perf stat -e instructions`, or cachegrind where the
+//! machine has no counters: the difference between two round counts,
+//! divided by their difference, is the figure per response).
 
 use std::io::Read;
 use std::time::{Duration, Instant};
@@ -22,13 +25,12 @@ const SIZES_KB: [usize; 6] = [1, 5, 8, 16, 32, 128];
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let level: u32 = args.next().and_then(|l| l.parse().ok()).unwrap_or(1);
     let only: Option<usize> = args.next().and_then(|s| s.parse().ok());
     let html = html_buffer();
     check_corpus(&html);
     let mut gzip = switchyard_deflate::Gzip::new();
     let mut out = Vec::with_capacity(256 * 1024);
-    println!("switchyard-deflate level {level}, bench HTML corpus");
+    println!("switchyard-deflate (gzip level 1), bench HTML corpus");
     println!("{:>7} {:>10} {:>9} {:>8}", "size", "ns/resp", "ns/KiB", "ratio");
     for kb in SIZES_KB.into_iter().filter(|&kb| only.is_none_or(|o| o == kb)) {
         let input = &html[..kb * 1024];
@@ -71,9 +73,7 @@ fn check_corpus(html: &[u8]) {
     assert_eq!(html.len(), HTML_LEN);
     assert!(html.starts_with(b"<!doctype html>\n<html><head><meta charset=\"utf-8\">"));
     let sum = html.iter().fold(0u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
-    if sum != CORPUS_FNV {
-        eprintln!("corpus FNV {sum:#x}");
-    }
+    assert_eq!(sum, CORPUS_FNV, "corpus changed: FNV {sum:#x}");
 }
 
 /// FNV-1a-style fingerprint of the bench origin's 256 KiB HTML buffer.

@@ -37,7 +37,7 @@ const TEXT_SHARE: usize = 32;
 const SAMPLE_BYTES: usize = 4096;
 /// Symbols a block must have counted before its statistics make the next
 /// block's code (fewer: the current code stays and counting goes on).
-const ADOPT_SYMBOLS: u32 = 512;
+const ADOPT_SYMBOLS: u32 = 2048;
 /// Input scanned between two slides of the window (each moves [`WINDOW`]
 /// bytes back to the front).
 const SLIDE_SPAN: usize = 128 * 1024;
@@ -185,6 +185,8 @@ impl Deflater {
         self.finished = false;
         self.started = false;
         self.direct = false;
+        self.fixed = false;
+        self.block_bytes = DIRECT_BYTES;
         self.stale = false;
         self.open = false;
         self.len_freq = [0; MAX_MATCH + 1];

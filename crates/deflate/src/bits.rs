@@ -6,8 +6,8 @@ const GROW: usize = 16 * 1024;
 /// Bits not yet written out (fewer than 8 between calls) and their count.
 #[derive(Default, Clone, Copy)]
 pub struct Pending {
-    acc: u64,
-    count: u32,
+    pub acc: u64,
+    pub count: u32,
 }
 
 /// Writes bits at the end of `out`, growing it (zero-filled) a step at a time
@@ -54,8 +54,9 @@ impl<'a> BitWriter<'a> {
         }
         let bytes = self.count / 8;
         self.at += bytes as usize;
-        // `bytes` ≤ 7 here: callers keep fewer than 64 bits held.
-        self.acc = self.acc.checked_shr(bytes * 8).unwrap_or(0);
+        // `bytes` ≤ 7 here: callers keep fewer than 64 bits held, so the
+        // shift is below 64.
+        self.acc >>= bytes * 8;
         self.count -= bytes * 8;
     }
 

@@ -1,17 +1,24 @@
-//! The raw deflate encoder: a greedy single-pass LZ77 match finder feeding
-//! blocks that each get the cheapest of a dynamic Huffman code, the fixed
-//! code or stored bytes.
+//! The raw deflate encoder: a greedy single-pass LZ77 match finder that
+//! codes text as it scans (a fixed-code first block, then codes made from
+//! the previous block's counts), and collects a binary stream's first block
+//! to give it the cheapest of a dynamic Huffman code, the fixed code or
+//! stored bytes.
 
 use crate::bits::{BitWriter, Pending};
 use crate::huffman::{Code, Scratch};
 use crate::tables::{dist_sym, fixed_lit_lengths, CLEN_ORDER, DIST_BASE, DIST_EXTRA, LEN_BASE, LEN_EXTRA, LEN_SYM};
 
 /// log2 of the match finder's table size.
-const HASH_BITS: u32 = 15;
+const HASH_BITS: u32 = 14;
+/// Entries of the match finder's table.
+const TABLE: usize = 1 << HASH_BITS;
 /// Deflate's window.
 const WINDOW: usize = 32 * 1024;
 /// Longest match deflate can express.
 const MAX_MATCH: usize = 258;
+/// Matches shorter than this are checked against the match from the next
+/// byte (one step of lazy matching); longer ones are taken at once.
+const LAZY_BELOW: usize = 5;
 /// Tokens (literals and matches) per collected block.
 const BLOCK_TOKENS: usize = 16 * 1024;
 /// Input bytes of a stream's first block, which is collected as tokens and
@@ -19,6 +26,15 @@ const BLOCK_TOKENS: usize = 16 * 1024;
 const BLOCK_BYTES: usize = 16 * 1024;
 /// Input bytes per block once blocks are coded directly.
 const DIRECT_BYTES: usize = 64 * 1024;
+/// Input bytes of a text stream's first block, coded directly with the fixed
+/// code (no code to build or describe: the cheapest start for a small response).
+const FIXED_BYTES: usize = 8 * 1024;
+/// A stream starts with a fixed-code block when fewer than 1 in this many of
+/// its first [`SAMPLE_BYTES`] need 9-bit literals (144..=255): text. Others (binary,
+/// non-Latin UTF-8) collect their first block, which may then be stored.
+const TEXT_SHARE: usize = 32;
+/// Bytes looked at to tell text from other data.
+const SAMPLE_BYTES: usize = 4096;
 /// Symbols a block must have counted before its statistics make the next
 /// block's code (fewer: the current code stays and counting goes on).
 const ADOPT_SYMBOLS: u32 = 2048;
@@ -32,22 +48,30 @@ const REBASE_AT: u32 = 0xC000_0000;
 
 /// A streaming raw deflate (RFC 1951) encoder with reusable state.
 ///
-/// Built for compressing HTTP responses on the fly: one pass, no lazy
-/// matching, a small hash table, and no work at the start of a stream (the
-/// table is not cleared: positions are numbered across streams, and entries
-/// from before the current stream are ignored).
+/// Built for compressing HTTP responses on the fly: one pass, a small hash
+/// table, and no work at the start of a stream (the table is not cleared:
+/// positions are numbered across streams, and entries from before the
+/// current stream are ignored).
 ///
-/// The first block of a stream (up to [`BLOCK_BYTES`] of input) is collected
-/// as tokens, counted, and written with the cheapest of its own Huffman code,
-/// the fixed code or stored bytes: small responses get the best ratio this
-/// match finder allows. From then on each block is coded *directly* while it
-/// is scanned, with a Huffman code built from the symbols counted in the
-/// block before (every symbol kept encodable): no token buffer, no second
-/// pass. Web content is uniform enough within a response that the previous
-/// block's statistics cost little ratio against the block's own.
+/// Text (fewer than 1 in [`TEXT_SHARE`] of the first bytes above 143) starts
+/// with a block of up to [`FIXED_BYTES`] coded *directly* while it is
+/// scanned, with deflate's fixed code: nothing to build or describe, which
+/// is most of a small response's cost otherwise; one step of lazy matching
+/// (below [`LAZY_BELOW`]) there keeps its ratio at least as good as libslz's
+/// (HAProxy's encoder, fixed code throughout). Each later block is coded
+/// directly too, with a Huffman code built from the symbols counted in the
+/// block before (every symbol kept encodable) when the block opens: no token
+/// buffer, no second pass, and no code built for a stream that ends. Web
+/// content is uniform enough within a response that the previous block's
+/// statistics cost little ratio against the block's own.
+///
+/// Other data collects its first block (up to [`BLOCK_BYTES`] of input) as
+/// tokens, counted, and writes it with the cheapest of its own Huffman code,
+/// the fixed code or stored bytes (so noise is stored, not grown), then
+/// continues directly like text.
 pub struct Deflater {
     /// Most recent absolute position of each hashed 4-byte sequence; 0: none.
-    table: Box<[u32]>,
+    table: Box<[u32; TABLE]>,
     /// Up to [`WINDOW`] bytes of history, then the input not yet emitted.
     window: Vec<u8>,
     /// Absolute position of `window[0]`.
@@ -71,14 +95,23 @@ pub struct Deflater {
     fixed_dist: Code<30>,
     /// Buffers for building codes.
     sorting: Scratch,
-    /// Blocks are coded directly with `lit` and `dist` (after the first).
+    /// The first block's strategy is chosen (at the stream's first scan).
+    started: bool,
+    /// Blocks are coded directly with `lit` and `dist`.
     direct: bool,
+    /// `lit` and `dist` are the fixed code (a text stream's first block).
+    fixed: bool,
+    /// Input bytes the open direct block takes before it ends.
+    block_bytes: usize,
+    /// The last direct block's counts are not made into a code yet: that
+    /// happens when the next block opens (never for a stream that ends).
+    stale: bool,
     /// A direct block's header is written and its end-of-block is not.
     open: bool,
-    /// Per match length, its code and extra bits in `lit` (see [`length_table`]).
-    lens: [u32; MAX_MATCH + 1],
-    /// Per distance symbol, its code in `dist` (see [`distance_table`]).
-    dists: [u64; 32],
+    /// Direct coding's tables for `lit` and `dist` when they are dynamic.
+    tables: Tables,
+    /// The same for the fixed code (made once).
+    fixed_tables: Box<Tables>,
     /// Matches per length in the direct block, folded into `lit_freq` when
     /// the block ends.
     len_freq: [u32; MAX_MATCH + 1],
@@ -107,8 +140,9 @@ impl Deflater {
         let mut fixed_dist = Code::empty();
         fixed_dist.len = [5; 30];
         fixed_dist.assign();
+        let fixed_tables = Box::new(Tables::new(&fixed_lit, &fixed_dist));
         Deflater {
-            table: vec![0; 1 << HASH_BITS].into_boxed_slice(),
+            table: Box::new([0; TABLE]),
             window: Vec::with_capacity(WINDOW + SLIDE_SPAN + DIRECT_BYTES + PIECE),
             base: 1,
             stream_start: 1,
@@ -124,10 +158,14 @@ impl Deflater {
             fixed_lit,
             fixed_dist,
             sorting: Scratch::default(),
+            started: false,
             direct: false,
+            fixed: false,
+            block_bytes: DIRECT_BYTES,
+            stale: false,
             open: false,
-            lens: [0; MAX_MATCH + 1],
-            dists: [0; 32],
+            tables: Tables::new(&Code::empty(), &Code::empty()),
+            fixed_tables,
             len_freq: [0; MAX_MATCH + 1],
             items: Vec::with_capacity(320),
             finished: false,
@@ -145,7 +183,11 @@ impl Deflater {
         self.pos = 0;
         self.block_start = 0;
         self.finished = false;
+        self.started = false;
         self.direct = false;
+        self.fixed = false;
+        self.block_bytes = DIRECT_BYTES;
+        self.stale = false;
         self.open = false;
         self.len_freq = [0; MAX_MATCH + 1];
         if next >= REBASE_AT {
@@ -217,10 +259,13 @@ impl Deflater {
 
     /// Scans what the window holds, emitting blocks as they fill up.
     fn compress(&mut self, out: &mut Vec<u8>) {
+        if !self.started {
+            self.choose_start();
+        }
         loop {
             if self.direct {
                 self.scan_direct(out);
-                if self.pos - self.block_start < DIRECT_BYTES {
+                if self.pos - self.block_start < self.block_bytes {
                     return;
                 }
                 self.end_direct_block(out);
@@ -235,6 +280,47 @@ impl Deflater {
             }
             self.slide();
         }
+    }
+
+    /// At a stream's first bytes: text starts with a block coded directly
+    /// with the fixed code; other data collects its first block as tokens.
+    fn choose_start(&mut self) {
+        self.started = true;
+        let sample = &self.window[self.pos..self.window.len().min(self.pos + SAMPLE_BYTES)];
+        // Counted in bytes, a chunk at a time: this vectorizes to a few
+        // instructions per 16 bytes (a `usize` sum takes several times more).
+        let wide: usize =
+            sample.chunks(255).map(|chunk| usize::from(chunk.iter().fold(0u8, |n, &b| n + u8::from(b >= 144)))).sum();
+        if wide * TEXT_SHARE > sample.len() {
+            return;
+        }
+        self.direct = true;
+        self.fixed = true;
+        self.block_bytes = FIXED_BYTES;
+    }
+
+    /// The tables of the direct block's code.
+    fn direct_tables(&self) -> &Tables {
+        if self.fixed {
+            &self.fixed_tables
+        } else {
+            &self.tables
+        }
+    }
+
+    /// Starts a direct block: makes the code from the last block's counts if
+    /// that is pending, then writes the block's header.
+    fn open_direct_block(&mut self, w: &mut BitWriter<'_>) {
+        if self.stale {
+            self.stale = false;
+            self.adopt_statistics();
+        }
+        if self.fixed {
+            w.put(1 << 1, 3);
+        } else {
+            self.write_dynamic_header(w, false);
+        }
+        self.open = true;
     }
 
     /// After a block: with enough symbols counted, the next block is coded
@@ -252,31 +338,29 @@ impl Deflater {
             }
             return;
         }
-        let mut lit_freq = self.lit_freq;
-        let mut dist_freq = self.dist_freq;
-        for f in lit_freq.iter_mut().chain(dist_freq.iter_mut()) {
-            *f = (*f).max(1);
-        }
-        self.lit.build(&lit_freq, 15, &mut self.sorting);
-        self.dist.build(&dist_freq, 15, &mut self.sorting);
+        self.lit.build_covering(&self.lit_freq, 15, &mut self.sorting);
+        self.dist.build_covering(&self.dist_freq, 15, &mut self.sorting);
         self.describe_codes();
-        self.lens = length_table(&self.lit);
-        self.dists = distance_table(&self.dist);
+        self.tables = Tables::new(&self.lit, &self.dist);
         self.lit_freq = [0; 286];
         self.dist_freq = [0; 30];
         self.direct = true;
+        self.fixed = false;
+        self.block_bytes = DIRECT_BYTES;
     }
 
-    /// Ends the open direct block, if any, and takes its statistics.
+    /// Ends the open direct block, if any; its counts make the next block's
+    /// code when that block opens.
     fn end_direct_block(&mut self, out: &mut Vec<u8>) {
         if self.open {
             let mut w = BitWriter::new(out, self.pending, 4);
-            w.put(u64::from(self.lit.bits[256]), u32::from(self.lit.len[256]));
+            let eob = self.direct_tables().literals[256];
+            w.put(u64::from(eob & 0xffff), eob >> 16);
             self.pending = w.finish();
             self.open = false;
+            self.stale = true;
         }
         self.block_start = self.pos;
-        self.adopt_statistics();
     }
 
     /// The last few bytes, too short to hash, as literals of the direct block.
@@ -285,14 +369,14 @@ impl Deflater {
         if self.pos >= end {
             return;
         }
-        let mut w = BitWriter::new(out, self.pending, (end - self.pos) * 2 + 1024);
+        let mut w = BitWriter::new(out, self.pending, (end - self.pos) * 2 + 64);
         if !self.open {
-            self.write_dynamic_header(&mut w, false);
-            self.open = true;
+            self.open_direct_block(&mut w);
         }
+        let literals = if self.fixed { &self.fixed_tables.literals } else { &self.tables.literals };
         for &byte in &self.window[self.pos..end] {
             let b = usize::from(byte);
-            w.put(u64::from(self.lit.bits[b]), u32::from(self.lit.len[b]));
+            w.put(u64::from(literals[b] & 0xffff), literals[b] >> 16);
             w.spill();
             self.lit_freq[b] += 1;
         }
@@ -308,45 +392,35 @@ impl Deflater {
             return;
         }
         let last = end - 4;
-        let stop = (last + 1).min(self.block_start + DIRECT_BYTES);
-        if self.pos >= stop {
+        if self.pos > last {
             return;
         }
-        // At most 15 bits per literal, 48 per match of 4 or more bytes.
-        let mut bits = BitWriter::new(out, self.pending, (end - self.pos) * 2 + 1024);
         if !self.open {
-            self.write_dynamic_header(&mut bits, false);
-            self.open = true;
+            // May adopt a new code, and with it a new block size.
+            let mut w = BitWriter::new(out, self.pending, 320);
+            self.open_direct_block(&mut w);
+            self.pending = w.finish();
         }
-        let w = &self.window[..];
-        let table = &mut self.table[..];
-        let lit_freq = &mut self.lit_freq;
-        let dist_freq = &mut self.dist_freq;
-        let (lit_bits, lit_len) = (&self.lit.bits, &self.lit.len);
-        let len_freq = &mut self.len_freq;
-        let (lens, dists) = (&self.lens, &self.dists);
-        let numbering = (self.base, self.stream_start);
-        let mut i = self.pos;
-        while i < stop {
-            if let Some((len, dist)) = find_match(w, table, i, numbering) {
-                let d = dist - 1;
-                let ds = dist_sym(d) as usize;
-                let (code, n) = match_bits(lens[len], dists[ds & 31], d);
-                bits.put(code, n);
-                bits.spill();
-                len_freq[len] += 1;
-                dist_freq[ds] += 1;
-                i += len;
-                continue;
-            }
-            let b = usize::from(w[i]);
-            bits.put(u64::from(lit_bits[b]), u32::from(lit_len[b]));
-            bits.spill();
-            lit_freq[b] += 1;
-            i += 1;
-        }
-        self.pending = bits.finish();
-        self.pos = i;
+        let stop = (last + 1).min(self.block_start + self.block_bytes);
+        let scan = Scan {
+            w: &self.window,
+            last,
+            table: &mut self.table,
+            tables: if self.fixed { &self.fixed_tables } else { &self.tables },
+            lit_freq: &mut self.lit_freq,
+            dist_freq: &mut self.dist_freq,
+            len_freq: &mut self.len_freq,
+            numbering: (self.base, self.stream_start),
+        };
+        // Lazy matching where the code is fixed: a fixed-code block is what
+        // small responses get, and a longer match saves more there.
+        let (pos, pending) = if self.fixed {
+            scan.code::<true>(self.pos, stop, self.pending, out)
+        } else {
+            scan.code::<false>(self.pos, stop, self.pending, out)
+        };
+        self.pos = pos;
+        self.pending = pending;
     }
 
     /// The match finder: from `pos` while 4 bytes are left to hash, until the
@@ -358,7 +432,7 @@ impl Deflater {
             return;
         }
         let last = end - 4;
-        let table = &mut self.table[..];
+        let table = &mut *self.table;
         let tokens = &mut self.tokens;
         let lit_freq = &mut self.lit_freq;
         let dist_freq = &mut self.dist_freq;
@@ -366,7 +440,7 @@ impl Deflater {
         let block_end = self.block_start + BLOCK_BYTES;
         let mut i = self.pos;
         while i <= last && tokens.len() < BLOCK_TOKENS && i < block_end {
-            if let Some((len, dist)) = find_match(w, table, i, numbering) {
+            if let Some((len, dist)) = find_match(w, table, i, read32(w, i), numbering) {
                 let sym = dist_sym(dist - 1);
                 tokens.push((len as u32) << 20 | sym << 15 | (dist - 1));
                 lit_freq[257 + usize::from(LEN_SYM[len])] += 1;
@@ -590,6 +664,119 @@ fn length_table(lit: &Code<286>) -> [u32; MAX_MATCH + 1] {
     lens
 }
 
+/// Input bytes coded between two checks of the output's room.
+const SEGMENT: usize = 4096;
+
+/// What the direct coding loop reads and counts.
+struct Scan<'a> {
+    w: &'a [u8],
+    /// Last window index with 4 bytes to hash.
+    last: usize,
+    table: &'a mut [u32; TABLE],
+    tables: &'a Tables,
+    lit_freq: &'a mut [u32; 286],
+    dist_freq: &'a mut [u32; 30],
+    len_freq: &'a mut [u32; MAX_MATCH + 1],
+    numbering: (u32, u32),
+}
+
+impl Scan<'_> {
+    /// Finds matches in `w[from..stop]` and codes them and the literals
+    /// between them at once into `out` after the `pending` bits; returns
+    /// where scanning stopped and the bits left over. `LAZY`: a match shorter
+    /// than [`LAZY_BELOW`] gives way to a longer one from the next byte.
+    ///
+    /// The bit accumulator lives in locals (registers), and the output's
+    /// room is made a segment at a time (2 bytes per input byte covers any
+    /// code), so the loop itself never grows the buffer.
+    #[inline(always)]
+    fn code<const LAZY: bool>(self, from: usize, stop: usize, pending: Pending, out: &mut Vec<u8>) -> (usize, Pending) {
+        let Scan { w, last, table, tables, lit_freq, dist_freq, len_freq, numbering } = self;
+        let (lens, dists, literals) = (&tables.lens, &tables.dists, &tables.literals);
+        let (mut acc, mut count) = (pending.acc, pending.count);
+        let mut at = out.len();
+        let mut i = from;
+        while i < stop {
+            let seg_end = stop.min(i + SEGMENT);
+            // A literal takes at most 2 bytes, a match at most 6 for 4 or
+            // more; the last may run past `seg_end`; a spill writes 8.
+            let need = at + (seg_end - i) * 2 + 32;
+            if out.len() < need {
+                out.resize(need, 0);
+            }
+            let buf = &mut out[..];
+            while i < seg_end {
+                let word = read32(w, i);
+                let Some((mut len, mut dist)) = find_match(w, table, i, word, numbering) else {
+                    let b = (word & 0xff) as usize;
+                    let c = literals[b];
+                    acc |= u64::from(c & 0xffff) << count;
+                    count += c >> 16;
+                    spill(buf, &mut at, &mut acc, &mut count);
+                    lit_freq[b] += 1;
+                    i += 1;
+                    continue;
+                };
+                if LAZY && len < LAZY_BELOW && i < last {
+                    if let Some((next_len, next_dist)) = find_match(w, table, i + 1, read32(w, i + 1), numbering) {
+                        if next_len > len {
+                            let b = (word & 0xff) as usize;
+                            let c = literals[b];
+                            acc |= u64::from(c & 0xffff) << count;
+                            count += c >> 16;
+                            spill(buf, &mut at, &mut acc, &mut count);
+                            lit_freq[b] += 1;
+                            i += 1;
+                            (len, dist) = (next_len, next_dist);
+                        }
+                    }
+                }
+                let d = dist - 1;
+                let ds = dist_sym(d) as usize;
+                let (code, n) = match_bits(lens[len], dists[ds & 31], d);
+                acc |= code << count;
+                count += n;
+                spill(buf, &mut at, &mut acc, &mut count);
+                len_freq[len] += 1;
+                dist_freq[ds] += 1;
+                i += len;
+            }
+        }
+        out.truncate(at);
+        (i, Pending { acc, count })
+    }
+}
+
+/// Moves the whole bytes of `acc` (`count` < 64 bits) to `buf[at..]`.
+#[inline(always)]
+fn spill(buf: &mut [u8], at: &mut usize, acc: &mut u64, count: &mut u32) {
+    buf[*at..*at + 8].copy_from_slice(&acc.to_le_bytes());
+    let bytes = *count >> 3;
+    *at += bytes as usize;
+    *acc >>= bytes * 8;
+    *count &= 7;
+}
+
+/// A code's symbols packed for coding while scanning.
+struct Tables {
+    /// Per match length, its code and extra bits (see [`length_table`]).
+    lens: [u32; MAX_MATCH + 1],
+    /// Per distance symbol, its code (see [`distance_table`]).
+    dists: [u64; 32],
+    /// Per literal and end-of-block, its code packed as `length << 16 | bits`.
+    literals: [u32; 257],
+}
+
+impl Tables {
+    fn new(lit: &Code<286>, dist: &Code<30>) -> Tables {
+        Tables {
+            lens: length_table(lit),
+            dists: distance_table(dist),
+            literals: std::array::from_fn(|b| u32::from(lit.len[b]) << 16 | u32::from(lit.bits[b])),
+        }
+    }
+}
+
 /// Per distance symbol: its code in `dist`, its code length, the length
 /// with the extra bits, and the `distance - 1` it starts at, packed as
 /// `base << 32 | total << 24 | length << 16 | code`.
@@ -637,12 +824,12 @@ fn write_tokens(w: &mut BitWriter<'_>, tokens: &[u32], lit: &Code<286>, dist: &C
 /// The match at `w[i..]` (`i + 4 <= w.len()`): the last position of the
 /// stream with the same hash of 4 bytes, if those bytes are equal and within
 /// the window, extended as far as it goes. Records `i` in the table either
-/// way. `numbering` is the absolute position of `w[0]` and of the stream's
-/// first byte. Returns the length and the distance.
+/// way. `word` holds the 4 bytes at `i`; `numbering` is the absolute
+/// position of `w[0]` and of the stream's first byte. Returns the length and
+/// the distance.
 #[inline(always)]
-fn find_match(w: &[u8], table: &mut [u32], i: usize, numbering: (u32, u32)) -> Option<(usize, u32)> {
+fn find_match(w: &[u8], table: &mut [u32; TABLE], i: usize, word: u32, numbering: (u32, u32)) -> Option<(usize, u32)> {
     let (base, start) = numbering;
-    let word = read32(w, i);
     let slot = (word.wrapping_mul(0x9E37_79B1) >> (32 - HASH_BITS)) as usize;
     let here = base + i as u32;
     let seen = table[slot];

@@ -24,6 +24,59 @@ impl<const N: usize> Code<N> {
         self.assign();
     }
 
+    /// A code in which every symbol has a length, for symbols yet to come:
+    /// as if each unused symbol had been seen once, but the unused ones are
+    /// one leaf of the tree (weighted by their number) that then becomes a
+    /// complete subtree of them, so the tree is built over the used symbols
+    /// only (a few dozen of a literal code's 286, several times cheaper).
+    pub fn build_covering(&mut self, freq: &[u32; N], limit: u8, scratch: &mut Scratch) {
+        let unused = freq.iter().filter(|&&f| f == 0).count();
+        let used = N - unused;
+        if unused < 2 || used == 0 {
+            let mut all = *freq;
+            for f in all.iter_mut() {
+                *f = (*f).max(1);
+            }
+            return self.build(&all, limit, scratch);
+        }
+        let Scratch { sorted, tree, spare } = scratch;
+        sorted.clear();
+        sorted.extend(freq.iter().enumerate().filter(|(_, &f)| f != 0).map(|(s, &f)| (u64::from(f) << 32) | s as u64));
+        // The unused symbols' leaf, numbered past every symbol.
+        sorted.push((unused as u64) << 32 | N as u64);
+        sort_by_frequency(sorted, spare);
+        let mut count = depths(sorted, tree);
+        // Its depth: leaves take the depths deepest first, rarest first.
+        let at = sorted.iter().position(|&x| x & 0xffff_ffff == N as u64).unwrap_or(0);
+        let mut seen = 0;
+        let mut depth = 63;
+        while depth > 0 {
+            seen += count[depth] as usize;
+            if seen > at {
+                break;
+            }
+            depth -= 1;
+        }
+        // A complete subtree of `unused` leaves in its place: 2^(m+1) - k at
+        // depth m below it and 2 (k - 2^m) one deeper.
+        count[depth] -= 1;
+        let m = unused.ilog2() as usize;
+        count[(depth + m).min(63)] += ((2 << m) - unused) as u32;
+        count[(depth + m + 1).min(63)] += (2 * (unused - (1 << m))) as u32;
+        limit_lengths(&mut count, usize::from(limit));
+        // Longest codes to the rarest: the unused symbols, then the used
+        // ones from the rarest.
+        let rarest = (0..N)
+            .filter(|&s| freq[s] == 0)
+            .chain(sorted.iter().map(|&x| (x & 0xffff_ffff) as usize).filter(|&s| s < N));
+        let lengths =
+            (1..=usize::from(limit)).rev().flat_map(|len| std::iter::repeat_n(len as u8, count[len] as usize));
+        for (sym, len) in rarest.zip(lengths) {
+            self.len[sym] = len;
+        }
+        self.assign();
+    }
+
     /// The canonical codes for the lengths in `self.len`.
     pub fn assign(&mut self) {
         let mut count = [0u16; 16];
@@ -59,6 +112,8 @@ pub struct Scratch {
     sorted: Vec<u64>,
     /// Weights, then parent pointers, then depths (Moffat and Katajainen).
     tree: Vec<u64>,
+    /// Where the sort by frequency builds its result.
+    spare: Vec<u64>,
 }
 
 /// Writes into `out` the lengths of a Huffman code for `freq` limited to
@@ -66,7 +121,7 @@ pub struct Scratch {
 /// get a length, so the code is complete (decoders refuse most incomplete
 /// codes): unused ones are added with the smallest indexes when needed.
 fn lengths(freq: &[u32], limit: u8, out: &mut [u8], scratch: &mut Scratch) {
-    let Scratch { sorted, tree: a } = scratch;
+    let Scratch { sorted, tree: a, spare } = scratch;
     sorted.clear();
     // Frequency in the high half, symbol in the low: sorting orders by
     // frequency, then by symbol, so the result is deterministic.
@@ -78,7 +133,23 @@ fn lengths(freq: &[u32], limit: u8, out: &mut [u8], scratch: &mut Scratch) {
         }
         filler += 1;
     }
-    sorted.sort_unstable();
+    sort_by_frequency(sorted, spare);
+    let mut count = depths(sorted, a);
+    limit_lengths(&mut count, usize::from(limit));
+    // Longest codes to the rarest symbols.
+    let mut i = 0;
+    for len in (1..=usize::from(limit)).rev() {
+        for _ in 0..count[len] {
+            out[(sorted[i] & 0xffff_ffff) as usize] = len as u8;
+            i += 1;
+        }
+    }
+}
+
+/// How many leaves of an optimal (unlimited) Huffman tree over the `sorted`
+/// weights (`weight << 32 | symbol`, at least 2, ascending) lie at each
+/// depth (deeper than 63 counted at 63).
+fn depths(sorted: &[u64], a: &mut Vec<u64>) -> [u32; 64] {
     let n = sorted.len();
     // Moffat and Katajainen's in-place method, on the sorted weights: the
     // array first holds parent pointers of internal nodes, then their depths,
@@ -129,15 +200,23 @@ fn lengths(freq: &[u32], limit: u8, out: &mut [u8], scratch: &mut Scratch) {
         used = 0;
     }
     debug_assert_eq!(leaves as usize, n);
-    limit_lengths(&mut count, usize::from(limit));
-    // Longest codes to the rarest symbols.
-    let mut i = 0;
-    for len in (1..=usize::from(limit)).rev() {
-        for _ in 0..count[len] {
-            out[(sorted[i] & 0xffff_ffff) as usize] = len as u8;
-            i += 1;
-        }
+    count
+}
+
+/// Sorts `frequency << 32 | symbol` items given in symbol order by
+/// frequency, then symbol. Items of frequency 0 and 1 (rare symbols, and
+/// every unused one of a code made to cover all symbols) keep their order
+/// and go first; only the rest, a few dozen in a code built from counts, is
+/// compared.
+fn sort_by_frequency(items: &mut Vec<u64>, spare: &mut Vec<u64>) {
+    spare.clear();
+    for low in [0, 1] {
+        spare.extend(items.iter().copied().filter(|&x| x >> 32 == low));
     }
+    let split = spare.len();
+    spare.extend(items.iter().copied().filter(|&x| x >> 32 > 1));
+    spare[split..].sort_unstable();
+    std::mem::swap(items, spare);
 }
 
 /// Moves leaves deeper than `limit` up to it, then restores the Kraft
@@ -188,6 +267,56 @@ mod tests {
             code.build(&freq, limit, &mut scratch);
             assert!(code.len.iter().all(|&l| (1..=limit).contains(&l)), "{:?}", code.len);
             assert_eq!(kraft(&code.len, limit), 1 << limit);
+        }
+    }
+
+    use proptest::prelude::any;
+
+    proptest::proptest! {
+        #[test]
+        fn the_sort_orders_by_frequency_then_symbol(freq in proptest::collection::vec((any::<bool>(), any::<u32>()), 0..400)) {
+            // Half of the frequencies small (0, 1, 2), as in a code's rare symbols.
+            let freq = freq.iter().map(|&(small, f)| if small { f % 3 } else { f });
+            let mut items: Vec<u64> = freq.enumerate().map(|(s, f)| u64::from(f) << 32 | s as u64).collect();
+            let mut expect = items.clone();
+            expect.sort_unstable();
+            sort_by_frequency(&mut items, &mut Vec::new());
+            proptest::prop_assert_eq!(items, expect);
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn covering_codes_are_complete_and_give_every_symbol_a_length(
+            freq in proptest::collection::vec((any::<bool>(), 0u32..100_000), 286),
+        ) {
+            let mut f = [0u32; 286];
+            for (x, &(unused, n)) in f.iter_mut().zip(&freq) {
+                *x = if unused { 0 } else { n };
+            }
+            let mut code = Code::<286>::empty();
+            code.build_covering(&f, 15, &mut Scratch::default());
+            proptest::prop_assert!(code.len.iter().all(|&l| (1..=15).contains(&l)), "{:?}", code.len);
+            proptest::prop_assert_eq!(kraft(&code.len, 15), 1 << 15);
+            // No used symbol gets a longer code than an unused one.
+            let longest_used = f.iter().zip(&code.len).filter(|(&x, _)| x != 0).map(|(_, &l)| l).max().unwrap_or(0);
+            let shortest_unused = f.iter().zip(&code.len).filter(|(&x, _)| x == 0).map(|(_, &l)| l).min().unwrap_or(15);
+            proptest::prop_assert!(longest_used <= shortest_unused, "{} > {}", longest_used, shortest_unused);
+        }
+    }
+
+    #[test]
+    fn covering_a_few_used_symbols_or_none() {
+        let mut scratch = Scratch::default();
+        for used in [0usize, 1, 2, 3, 29, 30] {
+            let mut f = [0u32; 30];
+            for (s, x) in f.iter_mut().enumerate().take(used) {
+                *x = 1000 >> s.min(9);
+            }
+            let mut code = Code::<30>::empty();
+            code.build_covering(&f, 15, &mut scratch);
+            assert!(code.len.iter().all(|&l| (1..=15).contains(&l)), "{used}: {:?}", code.len);
+            assert_eq!(kraft(&code.len, 15), 1 << 15, "{used}");
         }
     }
 

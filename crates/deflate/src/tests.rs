@@ -206,3 +206,63 @@ fn noise_with_repeats_round_trips_in_every_block_kind() {
         assert_eq!(inflate(&deflate_all(&mut Deflater::new(), &data)), data, "period {n}");
     }
 }
+
+/// The block type of a raw deflate stream's first block (RFC 1951 3.2.3).
+fn first_block_type(stream: &[u8]) -> u8 {
+    (stream[0] >> 1) & 3
+}
+
+#[test]
+fn text_starts_with_a_fixed_code_block_and_binary_does_not() {
+    let mut d = Deflater::new();
+    for len in [5_000, 100_000] {
+        let t = text(len, 21);
+        let out = deflate_all(&mut d, &t);
+        assert_eq!(first_block_type(&out), 1, "text of {len} bytes");
+        assert_eq!(inflate(&out), t);
+    }
+    let n = noise(20_000, 22);
+    let out = deflate_all(&mut d, &n);
+    assert_ne!(first_block_type(&out), 1, "noise");
+    assert_eq!(inflate(&out), n);
+}
+
+#[test]
+fn fixed_then_adopted_codes_round_trip_at_every_block_edge() {
+    // The fixed-code first block ends after 8 KiB; the next block's code is
+    // made from its counts only when that block opens. Cut the input and
+    // flush around those edges, and end streams right on them.
+    let data = text(3 * 64 * 1024, 23);
+    let mut d = Deflater::new();
+    for edge in [8 * 1024, 8 * 1024 + 64 * 1024] {
+        for delta in [-5i64, -1, 0, 1, 3, 4, 5, 300] {
+            let cut = (edge as i64 + delta) as usize;
+            for flush in [false, true] {
+                d.reset();
+                let mut out = Vec::new();
+                d.write(&data[..cut], &mut out);
+                if flush {
+                    d.flush(&mut out);
+                }
+                d.write(&data[cut..cut + 70_000], &mut out);
+                d.finish(&mut out);
+                assert_eq!(inflate(&out), &data[..cut + 70_000], "cut {cut} flush {flush}");
+                let whole = deflate_all(&mut d, &data[..cut]);
+                assert_eq!(inflate(&whole), &data[..cut], "ending at {cut}");
+            }
+        }
+    }
+}
+
+#[test]
+fn bytes_of_every_value_in_a_fixed_block_round_trip() {
+    // Mostly text (so the stream starts with the fixed code), with every
+    // byte value twice: 8- and 9-bit literals, then a match over them.
+    let mut data = text(7000, 24);
+    data.extend((0..=255u8).chain(0..=255u8));
+    data.extend(text(2000, 25));
+    let mut d = Deflater::new();
+    let out = deflate_all(&mut d, &data);
+    assert_eq!(first_block_type(&out), 1);
+    assert_eq!(inflate(&out), data);
+}

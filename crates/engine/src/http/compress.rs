@@ -101,6 +101,37 @@ thread_local! {
     static DEFLATERS: std::cell::RefCell<Vec<(u32, flate2::Compress)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Spare output buffers a worker keeps for the next responses.
+const OUTPUT_POOL: usize = 8;
+/// Output buffers larger than this are freed rather than kept.
+const OUTPUT_KEEP: usize = 256 * 1024;
+
+thread_local! {
+    /// A worker's spare coder output buffers: a response's output grows to
+    /// tens of KiB, which a fresh buffer would reallocate (and copy) on the
+    /// way for every response.
+    static OUTPUTS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// An output buffer holding [`CHUNK_HEAD`] free bytes, spare if there is one.
+fn take_output() -> Vec<u8> {
+    let mut out = OUTPUTS.with_borrow_mut(Vec::pop).unwrap_or_default();
+    out.clear();
+    out.resize(CHUNK_HEAD, 0);
+    out
+}
+
+/// Keeps a sent response's output buffer for the next one.
+fn give_back_output(out: Vec<u8>) {
+    if out.capacity() <= OUTPUT_KEEP {
+        OUTPUTS.with_borrow_mut(|pool| {
+            if pool.len() < OUTPUT_POOL {
+                pool.push(out);
+            }
+        });
+    }
+}
+
 thread_local! {
     /// A worker's idle level-1 encoders (about 200 KiB each once used).
     static FAST_GZIP: std::cell::RefCell<Vec<(u32, Box<switchyard_deflate::Gzip>)>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -314,7 +345,7 @@ enum Coder {
 
 impl Coder {
     fn new(coding: Coding, length: Option<u64>) -> io::Result<Coder> {
-        let out = vec![0; CHUNK_HEAD];
+        let out = take_output();
         Ok(match coding {
             Coding::Encode(Encoding::Gzip, 1) => Coder::FastGzip(FastGzip::new(out)),
             Coding::Encode(Encoding::Gzip, level) => Coder::Gzip(Gzip::new(level, out)),
@@ -442,6 +473,7 @@ pub async fn relay<R: AsyncRead + Unpin, W: Sink>(
     // The last chunk and the terminating empty chunk leave in one write.
     out.last = true;
     out.send(dst, &mut last, idle).await?;
+    give_back_output(last);
     Ok(out.coded)
 }
 

@@ -160,11 +160,14 @@ pub enum TestKind {
     L7KeepaliveTracedOnePercent,
     /// [`TestKind::L7KeepaliveRps`] with OpenTelemetry tracing sampling every request.
     L7KeepaliveTracedAll,
+    /// HTTP/3 over QUIC to the proxy, HTTP/1.1 to the servers; unlimited requests per
+    /// connection, beside [`TestKind::Http2Tls`] in the same run.
+    Http3,
 }
 
 impl TestKind {
     /// Every test, in the order of the enum.
-    pub const ALL: [TestKind; 24] = [
+    pub const ALL: [TestKind; 25] = [
         TestKind::L4Cps,
         TestKind::L4Throughput,
         TestKind::L7Cps,
@@ -189,6 +192,7 @@ impl TestKind {
         TestKind::Http2Upstream,
         TestKind::L7KeepaliveTracedOnePercent,
         TestKind::L7KeepaliveTracedAll,
+        TestKind::Http3,
     ];
 
     /// Machine-friendly name (`--only`): the serialized name with `-` for `_`.
@@ -218,6 +222,7 @@ impl TestKind {
             TestKind::Http2Upstream => "http2-upstream",
             TestKind::L7KeepaliveTracedOnePercent => "l7-keepalive-traced-one-percent",
             TestKind::L7KeepaliveTracedAll => "l7-keepalive-traced-all",
+            TestKind::Http3 => "http3",
         }
     }
 

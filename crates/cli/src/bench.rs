@@ -39,7 +39,7 @@ pub struct BenchArgs {
     /// tls-handshake-ecdsa-p256, tls-bulk, compression-gzip, compression-brotli,
     /// compression-zstd, cache-hit, concurrent-connections, udp-frames, udp-imix,
     /// l7-failover, http2-tls, http2-clear, http2-upstream, l7-keepalive-traced-one-percent,
-    /// l7-keepalive-traced-all.
+    /// l7-keepalive-traced-all, http3.
     #[arg(long, value_delimiter = ',', value_name = "TESTS")]
     only: Vec<String>,
     /// How each proxy's system calls are counted, on one extra run at the smallest size

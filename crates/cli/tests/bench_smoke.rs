@@ -1,5 +1,5 @@
 //! CI smoke test of `switchyard bench --quick` against switchyard alone: the report files
-//! exist and `results.json` (schema 1) holds measured figures, HTTP/2 rows included, the
+//! exist and `results.json` (schema 1) holds measured figures, HTTP/2 and HTTP/3 rows included, the
 //! proxy CPU split into user and kernel time, the floor target's rows and the system calls
 //! counted on the extra run (or the reason they could not be). It checks structure, not
 //! speed: under the debug binary the figures are small, but they must be there.
@@ -75,8 +75,8 @@ fn quick_bench_writes_a_report_with_figures() {
     for column in ["user / kernel µs", "above floor µs", "syscalls/req", "floor µs CPU/req"] {
         assert!(md.contains(column), "report.md lacks the `{column}` column");
     }
-    // HTTP/2 to the proxy (h2c) and from it to the servers.
-    for test in ["http2_clear", "http2_upstream"] {
+    // HTTP/2 to the proxy (h2c, and over TLS) and from it to the servers; HTTP/3 over QUIC.
+    for test in ["http2_clear", "http2_upstream", "http2_tls", "http3"] {
         let cell = tests
             .iter()
             .find(|t| t["test"] == test && t["target"] == "switchyard" && t["size"] == 128)
@@ -85,6 +85,21 @@ fn quick_bench_writes_a_report_with_figures() {
         let run = &cell["outcome"]["runs"][0];
         assert!(run["requests"].as_u64().unwrap_or(0) > 0 && run["errors"] == 0, "{test}: {run}");
     }
+    // HTTP/3 beside HTTP/2 over TLS: the proxy's CPU split as in every row, a handshake per
+    // connection, and the table that puts the two side by side.
+    let h3 = tests
+        .iter()
+        .find(|t| t["test"] == "http3" && t["target"] == "switchyard" && t["size"] == 128)
+        .expect("switchyard HTTP/3 128 B cell");
+    let run = &h3["outcome"]["runs"][0];
+    assert!(run["proxy_user_cpu_s"].as_f64().is_some() && run["proxy_kernel_cpu_s"].as_f64().is_some(), "{run}");
+    assert!(run["proxy_cpu_us_per_request"].as_f64().unwrap_or(0.0) > 0.0, "{run}");
+    let direct = tests.iter().find(|t| t["test"] == "http3" && t["target"] == "direct").expect("direct HTTP/3 cell");
+    assert_eq!(direct["outcome"]["status"], "not_supported", "{direct}");
+    assert!(
+        md.contains("HTTP/3 against HTTP/2 over TLS") && md.contains("h3 / h2 CPU"),
+        "report.md lacks the h3 table"
+    );
     let conc = tests
         .iter()
         .find(|t| t["test"] == "concurrent_connections" && t["target"] == "switchyard")

@@ -4,7 +4,9 @@
 //! phases as HTTP/1.1: GET and POST bodies byte-exact (1 MiB each way), the `.png` rule,
 //! cookie persistence, compression, a cache hit, response trailers, 100 concurrent
 //! streams on one connection, a client that moves to another UDP port mid-connection,
-//! and `Alt-Svc` on the service's TCP side. Without aioquic the tests say they skipped.
+//! and `Alt-Svc` on the service's TCP side; Retry (address validation) always, and under
+//! a flood of half-open handshakes, counted in the metrics. Without aioquic the tests say
+//! they skipped.
 
 mod common;
 
@@ -45,10 +47,24 @@ struct Front {
     listen: SocketAddr,
     ca: PathBuf,
     log: PathBuf,
+    /// The admin listener (read-only token [`ADMIN_TOKEN`]), when started with one.
+    admin: Option<SocketAddr>,
 }
+
+/// The read-only token of [`Front::start_with_admin`]'s admin listener.
+const ADMIN_TOKEN: &str = "h3-reader";
 
 impl Front {
     fn start(pools: &[(&str, &[SocketAddr], &str)], extra: &str) -> Front {
+        Front::start_on(pools, extra, None)
+    }
+
+    /// [`Front::start`] with an admin listener, for the metrics.
+    fn start_with_admin(pools: &[(&str, &[SocketAddr], &str)], extra: &str) -> Front {
+        Front::start_on(pools, extra, Some(proxy_addr()))
+    }
+
+    fn start_on(pools: &[(&str, &[SocketAddr], &str)], extra: &str, admin: Option<SocketAddr>) -> Front {
         let pki = Pki::new("h3 test CA");
         let dir = temp_dir("h3");
         let (cert, key) = pki.leaf(&[PROXY_NAME, "127.0.0.1"]);
@@ -73,11 +89,32 @@ impl Front {
             let list: Vec<String> = servers.iter().map(|a| format!("{{ address = \"{a}\" }}")).collect();
             config += &format!("\n[[pool]]\nname = \"{name}\"\nservers = [{}]\n{pool_extra}\n", list.join(", "));
         }
+        if let Some(admin) = admin {
+            config += &format!(
+                "\n[admin]\nlisten = \"{admin}\"\ntokens = [ {{ token = \"{ADMIN_TOKEN}\", role = \"read-only\" }} ]\n"
+            );
+        }
         let file = dir.join("switchyard.toml");
         std::fs::write(&file, &config).expect("config");
         // Two workers: QUIC is served by the first one (ADR 0006), TCP by both.
         let proxy = Proxy::run_file_with(&file, listen, 2);
-        Front { proxy, listen, ca, log }
+        if let Some(admin) = admin {
+            wait_for("the admin listener", || TcpStream::connect(admin).ok());
+        }
+        Front { proxy, listen, ca, log, admin }
+    }
+
+    /// The value of a Prometheus sample of the admin listener's `/metrics` (the line
+    /// that starts with `series`), 0 when absent.
+    fn metric(&self, series: &str) -> u64 {
+        let admin = self.admin.expect("started with an admin listener");
+        let host = admin.to_string();
+        let bearer = format!("Bearer {ADMIN_TOKEN}");
+        let headers = [("host", host.as_str()), ("connection", "close"), ("authorization", bearer.as_str())];
+        let response = common::Client::connect(admin).request("GET", "/metrics", &headers);
+        assert_eq!(response.status, 200);
+        let text = String::from_utf8_lossy(&response.body).into_owned();
+        text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0)
     }
 
     /// Runs the aioquic client with `plan` (host, port, CA and name filled in).
@@ -343,6 +380,46 @@ fn a_rapid_reset_client_is_closed_and_no_one_else() {
     assert!(front.proxy.log().contains("rapid-reset"), "{}", front.proxy.log());
     let other = front.h3(&python, json!({ "requests": [get("/fine?size=10")] }));
     assert_eq!(other.result(0).status(), 200);
+}
+
+/// The Prometheus series of the `web` service's Retry packets.
+const RETRIES: &str = "switchyard_quic_retries_total{service=\"web\"}";
+
+#[test]
+fn with_retry_always_a_client_proves_its_address_first_and_is_served() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front =
+        Front::start_with_admin(&[("main", &[origin.addr], "")], "http3 = { enabled = true, retry = \"always\" }");
+    let answer = front.h3(&python, json!({ "requests": [get("/validated?size=300")] }));
+    assert_eq!(answer.0["retried"], 1, "the client followed a Retry: {}", answer.0);
+    let reply = answer.result(0);
+    assert_eq!((reply.status(), reply.body().len()), (200, 300));
+    assert_eq!(front.metric(RETRIES), 1, "one Retry counted");
+    // Without a Retry the same client goes straight through.
+    let plain =
+        Front::start_with_admin(&[("main", &[origin.addr], "")], "http3 = { enabled = true, retry = \"never\" }");
+    let answer = plain.h3(&python, json!({ "requests": [get("/direct?size=300")] }));
+    assert_eq!((answer.0["retried"].as_u64(), answer.result(0).status()), (Some(0), 200));
+    assert_eq!(plain.metric(RETRIES), 0);
+}
+
+#[test]
+fn retry_auto_turns_on_while_half_open_handshakes_pile_up() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let extra = "http3 = { enabled = true, retry = \"auto\", retry_threshold = 3 }";
+    let front = Front::start_with_admin(&[("main", &[origin.addr], "")], extra);
+    // Alone, a client is not asked to prove its address.
+    let calm = front.h3(&python, json!({ "requests": [get("/calm?size=10")] }));
+    assert_eq!((calm.0["retried"].as_u64(), calm.result(0).status()), (Some(0), 200));
+    assert_eq!(front.metric(RETRIES), 0);
+    // Three connection attempts that never finish their handshake (as from spoofed
+    // sources) reach the threshold: the next client gets a Retry, follows it, is served.
+    let busy = front.h3(&python, json!({ "half_open": 3, "requests": [get("/busy?size=10")] }));
+    assert_eq!(busy.0["retried"], 1, "{}", busy.0);
+    assert_eq!(busy.result(0).status(), 200);
+    assert_eq!(front.metric(RETRIES), 1, "{}", front.proxy.log());
 }
 
 #[test]

@@ -1064,12 +1064,38 @@ pub struct Http3 {
     /// Request streams the client resets tolerated per connection within
     /// 10 s before the connection is closed (rapid-reset defence; default 200).
     pub max_resets: u32,
+    /// When a new connection must first prove its address with a Retry
+    /// round trip (default [`QuicRetry::Auto`]).
+    pub retry: QuicRetry,
+    /// Handshakes in flight on a listener from which [`QuicRetry::Auto`]
+    /// sends Retry to unvalidated clients (default 100).
+    pub retry_threshold: u32,
 }
 
 impl Default for Http3 {
     fn default() -> Self {
-        Http3 { enabled: false, max_concurrent_streams: 100, max_resets: 200 }
+        Http3 {
+            enabled: false,
+            max_concurrent_streams: 100,
+            max_resets: 200,
+            retry: QuicRetry::Auto,
+            retry_threshold: 100,
+        }
     }
+}
+
+/// Address validation of new QUIC connections by a Retry packet (RFC 9000
+/// 8.1.2): the client must echo a token before the server keeps any state
+/// or sends more than three times what it received (`http3.retry`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuicRetry {
+    /// Only while more than `retry_threshold` handshakes are in flight on
+    /// the listener (HAProxy's `tune.quic.retry-threshold`).
+    Auto,
+    /// Every new connection (HAProxy's `quic-force-retry`).
+    Always,
+    /// Never: one round trip less, no protection against spoofed sources.
+    Never,
 }
 
 /// Protocol spoken to a pool's servers.

@@ -665,6 +665,10 @@ pub struct RawHttp3 {
     pub max_concurrent_streams: Option<S<i64>>,
     /// `max_resets`
     pub max_resets: Option<S<i64>>,
+    /// `retry`: `"auto"`, `"always"` or `"never"`
+    pub retry: Option<S<String>>,
+    /// `retry_threshold`
+    pub retry_threshold: Option<S<i64>>,
 }
 
 /// A pool's `tls`: `tls = BOOL` is read as `enabled`.

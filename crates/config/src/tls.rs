@@ -296,7 +296,25 @@ pub(crate) fn validate_http3(cx: &mut Ctx<'_, '_>, raw: &RawHttp3) -> Http3 {
         enabled: raw.enabled.as_ref().map_or(d.enabled, |e| *e.get_ref()),
         max_concurrent_streams: number(cx, "max_concurrent_streams", &raw.max_concurrent_streams, 10_000, 100),
         max_resets: number(cx, "max_resets", &raw.max_resets, 100_000, 200),
+        retry: raw.retry.as_ref().and_then(|v| quic_retry(cx, v)).unwrap_or(d.retry),
+        retry_threshold: number(cx, "retry_threshold", &raw.retry_threshold, 1_000_000, d.retry_threshold),
     }
+}
+
+/// The values of `http3.retry`.
+const RETRY_MODES: &[&str] = &["auto", "always", "never"];
+
+fn quic_retry(cx: &mut Ctx<'_, '_>, value: &S<String>) -> Option<QuicRetry> {
+    Some(match value.get_ref().as_str() {
+        "auto" => QuicRetry::Auto,
+        "always" => QuicRetry::Always,
+        "never" => QuicRetry::Never,
+        other => {
+            let hint = suggest(other, RETRY_MODES, "modes are");
+            cx.r.error_hint(&value.span(), format!("unknown `retry` mode `{other}`"), hint);
+            return None;
+        }
+    })
 }
 
 /// Validates a pool's `tls`; `None` for `tls = false` and on errors.

@@ -90,12 +90,33 @@ client_auth = { ca = "FIXTURES/ca.crt", required = false }
 fn http3_is_off_by_default_and_reads_as_a_switch_or_a_table() {
     let tls = r#"tls = { certificate = "FIXTURES/rsa.crt", key = "FIXTURES/rsa.key" }"#;
     let c = https(tls).unwrap();
-    assert_eq!(c.services[0].http3, Http3 { enabled: false, max_concurrent_streams: 100, max_resets: 200 });
+    let off = Http3 {
+        enabled: false,
+        max_concurrent_streams: 100,
+        max_resets: 200,
+        retry: QuicRetry::Auto,
+        retry_threshold: 100,
+    };
+    assert_eq!(c.services[0].http3, off);
     let c = https(&format!("http3 = true\n{tls}")).unwrap();
-    assert_eq!(c.services[0].http3, Http3 { enabled: true, max_concurrent_streams: 100, max_resets: 200 });
+    assert_eq!(c.services[0].http3, Http3 { enabled: true, ..off });
     let c =
         https(&format!("http3 = {{ enabled = true, max_concurrent_streams = 250, max_resets = 7 }}\n{tls}")).unwrap();
-    assert_eq!(c.services[0].http3, Http3 { enabled: true, max_concurrent_streams: 250, max_resets: 7 });
+    assert_eq!(c.services[0].http3, Http3 { enabled: true, max_concurrent_streams: 250, max_resets: 7, ..off });
+}
+
+#[test]
+fn http3_retry_reads_its_three_modes_and_a_threshold() {
+    let tls = r#"tls = { certificate = "FIXTURES/rsa.crt", key = "FIXTURES/rsa.key" }"#;
+    for (mode, want) in [("auto", QuicRetry::Auto), ("always", QuicRetry::Always), ("never", QuicRetry::Never)] {
+        let c =
+            https(&format!("http3 = {{ enabled = true, retry = \"{mode}\", retry_threshold = 5 }}\n{tls}")).unwrap();
+        assert_eq!((c.services[0].http3.retry, c.services[0].http3.retry_threshold), (want, 5));
+    }
+    let e = errors(https(&format!("http3 = {{ enabled = true, retry = \"allways\" }}\n{tls}")));
+    assert!(e.iter().any(|m| m.contains("unknown `retry` mode `allways`") && m.contains("always")), "{e:?}");
+    let e = errors(https(&format!("http3 = {{ enabled = true, retry_threshold = 0 }}\n{tls}")));
+    assert!(e.iter().any(|m| m.contains("retry_threshold")), "{e:?}");
 }
 
 fn errors(loaded: Result<Config, Diagnostics>) -> Vec<String> {

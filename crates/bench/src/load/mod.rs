@@ -1,5 +1,5 @@
-//! The load generator: HTTP/1.1 and HTTP/2, clear text and TLS, closed and open loop, and a
-//! UDP datagram generator. Independent of the engine (it shares no code with what it
+//! The load generator: HTTP/1.1 and HTTP/2, clear text and TLS, HTTP/3 over QUIC, closed and
+//! open loop, and a UDP datagram generator. Independent of the engine (it shares no code with what it
 //! measures).
 //!
 //! [`run`] spawns `spec.threads` threads, each with its own current-thread tokio runtime
@@ -15,12 +15,15 @@
 //! response that says `connection: close` it waits up to a second for the server's close
 //! before closing its side);
 //! HTTP/2 uses the `h2` crate with [`H2_STREAMS_PER_CONNECTION`] concurrent streams per
-//! connection; TLS is rustls with the aws-lc-rs provider (see `tls.rs`).
+//! connection; HTTP/3 uses `quinn`, `h3` and `h3-quinn` (the crates the engine uses, none of
+//! its code) with as many streams per connection as HTTP/2 and one QUIC endpoint per
+//! thread (see `http3.rs`); TLS is rustls with the aws-lc-rs provider (see `tls.rs`).
 
 mod cpu;
 mod hist;
 mod http1;
 mod http2;
+mod http3;
 pub mod pace;
 pub mod search;
 pub mod spec;
@@ -37,8 +40,8 @@ pub use spec::*;
 pub use udp::{imix, payload_len, run_udp, run_udp_open, udp_echo, DRAIN, ECHO_TIMEOUT, FRAME_OVERHEAD, IMIX_MIXES};
 pub use worker::REQUEST_TIMEOUT;
 
-/// Concurrent HTTP/2 streams per connection (closed loop: requests in flight per
-/// connection; open loop: at most this many per connection).
+/// Concurrent HTTP/2 and HTTP/3 streams per connection (closed loop: requests in flight
+/// per connection; open loop: at most this many per connection).
 pub const H2_STREAMS_PER_CONNECTION: usize = 10;
 
 /// After the measured window, how long in-flight requests get to finish (uncounted)

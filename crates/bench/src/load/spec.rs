@@ -12,6 +12,9 @@ pub enum Protocol {
     Http1,
     /// HTTP/2 (over TLS via ALPN, or prior knowledge in clear text).
     Http2,
+    /// HTTP/3 over QUIC (ALPN `h3`; needs [`LoadSpec::tls`]). The target address is
+    /// a UDP one.
+    Http3,
 }
 
 /// Key-exchange group offered by the TLS client.

@@ -28,7 +28,8 @@ const BROWSER_ORDER: &[rustls::CipherSuite] = &[
     rustls::CipherSuite::TLS13_CHACHA20_POLY1305_SHA256,
 ];
 
-/// The rustls client configuration for `tls` and `protocol` (ALPN `h2` or `http/1.1`).
+/// The rustls client configuration for `tls` and `protocol` (ALPN `http/1.1`, `h2` or
+/// `h3`; TLS 1.3 alone for `h3`).
 pub fn client_config(tls: &TlsSpec, protocol: Protocol) -> io::Result<Arc<ClientConfig>> {
     let group = match tls.group {
         KxGroup::X25519 => aws_lc_rs::kx_group::X25519,
@@ -41,8 +42,13 @@ pub fn client_config(tls: &TlsSpec, protocol: Protocol) -> io::Result<Arc<Client
     cipher_suites
         .sort_by_key(|s| (s.version() != &rustls::version::TLS13, BROWSER_ORDER.iter().position(|&n| n == s.suite())));
     let provider = Arc::new(CryptoProvider { kx_groups: vec![group], cipher_suites, ..aws_lc_rs::default_provider() });
+    // QUIC is TLS 1.3 only (RFC 9001).
+    let versions: &[&rustls::SupportedProtocolVersion] = match protocol {
+        Protocol::Http3 => &[&rustls::version::TLS13],
+        _ => rustls::DEFAULT_VERSIONS,
+    };
     let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .map_err(io::Error::other)?;
     let mut config = if tls.insecure {
         let verifier = AcceptAnyCertificate { algorithms: provider.signature_verification_algorithms };
@@ -53,6 +59,7 @@ pub fn client_config(tls: &TlsSpec, protocol: Protocol) -> io::Result<Arc<Client
     config.alpn_protocols = vec![match protocol {
         Protocol::Http1 => b"http/1.1".to_vec(),
         Protocol::Http2 => b"h2".to_vec(),
+        Protocol::Http3 => b"h3".to_vec(),
     }];
     if !tls.resume {
         config.resumption = Resumption::disabled();

@@ -6,6 +6,10 @@
 //! scheduled time, see [`pace`](super::pace)), connect if it has no connection, send,
 //! read, record. Only what completes inside the measured window is counted: warm-up and
 //! the grace period after the window are discarded.
+//!
+//! HTTP/2 and HTTP/3 connections carry [`H2_STREAMS_PER_CONNECTION`] stream loops each,
+//! the same multiplexing code over either protocol's sender ([`Exchange`]). HTTP/3
+//! connections of a thread share the thread's QUIC endpoint (one UDP socket).
 
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -16,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use h2::client::SendRequest;
+use http::Request;
 use rustls::pki_types::ServerName;
 use rustls::HandshakeKind;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -30,7 +35,7 @@ use super::hist::Latency;
 use super::http1::{self, Failure, Jar};
 use super::pace::Schedule;
 use super::spec::{LoadSpec, Protocol};
-use super::{http2, tls, H2_STREAMS_PER_CONNECTION};
+use super::{http2, http3, tls, H2_STREAMS_PER_CONNECTION};
 
 /// Longest a request (or a connection with its handshake) may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,6 +50,9 @@ const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// its send time is measured from when the timer (1 ms granularity) released it, up to
 /// this much after its intended time. Anything later is charged to the request.
 const TIMER_SLOP: Duration = Duration::from_millis(2);
+/// After a thread's last HTTP/3 connection, how long its endpoint waits for the close
+/// frames to go out.
+const ENDPOINT_CLOSE: Duration = Duration::from_millis(200);
 
 /// The run's time line.
 #[derive(Debug, Clone, Copy)]
@@ -68,6 +76,8 @@ pub struct Shared {
     h1: http1::Requests,
     h2: http2::Requests,
     tls: Option<(TlsConnector, ServerName<'static>)>,
+    /// The QUIC client of an HTTP/3 run (then `tls` is `None`).
+    quic: Option<http3::Quic>,
     /// The time line.
     pub window: Window,
 }
@@ -75,9 +85,15 @@ pub struct Shared {
 impl Shared {
     /// Prepares `spec` (requests rendered, TLS configured) for a run on `window`.
     pub fn new(spec: &LoadSpec, window: Window) -> io::Result<Shared> {
-        let tls = match &spec.tls {
-            Some(t) => Some((TlsConnector::from(tls::client_config(t, spec.protocol)?), tls::server_name(t)?)),
-            None => None,
+        let (tls, quic) = match (&spec.tls, spec.protocol) {
+            (Some(t), Protocol::Http3) => (None, Some(http3::Quic::new(t)?)),
+            (None, Protocol::Http3) => {
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, "HTTP/3 needs TLS settings"));
+            }
+            (Some(t), _) => {
+                (Some((TlsConnector::from(tls::client_config(t, spec.protocol)?), tls::server_name(t)?)), None)
+            }
+            (None, _) => (None, None),
         };
         Ok(Shared {
             target: spec.target,
@@ -87,6 +103,7 @@ impl Shared {
             h1: http1::Requests::new(spec),
             h2: http2::Requests::new(spec, spec.tls.is_some())?,
             tls,
+            quic,
             window,
         })
     }
@@ -128,7 +145,14 @@ pub fn thread_main(
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let local_set = tokio::task::LocalSet::new();
     let window = shared.window;
-    let local = Rc::new(Local { shared, stats: RefCell::default(), schedule, next: Cell::new(0) });
+    let endpoint = match &shared.quic {
+        Some(quic) => {
+            let _context = runtime.enter();
+            Some(quic.endpoint(shared.target)?)
+        }
+        None => None,
+    };
+    let local = Rc::new(Local { shared, stats: RefCell::default(), schedule, next: Cell::new(0), endpoint });
     let cpu = local_set.block_on(&runtime, {
         let local = Rc::clone(&local);
         async move {
@@ -147,6 +171,11 @@ pub fn thread_main(
                 tokio::time::timeout_at(window.hard_end.into(), async { while slots.join_next().await.is_some() {} })
                     .await;
             slots.abort_all();
+            if let Some(endpoint) = &local.endpoint {
+                // Connections still open are closed; give the close frames a moment.
+                endpoint.close(0u32.into(), b"done");
+                let _ = timeout(ENDPOINT_CLOSE, endpoint.wait_idle()).await;
+            }
             cpu.await.unwrap_or_default()
         }
     });
@@ -163,6 +192,8 @@ struct Local {
     schedule: Option<Schedule>,
     /// Next open-loop ticket.
     next: Cell<u64>,
+    /// The thread's QUIC endpoint (HTTP/3 runs).
+    endpoint: Option<quinn::Endpoint>,
 }
 
 impl Local {
@@ -295,6 +326,12 @@ async fn slot(local: Rc<Local>, user: usize) {
                 None => return,
             },
         };
+        if local.shared.protocol == Protocol::Http3 {
+            match h3(&local, &user, since).await {
+                Flow::Stop => return,
+                _ => continue,
+            }
+        }
         let stream = match connect(&local).await {
             Ok(stream) => stream,
             Err(_) => {
@@ -308,6 +345,8 @@ async fn slot(local: Rc<Local>, user: usize) {
             (Protocol::Http1, Stream::Tls(mut io)) => h1(&local, &mut *io, &user, &mut buf, &mut scratch, since).await,
             (Protocol::Http2, Stream::Plain(io)) => h2(&local, io, &user, since).await,
             (Protocol::Http2, Stream::Tls(io)) => h2(&local, *io, &user, since).await,
+            // Handled above: QUIC has no TCP stream.
+            (Protocol::Http3, _) => Flow::Stop,
         };
         match flow {
             Flow::Reconnect => {}
@@ -402,6 +441,25 @@ impl Multiplex {
     }
 }
 
+/// A connection's request sender, cloned into each of its stream loops: HTTP/2's
+/// (`h2`) or HTTP/3's (`h3`).
+trait Exchange: Clone + 'static {
+    /// Sends `request` on a new stream and reads its response to the end.
+    async fn exchange(&mut self, request: Request<()>, jar: Option<&RefCell<Jar>>) -> Option<http1::Response>;
+}
+
+impl Exchange for SendRequest<Bytes> {
+    async fn exchange(&mut self, request: Request<()>, jar: Option<&RefCell<Jar>>) -> Option<http1::Response> {
+        http2::exchange(self, request, jar).await.ok()
+    }
+}
+
+impl Exchange for http3::Sender {
+    async fn exchange(&mut self, request: Request<()>, jar: Option<&RefCell<Jar>>) -> Option<http1::Response> {
+        http3::exchange(self, request, jar).await.ok()
+    }
+}
+
 /// An HTTP/2 connection carrying up to [`H2_STREAMS_PER_CONNECTION`] concurrent requests.
 async fn h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     local: &Rc<Local>,
@@ -419,6 +477,40 @@ async fn h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     let driver = tokio::task::spawn_local(async move {
         let _ = connection.await;
     });
+    let mux = multiplex(local, send, user, since).await;
+    driver.abort();
+    settle(&mux).await
+}
+
+/// An HTTP/3 connection (QUIC handshake included) carrying up to
+/// [`H2_STREAMS_PER_CONNECTION`] concurrent requests, closed when it is done.
+async fn h3(local: &Rc<Local>, user: &Rc<User>, since: Instant) -> Flow {
+    let shared = &*local.shared;
+    let (Some(quic), Some(endpoint)) = (&shared.quic, &local.endpoint) else { return Flow::Stop };
+    let (connection, mut driver, send) = match timeout(REQUEST_TIMEOUT, quic.connect(endpoint, shared.target)).await {
+        Ok(Ok(connected)) => connected,
+        _ => {
+            local.error();
+            tokio::time::sleep(CONNECT_BACKOFF).await;
+            return Flow::Reconnect;
+        }
+    };
+    // Counted once the handshake is done (QUIC has no connect apart from it). quinn does
+    // not tell a resumed handshake from a full one; the suite's HTTP/3 runs resume none.
+    local.opened();
+    local.handshake(false, None);
+    let driver = tokio::task::spawn_local(async move {
+        let _ = driver.wait_idle().await;
+    });
+    let mux = multiplex(local, send, user, since).await;
+    http3::close(&connection);
+    driver.abort();
+    settle(&mux).await
+}
+
+/// Runs a connection's [`H2_STREAMS_PER_CONNECTION`] stream loops over `send` until the
+/// connection breaks, its request budget is spent or the window is over.
+async fn multiplex<E: Exchange>(local: &Rc<Local>, send: E, user: &Rc<User>, since: Instant) -> Rc<Multiplex> {
     let mux = Rc::new(Multiplex {
         budget: Cell::new(local.shared.per_connection),
         first: Cell::new(Some(since)),
@@ -428,13 +520,17 @@ async fn h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     });
     let mut streams = JoinSet::new();
     for _ in 0..H2_STREAMS_PER_CONNECTION {
-        streams.spawn_local(h2_stream(Rc::clone(local), send.clone(), Rc::clone(user), Rc::clone(&mux)));
+        streams.spawn_local(mux_stream(Rc::clone(local), send.clone(), Rc::clone(user), Rc::clone(&mux)));
     }
     drop(send);
     while streams.join_next().await.is_some() {}
-    driver.abort();
+    mux
+}
+
+/// What a multiplexed connection's end asks of its slot.
+async fn settle(mux: &Multiplex) -> Flow {
     if mux.broken.get() && mux.answered.get() == 0 {
-        // Nothing works on this target (e.g. it does not speak HTTP/2): do not spin.
+        // Nothing works on this target (e.g. it does not speak the protocol): do not spin.
         tokio::time::sleep(CONNECT_BACKOFF).await;
     }
     if mux.stop.get() {
@@ -444,8 +540,8 @@ async fn h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     }
 }
 
-/// One stream loop of an HTTP/2 connection: requests one after another.
-async fn h2_stream(local: Rc<Local>, mut send: SendRequest<Bytes>, user: Rc<User>, mux: Rc<Multiplex>) {
+/// One stream loop of a multiplexed connection: requests one after another.
+async fn mux_stream<E: Exchange>(local: Rc<Local>, mut send: E, user: Rc<User>, mux: Rc<Multiplex>) {
     let shared = &*local.shared;
     while !mux.broken.get() && !mux.stop.get() && mux.take_budget() {
         let since = match mux.first.take() {
@@ -460,8 +556,8 @@ async fn h2_stream(local: Rc<Local>, mut send: SendRequest<Bytes>, user: Rc<User
         };
         let request = shared.h2.build(user.next_path(), &user.jar.borrow());
         let cookies = shared.cookies.then_some(&user.jar);
-        match timeout(REQUEST_TIMEOUT, http2::exchange(&mut send, request, cookies)).await {
-            Ok(Ok(response)) if (200..400).contains(&response.status) => {
+        match timeout(REQUEST_TIMEOUT, send.exchange(request, cookies)).await {
+            Ok(Some(response)) if (200..400).contains(&response.status) => {
                 mux.answered.set(mux.answered.get() + 1);
                 local.success(since, &response);
             }

@@ -236,6 +236,11 @@ pub(crate) fn build(r: &Results) -> Vec<Block> {
             ));
             d.list(tables::http2_target(r, *t));
         }
+        if *t == TestKind::Http3 {
+            d.p("**HTTP/3 against HTTP/2 over TLS**, same run, same certificate and load: each target's \
+                 proxy CPU per request and requests per second in both tests.");
+            d.table(tables::http3_against_http2(r));
+        }
         if *t == TestKind::L7KeepaliveAccessLog {
             d.p("**The cost of access logging**: each target's proxy CPU per request with the access log, \
                  against the same target in the L7 keep-alive test at 128 B of this run.");

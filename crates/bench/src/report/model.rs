@@ -253,6 +253,7 @@ pub(crate) fn test_name(t: TestKind) -> &'static str {
         TestKind::Http2Upstream => "HTTP/2 to the servers requests per second",
         TestKind::L7KeepaliveTracedOnePercent => "L7 keep-alive with tracing, 1 % sampled (.png rule)",
         TestKind::L7KeepaliveTracedAll => "L7 keep-alive with tracing, every request sampled (.png rule)",
+        TestKind::Http3 => "HTTP/3 requests per second",
     }
 }
 
@@ -283,6 +284,7 @@ pub(crate) fn test_short(t: TestKind) -> &'static str {
         TestKind::Http2Upstream => "h2 → h2",
         TestKind::L7KeepaliveTracedOnePercent => "L7 KA + 1 % traces",
         TestKind::L7KeepaliveTracedAll => "L7 KA + all traces",
+        TestKind::Http3 => "h3",
     }
 }
 
@@ -343,11 +345,11 @@ pub(crate) fn test_definition(t: TestKind) -> &'static str {
              sending requests to it, and how many client requests fail."
         }
         TestKind::Http2Tls => {
-            "HTTP/2 over TLS (ALPN `h2`, ECDSA P-256 certificate), one stream at a time on each of the \
+            "HTTP/2 over TLS (ALPN `h2`, ECDSA P-256 certificate), 10 concurrent streams on each of the \
              generator's connections, unlimited requests per connection; HTTP/1.1 keep-alive to the servers."
         }
         TestKind::Http2Clear => {
-            "HTTP/2 in clear text with prior knowledge (h2c), one stream at a time on each connection, \
+            "HTTP/2 in clear text with prior knowledge (h2c), 10 concurrent streams on each connection, \
              unlimited requests per connection; HTTP/1.1 keep-alive to the servers."
         }
         TestKind::Http2Upstream => {
@@ -361,6 +363,12 @@ pub(crate) fn test_definition(t: TestKind) -> &'static str {
         TestKind::L7KeepaliveTracedAll => {
             "The L7 keep-alive test with every request traced: spans of the request and its phases exported \
              by OTLP/HTTP in batches off the data path (the exporter thread shares the proxy's core)."
+        }
+        TestKind::Http3 => {
+            "HTTP/3 over QUIC (ALPN `h3`, TLS 1.3, the ECDSA P-256 certificate, no resumption, no 0-RTT) to \
+             the proxy, the HTTP/2 over TLS test's load otherwise: 10 concurrent streams on each of the \
+             generator's connections, unlimited requests per connection, HTTP/1.1 keep-alive to the servers; \
+             the generator is quinn + h3, one UDP socket per generator thread."
         }
     }
 }

@@ -450,6 +450,50 @@ pub(crate) fn logging_cost(r: &Results) -> Table {
     t
 }
 
+/// HTTP/3 against HTTP/2 over TLS, same run: per target and size, each protocol's proxy
+/// CPU per request (with its user / kernel split) and requests per second.
+pub(crate) fn http3_against_http2(r: &Results) -> Table {
+    let mut t = Table::new(&[
+        "Target",
+        "Size",
+        "h2 TLS µs CPU/req",
+        "h2 user / kernel µs",
+        "h3 µs CPU/req",
+        "h3 user / kernel µs",
+        "h3 / h2 CPU",
+        "h2 TLS req/s",
+        "h3 req/s",
+    ]);
+    let targets = model::targets_in_order(r);
+    for target in targets.iter().filter(|t| *t != "direct" && *t != model::FLOOR) {
+        for size in model::sizes_of(r, TestKind::Http3) {
+            let (h2, h3) = (view(r, TestKind::Http2Tls, size, target), view(r, TestKind::Http3, size, target));
+            let lead = vec![target.clone(), fmt_size(size)];
+            let (Some(a), Some(b)) = (h2.figures(), h3.figures()) else {
+                let why = h3.reason().or(h2.reason()).unwrap_or_else(|| "no figures".into());
+                t.note(lead, why);
+                continue;
+            };
+            let ratio = match (a.cpu_us, b.cpu_us) {
+                (Some(x), Some(y)) if x.median > 0.0 => format!("{:.2}×", y.median / x.median),
+                _ => "—".into(),
+            };
+            let mut cells = lead;
+            cells.extend([
+                cpu_median(a, target),
+                cpu_split(a),
+                cpu_median(b, target),
+                cpu_split(b),
+                ratio,
+                fmt_opt(a.rps.map(|s| s.median)),
+                fmt_opt(b.rps.map(|s| s.median)),
+            ]);
+            t.row(cells);
+        }
+    }
+    t
+}
+
 /// The flags of a test's measured cells, one line each.
 pub(crate) fn cell_notes(r: &Results, test: TestKind) -> Vec<String> {
     let mut out = Vec::new();

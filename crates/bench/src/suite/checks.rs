@@ -288,17 +288,32 @@ fn check_tls(addr: SocketAddr, http2: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs of the h2c check after one in which no request completed or failed.
-const H2C_CHECK_RETRIES: usize = 10;
+/// Runs of the h2c and HTTP/3 checks after one in which no request completed or failed.
+const STREAM_CHECK_RETRIES: usize = 10;
 
 /// A few h2c (prior knowledge) requests through the load generator, every one answered.
 fn check_h2c(addr: SocketAddr) -> anyhow::Result<()> {
-    use crate::load::{LoadSpec, Pace, Protocol};
+    check_streams(addr, crate::load::Protocol::Http2)
+}
+
+/// A few HTTP/3 requests over QUIC (ALPN `h3`, full handshakes) through the load
+/// generator to the UDP side of `addr`, every one answered.
+fn check_h3(addr: SocketAddr) -> anyhow::Result<()> {
+    check_streams(addr, crate::load::Protocol::Http3)
+}
+
+/// A few requests of both paths through the load generator in `protocol` (h2c, or
+/// HTTP/3 over QUIC), every one answered.
+fn check_streams(addr: SocketAddr, protocol: crate::load::Protocol) -> anyhow::Result<()> {
+    use crate::load::{KxGroup, LoadSpec, Pace, Protocol, TlsSpec};
+    let quic = protocol == Protocol::Http3;
+    let what = if quic { "HTTP/3" } else { "h2c" };
+    let tls = TlsSpec { server_name: "localhost".into(), resume: false, group: KxGroup::X25519, insecure: true };
     let spec = LoadSpec {
         target: addr,
-        host: "bench".into(),
-        tls: None,
-        protocol: Protocol::Http2,
+        host: if quic { "localhost" } else { "bench" }.into(),
+        tls: quic.then_some(tls),
+        protocol,
         paths: vec!["/index.html?size=128".into(), "/img/logo.png?size=128".into()],
         headers: Vec::new(),
         cookies: false,
@@ -312,15 +327,15 @@ fn check_h2c(addr: SocketAddr) -> anyhow::Result<()> {
     // A first request may take longer than one short run on a loaded machine (a
     // debug build opening its HTTP/2 connection to the origin): a run in which
     // nothing completed and nothing failed is tried again, a bounded number of times.
-    let mut r = crate::load::run(&spec).context("h2c load run")?;
-    for _ in 0..H2C_CHECK_RETRIES {
+    let mut r = crate::load::run(&spec).with_context(|| format!("{what} load run"))?;
+    for _ in 0..STREAM_CHECK_RETRIES {
         if r.requests > 0 || r.errors > 0 {
             break;
         }
-        r = crate::load::run(&spec).context("h2c load run")?;
+        r = crate::load::run(&spec).with_context(|| format!("{what} load run"))?;
     }
-    ensure!(r.requests > 0, "no h2c request completed ({} errors)", r.errors);
-    ensure!(r.errors == 0, "{} of {} h2c requests failed", r.errors, r.requests + r.errors);
+    ensure!(r.requests > 0, "no {what} request completed ({} errors)", r.errors);
+    ensure!(r.errors == 0, "{} of {} {what} requests failed", r.errors, r.requests + r.errors);
     Ok(())
 }
 
@@ -354,6 +369,7 @@ pub fn check(
         (_, Setup::TlsRsa | Setup::TlsEcdsa) => check_tls(addr, false),
         (_, Setup::H2Tls) => check_tls(addr, true),
         (_, Setup::H2c | Setup::H2Upstream) => check_h2c(addr),
+        (_, Setup::H3) => check_h3(addr),
         // The failover runner starts the target's origins itself, then checks that
         // requests reach both before it measures (see `failover::run`).
         (_, Setup::Failover) => Ok(()),

@@ -118,6 +118,8 @@ pub enum Setup {
     Traced1,
     /// [`Setup::Traced1`] with every request sampled.
     TracedAll,
+    /// [`Setup::H2Tls`] with HTTP/3 over QUIC to clients on the same address (UDP side).
+    H3,
 }
 
 impl Setup {
@@ -141,6 +143,7 @@ impl Setup {
             Setup::H2Upstream => "h2-upstream",
             Setup::Traced1 => "traced-1pct",
             Setup::TracedAll => "traced-all",
+            Setup::H3 => "h3",
         }
     }
 
@@ -156,12 +159,17 @@ impl Setup {
 
     /// Whether the target speaks TLS to clients in this setup.
     pub fn tls(self) -> bool {
-        matches!(self, Setup::TlsRsa | Setup::TlsEcdsa | Setup::H2Tls)
+        matches!(self, Setup::TlsRsa | Setup::TlsEcdsa | Setup::H2Tls | Setup::H3)
     }
 
     /// Whether the generator speaks HTTP/2 to the target in this setup.
     pub fn http2(self) -> bool {
         matches!(self, Setup::H2Tls | Setup::H2c | Setup::H2Upstream)
+    }
+
+    /// Whether the generator speaks HTTP/3 (QUIC, UDP) to the target in this setup.
+    pub fn http3(self) -> bool {
+        self == Setup::H3
     }
 }
 
@@ -279,6 +287,9 @@ pub fn plan(quick: bool) -> Plan {
                 // HTTP/2 to the proxy and to the servers, 128 B only: two more starts.
                 test(Http2Clear, Setup::H2c, sized(&[128]), None, 1),
                 test(Http2Upstream, Setup::H2Upstream, sized(&[128]), None, 1),
+                // HTTP/3 beside HTTP/2 over TLS, 128 B only: two more starts.
+                test(Http2Tls, Setup::H2Tls, sized(&[128]), None, 1),
+                test(Http3, Setup::H3, sized(&[128]), None, 1),
             ],
             timing: Timing {
                 warmup: Duration::from_millis(500),
@@ -326,6 +337,8 @@ pub fn plan(quick: bool) -> Plan {
             test(UdpImix, Setup::Udp, imix, None, 1),
             test(L7Failover, Setup::Failover, vec![None], None, 1),
             test(Http2Tls, Setup::H2Tls, sized(&QUICK_SIZES), None, 2),
+            // Right after HTTP/2 over TLS: the same load over QUIC, same run.
+            test(Http3, Setup::H3, sized(&QUICK_SIZES), None, 2),
             test(Http2Clear, Setup::H2c, sized(&QUICK_SIZES), None, 2),
             test(Http2Upstream, Setup::H2Upstream, sized(&QUICK_SIZES), None, 2),
         ],
@@ -439,6 +452,7 @@ pub fn direct_support(t: &TestPlan) -> Support {
         Setup::L7 | Setup::L4 | Setup::Udp | Setup::H2c => Support::Yes,
         Setup::H2Upstream => Support::No("baseline: the same client→server h2c traffic as the h2c test's".into()),
         Setup::H2Tls => Support::No("baseline: the bench runs its origins in clear text".into()),
+        Setup::H3 => Support::No("baseline: the bench's origins speak HTTP/1.1 and h2c over TCP, not QUIC".into()),
         Setup::L7Log => Support::No("baseline: the origin simulator writes no access log".into()),
         Setup::Traced1 | Setup::TracedAll => Support::No("baseline: no proxy whose requests could be traced".into()),
         Setup::Cookie => Support::No("baseline: the origin does not insert persistence cookies".into()),
@@ -567,15 +581,19 @@ mod tests {
                 TestKind::L7KeepaliveAccessLog,
                 TestKind::Http2Clear,
                 TestKind::Http2Upstream,
+                TestKind::Http2Tls,
+                TestKind::Http3,
             ]
         );
         for t in &p.tests {
             assert_eq!(t.repeats, 1);
             match t.kind {
                 TestKind::ConcurrentConnections => {}
-                TestKind::L7KeepaliveAccessLog | TestKind::Http2Clear | TestKind::Http2Upstream => {
-                    assert_eq!(t.sizes, vec![Some(128)])
-                }
+                TestKind::L7KeepaliveAccessLog
+                | TestKind::Http2Clear
+                | TestKind::Http2Upstream
+                | TestKind::Http2Tls
+                | TestKind::Http3 => assert_eq!(t.sizes, vec![Some(128)]),
                 _ => assert_eq!(t.sizes, vec![Some(128), Some(131072)]),
             }
         }
@@ -591,8 +609,11 @@ mod tests {
             _ => Support::Yes,
         });
         let n = count(&p, &c);
-        assert_eq!(n.cells, 20);
-        assert_eq!(n.measured, 17, "the baseline has no proxy memory, no access log, and one h2c baseline");
+        assert_eq!(n.cells, 24);
+        assert_eq!(
+            n.measured, 19,
+            "the baseline has no proxy memory, no access log, one h2c baseline, no TLS and no QUIC"
+        );
         assert!(estimate(&p, &c) < Duration::from_secs(120), "{:?}", estimate(&p, &c));
     }
 

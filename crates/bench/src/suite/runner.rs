@@ -96,7 +96,11 @@ pub fn spec(plan: &Plan, t: &TestPlan, size: Option<u64>, addr: SocketAddr) -> L
         target: addr,
         host: if tls.is_some() { "localhost".into() } else { "bench".into() },
         tls,
-        protocol: if t.setup.http2() { Protocol::Http2 } else { Protocol::Http1 },
+        protocol: match t.setup {
+            s if s.http3() => Protocol::Http3,
+            s if s.http2() => Protocol::Http2,
+            _ => Protocol::Http1,
+        },
         paths: paths(t, size),
         headers,
         cookies: t.kind == TestKind::L7CookiePersistence,

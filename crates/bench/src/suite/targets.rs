@@ -5,8 +5,8 @@
 //! ending in `.png`, keep-alive to clients and servers, `X-Forwarded-For`, one worker,
 //! plus the setup's function (cookie insert, TLS with the same certificate, gzip level 1
 //! of `text/html`, a response cache, a TCP or UDP relay, an access log line per request
-//! written to a file in the run folder, HTTP/2 to clients over TLS or h2c, HTTP/2 to the
-//! servers). A target that cannot express the
+//! written to a file in the run folder, HTTP/2 to clients over TLS or h2c, HTTP/3 to
+//! clients over QUIC, HTTP/2 to the servers). A target that cannot express the
 //! function gets a reason instead of a configuration. switchyard's capabilities are not
 //! hard-coded: its configuration is written with the keys the feature would use and
 //! `switchyard check` decides (see [`crate::suite::runner`]), so cells light up as
@@ -209,6 +209,10 @@ pub fn switchyard(setup: Setup, env: &Env) -> String {
                     c.key.display()
                 );
             }
+            if setup.http3() {
+                // QUIC on the UDP side of the same address, beside HTTP/1.1 and HTTP/2 over TLS.
+                s += "http3 = true\n";
+            }
             s += "pool = \"main\"\n";
             if let Some(line) = switchyard_function(setup) {
                 s += line;
@@ -291,6 +295,13 @@ pub fn cache_max_object(target: TargetKind) -> Option<u64> {
 /// HAProxy 2.6 allows up to half of `total-max-size`; larger objects are not cached.
 const HAPROXY_CACHE_MAX_OBJECT: u64 = 8 * 1024 * 1024;
 
+/// Why HAProxy cannot do HTTP/3 here. HAProxy 2.6 can speak QUIC only when built with
+/// `USE_QUIC=1` against a TLS library with a QUIC API (quictls, not OpenSSL 3.0); Debian's
+/// build shows `-QUIC` in `haproxy -vv`'s feature list.
+const HAPROXY_NO_QUIC: &str = "HAProxy 2.6 as Debian builds it has no QUIC (`haproxy -vv` feature list: -QUIC): \
+                               its QUIC needs a TLS library with a QUIC API (quictls), not the OpenSSL 3.0 it is \
+                               built with";
+
 /// The health check of [`Setup::Failover`] in switchyard's words (HAProxy: `check inter
 /// 250 fall 2 rise 2`).
 const FAILOVER_CHECK: &str = "interval = \"250ms\", fall = 2, rise = 2";
@@ -321,6 +332,9 @@ pub fn haproxy(setup: Setup, env: &Env) -> Generated {
     }
     if matches!(setup, Setup::Brotli | Setup::Zstd) {
         return Err("HAProxy 2.6 compresses with gzip and deflate only (no brotli, no zstd)".into());
+    }
+    if setup.http3() {
+        return Err(HAPROXY_NO_QUIC.into());
     }
     if setup == Setup::Failover {
         // One retry, on another server (`option redispatch 1`): switchyard's default
@@ -435,6 +449,11 @@ pub fn nginx(setup: Setup, env: &Env) -> Generated {
     }
     if setup == Setup::Zstd {
         return Err("NGINX has no zstd of its own and Debian packages no zstd module".into());
+    }
+    if setup.http3() {
+        return Err("NGINX 1.22 has no HTTP/3: ngx_http_v3_module (`listen … quic`) came with 1.25.0, and \
+                    Debian 12 packages 1.22"
+            .into());
     }
     if setup == Setup::H2Upstream {
         return Err("NGINX speaks HTTP/2 to servers only through `grpc_pass`, for gRPC; `proxy_pass` is \

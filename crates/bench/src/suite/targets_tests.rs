@@ -4,7 +4,7 @@
 use super::*;
 use crate::suite::procs::which;
 
-const SETUPS: [Setup; 15] = [
+const SETUPS: [Setup; 16] = [
     Setup::L7,
     Setup::L7Log,
     Setup::L4,
@@ -20,6 +20,7 @@ const SETUPS: [Setup; 15] = [
     Setup::H2Tls,
     Setup::H2c,
     Setup::H2Upstream,
+    Setup::H3,
 ];
 
 struct Fixture {
@@ -289,6 +290,22 @@ fn http2_setups_speak_h2_where_each_target_can() {
     assert!(nginx(Setup::H2Tls, &e).expect("h2 over TLS").contains("listen 127.0.0.1:41013 ssl http2;"));
     assert!(nginx(Setup::H2c, &e).expect("h2c").contains("listen 127.0.0.1:41013 http2;"));
     assert!(nginx(Setup::H2Upstream, &e).expect_err("no h2 to servers").contains("grpc_pass"));
+}
+
+#[test]
+fn the_http3_setup_adds_quic_to_the_h2_tls_service_and_peers_say_why_they_cannot() {
+    let f = Fixture::new("h3");
+    let e = f.env();
+    let sw = switchyard(Setup::H3, &e);
+    // The HTTP/2-over-TLS service with QUIC on the same address: one line apart.
+    assert_eq!(
+        sw.replace("http3 = true\n", "").replace("(setup: h3)", "(setup: h2-tls)"),
+        switchyard(Setup::H2Tls, &e)
+    );
+    assert!(sw.contains("mode = \"https\"") && sw.contains("ecdsa-p256.crt") && sw.contains("http3 = true"), "{sw}");
+    assert!(!switchyard(Setup::H2Tls, &e).contains("http3"));
+    assert!(haproxy(Setup::H3, &e).expect_err("no QUIC in Debian's build").contains("-QUIC"));
+    assert!(nginx(Setup::H3, &e).expect_err("no HTTP/3 in 1.22").contains("1.25.0"));
 }
 
 #[test]

@@ -9,11 +9,15 @@ Plan:
    "rebind_after": int  -- after that many requests, move the connection to a new
                            local UDP port (new socket, new connection ID) and go on,
    "reset_streams": int -- first open that many request streams (headers, no end)
-                           and reset each at once (a rapid-reset client)}
+                           and reset each at once (a rapid-reset client),
+   "half_open": int     -- before connecting, send that many connection attempts
+                           (each its first Initial datagram) from a socket closed
+                           at once: handshakes the server keeps in flight}
 
 Answer: {"results": [{"status", "headers", "body_hex", "trailers"} or {"error"}...],
          "ports": [local port of each socket used],
-         "closed": the server's connection close code, or null}
+         "closed": the server's connection close code, or null,
+         "retried": Retry packets the client followed (0 or 1)}
 """
 
 import asyncio
@@ -21,12 +25,14 @@ import json
 import socket
 import ssl
 import sys
+import time
 
 from aioquic.asyncio.client import connect
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import ConnectionTerminated, QuicEvent, StreamReset
 
 
@@ -159,8 +165,24 @@ async def rebind(client: Client) -> int:
     return sock.getsockname()[1]
 
 
+def half_open(plan, count) -> None:
+    """Sends the first flight of `count` connections and never answers: the
+    server holds each handshake until its own timeout."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for _ in range(count):
+        config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=plan["server_name"])
+        conn = QuicConnection(configuration=config)
+        conn.connect((plan["host"], plan["port"]), now=time.time())
+        for data, addr in conn.datagrams_to_send(now=time.time()):
+            sock.sendto(data, addr)
+    sock.close()
+
+
 async def main() -> None:
     plan = json.load(sys.stdin)
+    if plan.get("half_open"):
+        half_open(plan, plan["half_open"])
+        await asyncio.sleep(0.2)
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=plan["server_name"])
     config.load_verify_locations(plan["ca"])
     config.verify_mode = ssl.CERT_REQUIRED
@@ -178,7 +200,8 @@ async def main() -> None:
                     ports.append(await rebind(client))
                 results.append(await one(client, plan, req, jar))
         client.close()
-    json.dump({"results": list(results), "ports": ports, "closed": client.closed}, sys.stdout)
+    retried = client._quic._retry_count
+    json.dump({"results": list(results), "ports": ports, "closed": client.closed, "retried": retried}, sys.stdout)
 
 
 asyncio.run(main())

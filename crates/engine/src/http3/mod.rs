@@ -25,6 +25,12 @@
 //! `H3_EXCESSIVE_LOAD` (rapid-reset defence). A draining worker or a removed
 //! service sends GOAWAY: streams in flight finish.
 //!
+//! Address validation ([`must_retry`]): a new connection from an address not
+//! yet validated is answered with a Retry packet — the client must echo its
+//! token before any connection state is kept — always, never, or (`auto`,
+//! the default) while `http3.retry_threshold` handshakes are in flight on the
+//! endpoint, which is when spoofed Initial packets would cost the most.
+//!
 //! Invariants: no peer input can panic this code; a misbehaving connection
 //! closes only itself.
 
@@ -40,7 +46,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use switchyard_config::Service;
+use switchyard_config::{Http3, QuicRetry, Service};
 
 use self::stream::Ended;
 use crate::http2::{Tally, RESET_WINDOW};
@@ -103,6 +109,36 @@ fn transport_config(svc: &Service) -> quinn::TransportConfig {
     t
 }
 
+/// Whether a new connection must first prove its address with a Retry
+/// round trip: never once `validated` (it echoed a Retry token), else as
+/// `http3.retry` says, `auto` counting the endpoint's `handshaking`
+/// connections against `retry_threshold`.
+fn must_retry(http3: &Http3, handshaking: usize, validated: bool) -> bool {
+    !validated
+        && match http3.retry {
+            QuicRetry::Always => true,
+            QuicRetry::Never => false,
+            QuicRetry::Auto => handshaking >= http3.retry_threshold as usize,
+        }
+}
+
+/// Counts one connection among its endpoint's handshakes in flight, until
+/// dropped (handshake done, failed or timed out).
+struct Handshaking(Rc<std::cell::Cell<usize>>);
+
+impl Handshaking {
+    fn new(count: &Rc<std::cell::Cell<usize>>) -> Handshaking {
+        count.set(count.get() + 1);
+        Handshaking(count.clone())
+    }
+}
+
+impl Drop for Handshaking {
+    fn drop(&mut self) {
+        self.0.set(self.0.get().saturating_sub(1));
+    }
+}
+
 /// Serves the QUIC endpoint of listener `addr` until the listener is
 /// removed by a reload or the worker drains.
 pub(crate) async fn serve_endpoint(worker: Rc<Worker>, addr: SocketAddr, socket: std::net::UdpSocket) {
@@ -123,6 +159,7 @@ pub(crate) async fn serve_endpoint(worker: Rc<Worker>, addr: SocketAddr, socket:
         }
     };
     let mut generation = local.gen.number;
+    let handshaking = Rc::new(std::cell::Cell::new(0));
     loop {
         if worker.draining.get() {
             break;
@@ -145,16 +182,47 @@ pub(crate) async fn serve_endpoint(worker: Rc<Worker>, addr: SocketAddr, socket:
         let Some(incoming) = incoming else {
             break;
         };
+        let Some(incoming) = validate(incoming, &local, service, &worker, handshaking.get()) else {
+            continue;
+        };
         worker.open.set(worker.open.get() + 1);
         let w = worker.clone();
+        let handshake = Handshaking::new(&handshaking);
         tokio::task::spawn_local(async move {
             let _open = OpenGuard(w.clone());
-            connection(incoming, local, service, w, addr).await;
+            connection(incoming, handshake, local, service, w, addr).await;
         });
     }
     // New connections are refused; those open finish (the endpoint's driver
     // runs while they do).
     endpoint.set_server_config(None);
+}
+
+/// Answers `incoming` with a Retry packet when [`must_retry`] says so
+/// (counted in the service's `quic_retries`); `None` then, else the
+/// connection to accept.
+fn validate(
+    incoming: quinn::Incoming,
+    local: &Local,
+    service: usize,
+    worker: &Worker,
+    handshaking: usize,
+) -> Option<quinn::Incoming> {
+    let svc = local.gen.config.services.get(service)?;
+    if !must_retry(&svc.http3, handshaking, incoming.remote_address_validated()) {
+        return Some(incoming);
+    }
+    let peer = incoming.remote_address();
+    match incoming.retry() {
+        Ok(()) => {
+            tracing::debug!(service = %svc.name, client = %peer, handshaking, "QUIC Retry sent");
+            local.gen.services[service].quic_retry(worker.id);
+            None
+        }
+        // Not allowed for this packet (quinn only refuses a Retry to a
+        // client that already echoed one): accept it as it is.
+        Err(e) => Some(e.into_incoming()),
+    }
 }
 
 /// Counts a QUIC connection among the worker's open ones (the drain waits for them).
@@ -167,7 +235,14 @@ impl Drop for OpenGuard {
 }
 
 /// Serves one QUIC connection: the handshake, then its request streams.
-async fn connection(incoming: quinn::Incoming, local: Rc<Local>, service: usize, worker: Rc<Worker>, addr: SocketAddr) {
+async fn connection(
+    incoming: quinn::Incoming,
+    handshake: Handshaking,
+    local: Rc<Local>,
+    service: usize,
+    worker: Rc<Worker>,
+    addr: SocketAddr,
+) {
     let Some(svc) = local.gen.config.services.get(service) else {
         return;
     };
@@ -195,6 +270,7 @@ async fn connection(incoming: quinn::Incoming, local: Rc<Local>, service: usize,
             return;
         }
     };
+    drop(handshake);
     metrics.connection_opened(worker.id);
     let _closed = crate::http::ConnectionGuard::new(&metrics, worker.id);
     let built = h3::server::builder()
@@ -263,4 +339,21 @@ async fn connection(incoming: quinn::Incoming, local: Rc<Local>, service: usize,
     }
     // Streams still running when the connection ended finish (or fail) now.
     while streams.next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_follows_the_mode_and_never_repeats_for_a_validated_address() {
+        let http3 = |retry| Http3 { enabled: true, retry, retry_threshold: 3, ..Http3::default() };
+        assert!(must_retry(&http3(QuicRetry::Always), 0, false));
+        assert!(!must_retry(&http3(QuicRetry::Always), 0, true), "the token was echoed");
+        assert!(!must_retry(&http3(QuicRetry::Never), 1000, false));
+        let auto = http3(QuicRetry::Auto);
+        assert!(!must_retry(&auto, 2, false), "below the threshold");
+        assert!(must_retry(&auto, 3, false), "at the threshold, as HAProxy's retry-threshold");
+        assert!(!must_retry(&auto, 3, true));
+    }
 }

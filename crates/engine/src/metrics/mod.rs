@@ -381,6 +381,8 @@ struct ServiceSlot {
     compressed: [[AtomicU64; 2]; 3],
     /// gRPC answers per status, in [`GRPC_CODES`] order.
     grpc: [AtomicU64; 17],
+    /// QUIC connection attempts answered with a Retry packet.
+    quic_retries: AtomicU64,
 }
 
 /// Compression algorithms as metric labels, in the order of the counters.
@@ -445,6 +447,9 @@ pub struct ServiceTotals {
     pub compression: ByAlgorithm,
     /// gRPC answers per status (`grpc-status`).
     pub grpc: ByGrpcStatus,
+    /// QUIC connection attempts answered with a Retry packet (address
+    /// validation, `http3.retry`).
+    pub quic_retries: u64,
 }
 
 impl ServiceTotals {
@@ -477,6 +482,7 @@ impl ServiceMetrics {
                 latency: HistogramSlot::new(),
                 compressed: std::array::from_fn(|_| counters()),
                 grpc: counters(),
+                quic_retries: AtomicU64::new(0),
             }),
         }
     }
@@ -526,6 +532,11 @@ impl ServiceMetrics {
         bump(&s.bytes_out, bytes_out);
     }
 
+    /// Worker `w` answered a QUIC connection attempt with a Retry packet.
+    pub fn quic_retry(&self, w: usize) {
+        bump(&self.slots.get(w).quic_retries, 1);
+    }
+
     /// Worker `w` ended a client connection for `reason` outside any
     /// request (an HTTP/2 defence): counted with the errors, no request.
     pub fn connection_refused(&self, w: usize, reason: &str) {
@@ -548,6 +559,7 @@ impl ServiceMetrics {
                 total.1 += c[1].load(Relaxed);
             }
             sum(&mut t.grpc.0, &s.grpc);
+            t.quic_retries += s.quic_retries.load(Relaxed);
         }
         // Closed is read after opened, so it may be ahead by a few connections
         // accepted and closed in between: never show a negative count.

@@ -376,6 +376,8 @@ impl Scrape {
         w.family("compression_input_bytes", help, Type::Counter, Some("bytes"), compression(|(i, _)| i));
         let help = "Compressed response payload bytes, per algorithm.";
         w.family("compression_output_bytes", help, Type::Counter, Some("bytes"), compression(|(_, o)| o));
+        let help = "QUIC connection attempts answered with a Retry packet (address validation).";
+        w.family("quic_retries", help, Type::Counter, None, one(|t| t.quic_retries));
     }
 
     fn servers(&self, w: &mut Writer) {

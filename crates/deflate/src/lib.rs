@@ -11,7 +11,7 @@
 //! with its own code, the fixed code or stored bytes, whichever is shortest.
 //! State is reusable: starting a stream clears nothing.
 //!
-//! `cargo run --release -p switchyard-deflate --example sizes` measures CPU
+//! `cargo run --release -p switchyard-bench --example deflate_sizes` measures CPU
 //! per response and ratio on the benchmark's HTML at the sizes the bench's
 //! compression test serves.
 //!

@@ -79,6 +79,7 @@
 //! peer sends can make the origin panic.
 
 mod body;
+pub use body::BodyKind;
 mod conn;
 mod h2;
 mod http;

@@ -263,17 +263,8 @@ pub async fn write_all_two<W: Sink>(dst: &mut W, a: &[u8], b: &[u8], idle: Durat
     if b.is_empty() {
         return write_all(dst, a, idle).await;
     }
-    let written = match dst.try_write_two_now(a, b) {
-        Ok(n) => n,
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
-        Err(e) => return Err(RelayError::Write(e)),
-    };
-    if written < a.len() {
-        write_all(dst, &a[written..], idle).await?;
-        write_all(dst, b, idle).await
-    } else {
-        write_all(dst, &b[written - a.len()..], idle).await
-    }
+    let first = dst.try_write_two_now(a, b);
+    write_rest(dst, a, b, first, idle).await
 }
 
 /// [`write_all_two`] for the last bytes before the connection closes: what
@@ -283,7 +274,20 @@ async fn write_all_last<W: Sink>(dst: &mut W, a: &[u8], b: &[u8], idle: Duration
     if a.is_empty() && b.is_empty() {
         return Ok(());
     }
-    let written = match dst.try_write_two_last(a, b) {
+    let first = dst.try_write_two_last(a, b);
+    write_rest(dst, a, b, first, idle).await
+}
+
+/// After a first non-blocking write of `a` then `b` that took `first` bytes,
+/// writes what is left of them, waiting as needed.
+async fn write_rest<W: Sink>(
+    dst: &mut W,
+    a: &[u8],
+    b: &[u8],
+    first: io::Result<usize>,
+    idle: Duration,
+) -> Result<(), RelayError> {
+    let written = match first {
         Ok(n) => n,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
         Err(e) => return Err(RelayError::Write(e)),

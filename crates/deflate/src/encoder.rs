@@ -708,24 +708,14 @@ impl Scan<'_> {
             while i < seg_end {
                 let word = read32(w, i);
                 let Some((mut len, mut dist)) = find_match(w, table, i, word, numbering) else {
-                    let b = (word & 0xff) as usize;
-                    let c = literals[b];
-                    acc |= u64::from(c & 0xffff) << count;
-                    count += c >> 16;
-                    spill(buf, &mut at, &mut acc, &mut count);
-                    lit_freq[b] += 1;
+                    literal(buf, &mut at, &mut acc, &mut count, literals, lit_freq, word);
                     i += 1;
                     continue;
                 };
                 if LAZY && len < LAZY_BELOW && i < last {
                     if let Some((next_len, next_dist)) = find_match(w, table, i + 1, read32(w, i + 1), numbering) {
                         if next_len > len {
-                            let b = (word & 0xff) as usize;
-                            let c = literals[b];
-                            acc |= u64::from(c & 0xffff) << count;
-                            count += c >> 16;
-                            spill(buf, &mut at, &mut acc, &mut count);
-                            lit_freq[b] += 1;
+                            literal(buf, &mut at, &mut acc, &mut count, literals, lit_freq, word);
                             i += 1;
                             (len, dist) = (next_len, next_dist);
                         }
@@ -745,6 +735,26 @@ impl Scan<'_> {
         out.truncate(at);
         (i, Pending { acc, count })
     }
+}
+
+/// Codes the low byte of `word` as a literal (its packed code from
+/// `literals`) and counts it.
+#[inline(always)]
+fn literal(
+    buf: &mut [u8],
+    at: &mut usize,
+    acc: &mut u64,
+    count: &mut u32,
+    literals: &[u32],
+    lit_freq: &mut [u32; 286],
+    word: u32,
+) {
+    let b = (word & 0xff) as usize;
+    let c = literals[b];
+    *acc |= u64::from(c & 0xffff) << *count;
+    *count += c >> 16;
+    spill(buf, at, acc, count);
+    lit_freq[b] += 1;
 }
 
 /// Moves the whole bytes of `acc` (`count` < 64 bits) to `buf[at..]`.

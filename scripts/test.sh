@@ -100,11 +100,11 @@ ensure_cargo() {
 # Pebble with pebble-challtestsrv (ACME, `go install`) into .tools/bin; Python grpcio
 # (a real gRPC client and server) with the standard health servicer, the OpenTelemetry
 # project's generated OTLP protobuf classes (opentelemetry-proto: the tracing tests'
-# collector decodes with them) and aioquic (an HTTP/3 client, crates/cli/tests/http3.rs)
+# collector decodes with them) and aioquic (an HTTP/3 client, crates/cli/tests/e2e/http3.rs)
 # into .tools/venv. Without Go or Python the tests needing them say they skipped.
 TOOLS_DIR=.tools
 H2SPEC_MODULE=github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible
-# Let's Encrypt's ACME test server and its DNS server (the ACME tests, crates/cli/tests/acme.rs).
+# Let's Encrypt's ACME test server and its DNS server (the ACME tests, crates/cli/tests/e2e/acme.rs).
 PEBBLE_VERSION=v2.10.3
 PYTHON_PACKAGES=(grpcio==1.85.3 grpcio-health-checking==1.85.1 protobuf==7.36.2 opentelemetry-proto==1.45.2 aioquic==1.7.2)
 
@@ -162,7 +162,7 @@ install_grpcio() {
 }
 
 # Jaeger (v2 all-in-one, on the OpenTelemetry Collector), the real trace receiver of
-# crates/cli/tests/tracing_jaeger.rs. Building it took 12.4 minutes on this project's 2-core
+# crates/cli/tests/e2e/tracing_jaeger.rs. Building it took 12.4 minutes on this project's 2-core
 # machine (84 s of module downloads, the rest compiling), too much for every CI run: it is
 # built into .tools/bin only with SWITCHYARD_JAEGER=1; without it that one test says it
 # skipped (the OTLP decoding itself is always checked by tests/otel/collector.py).

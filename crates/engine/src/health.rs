@@ -264,7 +264,8 @@ impl Prober {
         (jobs, next)
     }
 
-    /// Applies a finished probe; the server's live flag follows at once.
+    /// Applies a finished probe; the server's live flag follows at once, after
+    /// the log line of a transition.
     /// Returns when the server's next probe is due.
     fn finish(&mut self, gen: &Generation, (key, target, result): Outcome, now: Instant) -> Option<Instant> {
         let p = gen.pool_index(&key.0)?;
@@ -278,9 +279,8 @@ impl Prober {
         state.next = next;
         let flipped = state.verdict.record(result.is_ok(), check.rise, check.fall);
         let healthy = state.verdict.healthy;
-        if let Some(server) = gen.pools[p].server_index(&key.1).map(|s| &gen.pools[p].servers[s]) {
-            server.set_healthy(healthy);
-        }
+        // Logged before the flag flips: whoever sees the new state (the admin
+        // API, another worker) finds the line that explains it.
         match (flipped, result) {
             (Some(false), Err(reason)) => {
                 tracing::warn!(pool = key.0, server = key.1, %target, %reason, "server down: health check failed")
@@ -290,6 +290,9 @@ impl Prober {
                 tracing::debug!(pool = key.0, server = key.1, %target, %reason, "health check failed")
             }
             _ => {}
+        }
+        if let Some(server) = gen.pools[p].server_index(&key.1).map(|s| &gen.pools[p].servers[s]) {
+            server.set_healthy(healthy);
         }
         Some(next)
     }

@@ -1,0 +1,498 @@
+//! HTTP/3 towards clients, end to end, with a client switchyard did not write: Python
+//! `aioquic`'s QUIC and HTTP/3 stacks (`tests/h3/client.py`, run by the project's venv,
+//! `.tools/venv`, which scripts/test.sh makes). Each request stream goes through the same
+//! phases as HTTP/1.1: GET and POST bodies byte-exact (1 MiB each way), the `.png` rule,
+//! cookie persistence, compression, a cache hit, response trailers, 100 concurrent
+//! streams on one connection, a client that moves to another UDP port mid-connection,
+//! and `Alt-Svc` on the service's TCP side; Retry (address validation) always, and under
+//! a flood of half-open handshakes, counted in the metrics. Without aioquic the tests say
+//! they skipped.
+
+use crate::common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::pki::Pki;
+use common::{proxy_addr, temp_dir, wait_exit, wait_for, workspace_root, Origin, Proxy};
+use serde_json::{json, Value};
+
+/// The name the proxy's certificate carries.
+const PROXY_NAME: &str = "proxy.test";
+
+/// The venv's Python when aioquic imports there; `None` (after saying so) otherwise.
+fn python() -> Option<PathBuf> {
+    let python = workspace_root().join(".tools/venv/bin/python");
+    let ok = Command::new(&python)
+        .args(["-c", "import aioquic.h3.connection"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("Python aioquic is not installed in .tools/venv: skipped (scripts/test.sh installs it)");
+        return None;
+    }
+    Some(python)
+}
+
+/// An `https` service with `http3` on, in front of `pools` (the first is the default),
+/// with `extra` service keys; its CA file and the access log.
+struct Front {
+    proxy: Proxy,
+    listen: SocketAddr,
+    ca: PathBuf,
+    log: PathBuf,
+    /// The admin listener (read-only token [`ADMIN_TOKEN`]), when started with one.
+    admin: Option<SocketAddr>,
+}
+
+/// The read-only token of [`Front::start_with_admin`]'s admin listener.
+const ADMIN_TOKEN: &str = "h3-reader";
+
+impl Front {
+    fn start(pools: &[(&str, &[SocketAddr], &str)], extra: &str) -> Front {
+        Front::start_on(pools, extra, None)
+    }
+
+    /// [`Front::start`] with an admin listener, for the metrics.
+    fn start_with_admin(pools: &[(&str, &[SocketAddr], &str)], extra: &str) -> Front {
+        Front::start_on(pools, extra, Some(proxy_addr()))
+    }
+
+    fn start_on(pools: &[(&str, &[SocketAddr], &str)], extra: &str, admin: Option<SocketAddr>) -> Front {
+        let pki = Pki::new("h3 test CA");
+        let dir = temp_dir("h3");
+        let (cert, key) = pki.leaf(&[PROXY_NAME, "127.0.0.1"]);
+        let (ca, cert_file, key_file) = (dir.join("ca.pem"), dir.join("front.crt"), dir.join("front.key"));
+        std::fs::write(&ca, &pki.ca).expect("ca");
+        std::fs::write(&cert_file, cert).expect("cert");
+        std::fs::write(&key_file, key).expect("key");
+        let listen = proxy_addr();
+        let log = dir.join("access.log");
+        // `http3 = true` unless `extra` writes its own `http3`.
+        let http3 = if extra.contains("http3 =") { "" } else { "http3 = true\n" };
+        let mut config = format!(
+            "workers = 2\ndrain_timeout = \"5s\"\n\n[access_log]\npath = \"{}\"\nformat = \"json\"\n\n\
+             [[service]]\nname = \"web\"\nmode = \"https\"\nlisten = \"{listen}\"\npool = \"{}\"\n{http3}\
+             tls = {{ certificate = \"{}\", key = \"{}\" }}\n{extra}\n",
+            log.display(),
+            pools[0].0,
+            cert_file.display(),
+            key_file.display()
+        );
+        for (name, servers, pool_extra) in pools {
+            let list: Vec<String> = servers.iter().map(|a| format!("{{ address = \"{a}\" }}")).collect();
+            config += &format!("\n[[pool]]\nname = \"{name}\"\nservers = [{}]\n{pool_extra}\n", list.join(", "));
+        }
+        if let Some(admin) = admin {
+            config += &format!(
+                "\n[admin]\nlisten = \"{admin}\"\ntokens = [ {{ token = \"{ADMIN_TOKEN}\", role = \"read-only\" }} ]\n"
+            );
+        }
+        let file = dir.join("switchyard.toml");
+        std::fs::write(&file, &config).expect("config");
+        // Two workers: QUIC is served by the first one (ADR 0006), TCP by both.
+        let proxy = Proxy::run_file_with(&file, listen, 2);
+        if let Some(admin) = admin {
+            wait_for("the admin listener", || TcpStream::connect(admin).ok());
+        }
+        Front { proxy, listen, ca, log, admin }
+    }
+
+    /// The value of a Prometheus sample of the admin listener's `/metrics` (the line
+    /// that starts with `series`), 0 when absent.
+    fn metric(&self, series: &str) -> u64 {
+        let admin = self.admin.expect("started with an admin listener");
+        let host = admin.to_string();
+        let bearer = format!("Bearer {ADMIN_TOKEN}");
+        let headers = [("host", host.as_str()), ("connection", "close"), ("authorization", bearer.as_str())];
+        let response = common::Client::connect(admin).request("GET", "/metrics", &headers);
+        assert_eq!(response.status, 200);
+        let text = String::from_utf8_lossy(&response.body).into_owned();
+        text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0)
+    }
+
+    /// Runs the aioquic client with `plan` (host, port, CA and name filled in).
+    fn h3(&self, python: &Path, mut plan: Value) -> Answer {
+        plan["host"] = json!("127.0.0.1");
+        plan["port"] = json!(self.listen.port());
+        plan["ca"] = json!(self.ca.display().to_string());
+        plan["server_name"] = json!(PROXY_NAME);
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py");
+        let dir = temp_dir("h3-client");
+        let (plan_path, out_path, err_path) = (dir.join("plan.json"), dir.join("out.json"), dir.join("err.txt"));
+        std::fs::write(&plan_path, plan.to_string()).expect("plan");
+        let mut child = Command::new(python)
+            .arg(script)
+            .stdin(std::fs::File::open(&plan_path).expect("plan"))
+            .stdout(std::fs::File::create(&out_path).expect("out"))
+            .stderr(std::fs::File::create(&err_path).expect("err"))
+            .spawn()
+            .expect("spawn the aioquic client");
+        let status = wait_exit(&mut child, Duration::from_secs(120));
+        if status.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+        assert!(status.is_some_and(|s| s.success()), "aioquic client failed: {err}\n{}", self.proxy.log());
+        let out: Value = serde_json::from_str(&std::fs::read_to_string(&out_path).expect("out")).expect("JSON");
+        Answer(out)
+    }
+
+    /// The access log's lines once `n` are there.
+    fn log_lines(&self, n: usize) -> Vec<Value> {
+        wait_for("the access log lines", || {
+            let text = std::fs::read_to_string(&self.log).ok()?;
+            let lines: Vec<Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+            (lines.len() >= n).then_some(lines)
+        })
+    }
+}
+
+/// The client's answer: one result per request, and the local ports it used.
+struct Answer(Value);
+
+impl Answer {
+    fn result(&self, i: usize) -> Reply {
+        let r = &self.0["results"][i];
+        assert!(r.get("error").is_none(), "request {i} failed: {}", r["error"]);
+        Reply(r.clone())
+    }
+
+    fn len(&self) -> usize {
+        self.0["results"].as_array().map_or(0, Vec::len)
+    }
+
+    fn ports(&self) -> Vec<u64> {
+        self.0["ports"].as_array().map(|p| p.iter().filter_map(Value::as_u64).collect()).unwrap_or_default()
+    }
+}
+
+/// One response.
+struct Reply(Value);
+
+impl Reply {
+    fn status(&self) -> u64 {
+        self.0["status"].as_u64().unwrap_or(0)
+    }
+
+    fn header(&self, name: &str) -> Option<String> {
+        Self::find(&self.0["headers"], name)
+    }
+
+    fn trailer(&self, name: &str) -> Option<String> {
+        Self::find(&self.0["trailers"], name)
+    }
+
+    fn find(fields: &Value, name: &str) -> Option<String> {
+        fields.as_array()?.iter().find(|f| f[0] == name).and_then(|f| f[1].as_str().map(str::to_string))
+    }
+
+    fn body(&self) -> Vec<u8> {
+        hex_decode(self.0["body_hex"].as_str().unwrap_or_default())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn hex_decode(text: &str) -> Vec<u8> {
+    (0..text.len() / 2).map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).expect("hex")).collect()
+}
+
+fn get(path: &str) -> Value {
+    json!({ "method": "GET", "path": path })
+}
+
+#[test]
+fn get_and_post_bodies_are_byte_exact_and_follow_the_png_rule() {
+    let Some(python) = python() else { return };
+    let (main, images) = (Origin::start("main"), Origin::start("images"));
+    let front = Front::start(
+        &[("main", &[main.addr], ""), ("images", &[images.addr], "")],
+        "rules = [{ path_suffix = \".png\", pool = \"images\" }]",
+    );
+    let body: Vec<u8> = (0..1024 * 1024u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let post = |length: bool| {
+        let mut headers = vec![json!(["content-type", "application/octet-stream"])];
+        if length {
+            headers.push(json!(["content-length", body.len().to_string()]));
+        }
+        json!({ "method": "POST", "path": "/upload.png?echo=1", "headers": headers, "body_hex": hex(&body) })
+    };
+    let answer = front.h3(&python, json!({ "requests": [get("/page?size=1048576"), post(true), post(false)] }));
+    let page = answer.result(0);
+    assert_eq!((page.status(), page.header("x-origin").as_deref()), (200, Some("main")));
+    let direct = common::Client::connect(main.addr).get("/page?size=1048576");
+    assert!(page.body() == direct.body, "GET body differs from the origin's ({} bytes)", page.body().len());
+    for i in [1, 2] {
+        let echo = answer.result(i);
+        assert_eq!((echo.status(), echo.header("x-origin").as_deref()), (200, Some("images")), "POST {i}");
+        assert!(echo.body() == body, "POST {i}: echo differs ({} bytes back)", echo.body().len());
+    }
+    assert_eq!(images.requests(), 2);
+    let lines = front.log_lines(3);
+    assert!(lines.iter().all(|l| l["version"] == "HTTP/3"), "{lines:?}");
+}
+
+#[test]
+fn an_inserted_cookie_brings_the_client_back_to_its_server() {
+    let Some(python) = python() else { return };
+    let (a, b) = (Origin::start("a"), Origin::start("b"));
+    let front = Front::start(&[("main", &[a.addr, b.addr], "persistence = { cookie = \"SRV\" }")], "");
+    let requests: Vec<Value> = (0..6).map(|i| get(&format!("/p{i}"))).collect();
+    let answer = front.h3(&python, json!({ "requests": requests, "cookie_jar": true }));
+    let first = answer.result(0);
+    assert!(first.header("set-cookie").is_some_and(|c| c.starts_with("SRV=")), "{:?}", first.0["headers"]);
+    let server = first.header("x-origin");
+    for i in 1..6 {
+        assert_eq!(answer.result(i).header("x-origin"), server, "request {i} went elsewhere");
+    }
+    assert!(a.requests() == 6 || b.requests() == 6, "a {} b {}", a.requests(), b.requests());
+}
+
+#[test]
+fn responses_are_compressed_and_cache_hits_skip_the_origin() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start(&[("main", &[origin.addr], "")], "compression = true\ncache = true");
+    let gzip = json!([["accept-encoding", "gzip"]]);
+    let requests = json!([
+        { "method": "GET", "path": "/page?compressible=1&size=5000", "headers": gzip },
+        get("/a?cache=60&size=300"),
+        get("/a?cache=60&size=300"),
+    ]);
+    let answer = front.h3(&python, json!({ "requests": requests }));
+    let page = answer.result(0);
+    assert_eq!((page.status(), page.header("content-encoding").as_deref()), (200, Some("gzip")));
+    let mut plain = Vec::new();
+    flate2::read::GzDecoder::new(&page.body()[..]).read_to_end(&mut plain).expect("gzip");
+    assert_eq!(plain.len(), 5000);
+    assert!(page.body().len() < 5000);
+    let (miss, hit) = (answer.result(1), answer.result(2));
+    assert_eq!((miss.status(), hit.status()), (200, 200));
+    assert_eq!(miss.body(), hit.body());
+    assert!(hit.header("age").is_some(), "a hit carries Age: {:?}", hit.0["headers"]);
+    assert_eq!(origin.requests(), 2, "the hit did not reach the origin");
+}
+
+/// A server that answers every request with a chunked body and trailers.
+fn trailer_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(16) {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut head = Vec::new();
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n\
+                      5\r\nhello\r\n6\r\n world\r\n0\r\nx-checksum: abc\r\n\r\n",
+                );
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn response_trailers_reach_the_client() {
+    let Some(python) = python() else { return };
+    let server = trailer_server();
+    let front = Front::start(&[("main", &[server], "")], "");
+    let request = json!({ "method": "GET", "path": "/t", "headers": [["te", "trailers"]] });
+    let answer = front.h3(&python, json!({ "requests": [request] }));
+    let reply = answer.result(0);
+    assert_eq!((reply.status(), reply.body()), (200, b"hello world".to_vec()));
+    assert_eq!(reply.trailer("x-checksum").as_deref(), Some("abc"), "{:?}", reply.0);
+}
+
+#[test]
+fn a_hundred_concurrent_streams_share_one_connection() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start(&[("main", &[origin.addr], "")], "");
+    let requests: Vec<Value> = (0..100).map(|i| get(&format!("/s{i}?size={}", 100 + 997 * i))).collect();
+    let answer = front.h3(&python, json!({ "requests": requests, "concurrent": true }));
+    assert_eq!(answer.len(), 100);
+    for i in 0..100 {
+        let r = answer.result(i);
+        assert_eq!((r.status(), r.body().len()), (200, 100 + 997 * i), "stream {i}");
+    }
+    assert_eq!(origin.requests(), 100);
+}
+
+#[test]
+fn a_client_that_moves_to_another_port_keeps_being_served() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start(&[("main", &[origin.addr], "")], "");
+    let requests: Vec<Value> = (0..6).map(|i| get(&format!("/m{i}?size=2000"))).collect();
+    let answer = front.h3(&python, json!({ "requests": requests, "rebind_after": 3 }));
+    let ports = answer.ports();
+    assert_eq!(ports.len(), 2, "{:?}", answer.0);
+    assert_ne!(ports[0], ports[1], "the client moved to another port");
+    for i in 0..6 {
+        let r = answer.result(i);
+        assert_eq!((r.status(), r.body().len()), (200, 2000), "request {i}");
+    }
+    // The access log names the client's address as it was for each request.
+    let lines = front.log_lines(6);
+    let clients: Vec<&str> = lines.iter().filter_map(|l| l["client"].as_str()).collect();
+    assert!(clients.iter().any(|c| c.ends_with(&format!(":{}", ports[1]))), "{clients:?} {ports:?}");
+}
+
+#[test]
+fn an_oversized_head_is_refused_on_its_stream_only() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start(&[("main", &[origin.addr], "")], "limits = { max_header_bytes = \"4KiB\" }");
+    let big = json!({ "method": "GET", "path": "/big", "headers": [["x-filler", "a".repeat(8 * 1024)]] });
+    let answer = front.h3(&python, json!({ "requests": [big, get("/after?size=100")] }));
+    assert_eq!(answer.result(0).status(), 431);
+    let after = answer.result(1);
+    assert_eq!((after.status(), after.body().len()), (200, 100), "the connection goes on");
+    assert_eq!(origin.requests(), 1);
+}
+
+#[test]
+fn a_rapid_reset_client_is_closed_and_no_one_else() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start(&[("main", &[origin.addr], "")], "http3 = { enabled = true, max_resets = 10 }");
+    let flood = front.h3(&python, json!({ "reset_streams": 40, "requests": [get("/late?size=10")] }));
+    assert_eq!(flood.0["closed"], 0x107, "closed with H3_EXCESSIVE_LOAD: {}", flood.0);
+    assert!(flood.0["results"][0].get("error").is_some(), "{}", flood.0);
+    assert!(front.proxy.log().contains("rapid-reset"), "{}", front.proxy.log());
+    let other = front.h3(&python, json!({ "requests": [get("/fine?size=10")] }));
+    assert_eq!(other.result(0).status(), 200);
+}
+
+/// The Prometheus series of the `web` service's Retry packets.
+const RETRIES: &str = "switchyard_quic_retries_total{service=\"web\"}";
+
+#[test]
+fn with_retry_always_a_client_proves_its_address_first_and_is_served() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front =
+        Front::start_with_admin(&[("main", &[origin.addr], "")], "http3 = { enabled = true, retry = \"always\" }");
+    let answer = front.h3(&python, json!({ "requests": [get("/validated?size=300")] }));
+    assert_eq!(answer.0["retried"], 1, "the client followed a Retry: {}", answer.0);
+    let reply = answer.result(0);
+    assert_eq!((reply.status(), reply.body().len()), (200, 300));
+    assert_eq!(front.metric(RETRIES), 1, "one Retry counted");
+    // Without a Retry the same client goes straight through.
+    let plain =
+        Front::start_with_admin(&[("main", &[origin.addr], "")], "http3 = { enabled = true, retry = \"never\" }");
+    let answer = plain.h3(&python, json!({ "requests": [get("/direct?size=300")] }));
+    assert_eq!((answer.0["retried"].as_u64(), answer.result(0).status()), (Some(0), 200));
+    assert_eq!(plain.metric(RETRIES), 0);
+}
+
+#[test]
+fn retry_auto_turns_on_while_half_open_handshakes_pile_up() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let extra = "http3 = { enabled = true, retry = \"auto\", retry_threshold = 3 }";
+    let front = Front::start_with_admin(&[("main", &[origin.addr], "")], extra);
+    // Alone, a client is not asked to prove its address.
+    let calm = front.h3(&python, json!({ "requests": [get("/calm?size=10")] }));
+    assert_eq!((calm.0["retried"].as_u64(), calm.result(0).status()), (Some(0), 200));
+    assert_eq!(front.metric(RETRIES), 0);
+    // Three connection attempts that never finish their handshake (as from spoofed
+    // sources) reach the threshold: the next client gets a Retry, follows it, is served.
+    let busy = front.h3(&python, json!({ "half_open": 3, "requests": [get("/busy?size=10")] }));
+    assert_eq!(busy.0["retried"], 1, "{}", busy.0);
+    assert_eq!(busy.result(0).status(), 200);
+    assert_eq!(front.metric(RETRIES), 1, "{}", front.proxy.log());
+}
+
+#[test]
+fn garbage_datagrams_disturb_no_one() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start(&[("main", &[origin.addr], "")], "");
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
+    // Short and long headers with random contents, an Initial-looking packet too
+    // small to be one, and empty datagrams: each is dropped (or answered by a
+    // stateless reset or version negotiation), never a crash.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    for i in 0..2000usize {
+        let len = [0, 1, 20, 200, 1200, 1500][i % 6];
+        let datagram: Vec<u8> = (0..len)
+            .map(|j| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                if j == 0 && i % 3 == 0 {
+                    0xc0
+                } else {
+                    seed as u8
+                }
+            })
+            .collect();
+        let _ = socket.send_to(&datagram, front.listen);
+    }
+    let answer = front.h3(&python, json!({ "requests": [get("/after?size=100")] }));
+    assert_eq!(answer.result(0).status(), 200, "{}", front.proxy.log());
+}
+
+#[test]
+fn a_reload_keeps_http3_serving_with_the_new_rules() {
+    let Some(python) = python() else { return };
+    let (main, images) = (Origin::start("main"), Origin::start("images"));
+    let front = Front::start(
+        &[("main", &[main.addr], ""), ("images", &[images.addr], "")],
+        "rules = [{ path_prefix = \"/old/\", pool = \"images\" }]",
+    );
+    let before = front.h3(&python, json!({ "requests": [get("/new/a")] }));
+    assert_eq!(before.result(0).header("x-origin").as_deref(), Some("main"));
+    let config = std::fs::read_to_string(&front.proxy.config).expect("config");
+    std::fs::write(&front.proxy.config, config.replace("/old/", "/new/")).expect("config");
+    front.proxy.reload(1);
+    let after = front.h3(&python, json!({ "requests": [get("/new/a")] }));
+    assert_eq!(after.result(0).header("x-origin").as_deref(), Some("images"), "{}", front.proxy.log());
+}
+
+#[test]
+fn the_tcp_side_advertises_http3() {
+    let origin = Origin::start("main");
+    let front = Front::start(&[("main", &[origin.addr], "")], "");
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(&front.ca).expect("ca");
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
+        roots.add(cert.expect("ca cert")).expect("root");
+    }
+    use rustls::pki_types::pem::PemObject;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from(PROXY_NAME).expect("name");
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).expect("client");
+    let mut tls = rustls::StreamOwned::new(conn, TcpStream::connect(front.listen).expect("connect"));
+    tls.write_all(b"GET / HTTP/1.1\r\nhost: proxy.test\r\nconnection: close\r\n\r\n").expect("request");
+    let mut response = Vec::new();
+    let _ = tls.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response);
+    let want = format!("alt-svc: h3=\":{}\"; ma=86400\r\n", front.listen.port());
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.to_ascii_lowercase().contains(&want), "{text}");
+}

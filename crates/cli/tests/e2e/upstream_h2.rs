@@ -1,0 +1,404 @@
+//! HTTP/2 towards servers (pool `protocol = "h2"`), end to end with the real binary: h2c
+//! with prior knowledge and h2 over TLS (ALPN) to the origin simulator, bodies byte-exact
+//! both ways, many client connections multiplexed over few server connections, status codes
+//! and timeouts, a server that dies and comes back, a server that only speaks HTTP/1.1, and
+//! the refused WebSocket switch.
+
+use crate::common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+
+use common::pki::Pki;
+use common::{free_port, proxy_addr, temp_dir, wait_for, write_temp, Client, Origin, OriginProcess, Proxy};
+
+/// One service on `listen` whose default pool `main` speaks h2 to `servers`; `pool_extra`
+/// goes into the pool table, `service_extra` into the service table.
+fn h2_config(listen: SocketAddr, servers: &[SocketAddr], service_extra: &str, pool_extra: &str) -> String {
+    let servers: Vec<String> = servers.iter().map(|a| format!("{{ address = \"{a}\" }}")).collect();
+    format!(
+        "workers = 1\ndrain_timeout = \"2s\"\n\n[[service]]\nname = \"web\"\nlisten = [\"{listen}\"]\npool = \"main\"\n\
+         {service_extra}\n\n[[pool]]\nname = \"main\"\nprotocol = \"h2\"\nservers = [{}]\n{pool_extra}\n",
+        servers.join(", ")
+    )
+}
+
+/// The body the origin sends for `path`, fetched directly over HTTP/1.1.
+fn direct(origin: SocketAddr, path: &str) -> Vec<u8> {
+    let r = Client::connect(origin).get(path);
+    assert_eq!(r.status, 200);
+    r.body
+}
+
+/// An HTTPS origin (serving h2 to clients that offer only it) for `127.0.0.1` and
+/// `origin.test`, signed by `pki`.
+fn tls_origin(pki: &Pki) -> Origin {
+    let (cert, key) = pki.leaf(&["origin.test", "127.0.0.1"]);
+    let config = switchyard_bench::origin::tls_config(cert.as_bytes(), key.as_bytes(), None).expect("origin TLS");
+    Origin::start_tls("secure", config)
+}
+
+/// Writes `text` to `name` in `dir`, returning the path as TOML-ready text.
+fn file(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path: PathBuf = dir.join(name);
+    std::fs::write(&path, text).expect("write PEM");
+    path.display().to_string()
+}
+
+/// A client that sends `body` while reading the response (an echo needs both at once).
+fn post(addr: SocketAddr, path: &str, headers: &str, body: Vec<u8>, chunked: bool) -> common::Response {
+    let mut client = Client::connect(addr);
+    let framing =
+        if chunked { "transfer-encoding: chunked".to_string() } else { format!("content-length: {}", body.len()) };
+    client.send(format!("POST {path} HTTP/1.1\r\nhost: t\r\n{headers}{framing}\r\n\r\n").as_bytes()).expect("head");
+    let mut writer = client.stream.try_clone().expect("clone");
+    let upload = std::thread::spawn(move || {
+        if !chunked {
+            return writer.write_all(&body);
+        }
+        for part in body.chunks(100_000) {
+            writer.write_all(format!("{:x}\r\n", part.len()).as_bytes())?;
+            writer.write_all(part)?;
+            writer.write_all(b"\r\n")?;
+        }
+        writer.write_all(b"0\r\n\r\n")
+    });
+    let r = client.read_response().expect("response");
+    upload.join().expect("upload thread").expect("upload");
+    r
+}
+
+#[test]
+fn h2c_get_carries_bodies_byte_exactly_over_one_connection() {
+    let origin = Origin::start("h2c");
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&h2_config(listen, &[origin.addr], "", ""), listen);
+    let mut client = proxy.connect();
+    for size in [0usize, 128, 1 << 20] {
+        let path = format!("/?size={size}");
+        let r = client.get(&path);
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), proxy.log());
+        assert_eq!(r.origin(), "h2c");
+        assert_eq!(r.header("content-length"), Some(size.to_string().as_str()));
+        assert!(r.body == direct(origin.addr, &path), "size {size}: body differs ({} bytes)", r.body.len());
+    }
+    // The origin saw HTTP/2, with the client's host as :authority and no hop-by-hop fields.
+    let r = client.request("GET", "/__origin/request", &[("connection", "keep-alive"), ("te", "trailers")]);
+    let json = r.json();
+    assert_eq!(json["version"], "HTTP/2", "{json}");
+    let headers = json["headers"].to_string().to_ascii_lowercase();
+    assert!(headers.contains("[\"host\",\"test\"]"), "{headers}");
+    assert!(!headers.contains("\"connection\""), "{headers}");
+    // The client's `te` is hop-by-hop; switchyard sends its own `te: trailers` (it relays them).
+    assert_eq!(headers.matches("\"te\"").count(), 1, "{headers}");
+    assert!(headers.contains("[\"te\",\"trailers\"]"), "{headers}");
+    // A HEAD keeps the length a GET would get, without a body.
+    let r = client.request("HEAD", "/?size=5000", &[]);
+    assert_eq!((r.status, r.header("content-length")), (200, Some("5000")));
+    // Three direct connections for the byte checks; the proxy used one.
+    assert_eq!(origin.connections(), 4, "the proxy's requests shared one HTTP/2 connection");
+}
+
+#[test]
+fn request_bodies_round_trip_byte_exactly() {
+    let origin = Origin::start("echo");
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&h2_config(listen, &[origin.addr], "", ""), listen);
+    let body: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+    for chunked in [false, true] {
+        let r = post(listen, "/?echo=1", "", body.clone(), chunked);
+        assert_eq!(r.status, 200, "chunked {chunked}: {}\n{}", r.text(), proxy.log());
+        assert!(r.body == body, "chunked {chunked}: echoed body differs ({} bytes back)", r.body.len());
+    }
+    // Without echo the origin counts what it received.
+    let r = post(listen, "/", "", body[..1000].to_vec(), false);
+    assert_eq!(r.header("x-received-bytes"), Some("1000"));
+    // An echo is counted once the origin has sent all of it, possibly just after the client read it.
+    let want = 2 * body.len() as u64 + 1000;
+    wait_for("the origin to count every body", || (origin.bytes_received() == want).then_some(()));
+}
+
+#[test]
+fn curl_http2_over_tls_front_reaches_an_h2_origin_over_verified_tls() {
+    let pki = Pki::new("test CA");
+    let origin = tls_origin(&pki);
+    let dir = temp_dir("upstream-h2-tls");
+    let (front_cert, front_key) = pki.leaf(&["proxy.test", "127.0.0.1"]);
+    let service = format!(
+        "mode = \"https\"\ntls = {{ certificates = [{{ certificate = \"{}\", key = \"{}\" }}] }}",
+        file(&dir, "front.crt", &front_cert),
+        file(&dir, "front.key", &front_key)
+    );
+    let ca = file(&dir, "ca.pem", &pki.ca);
+    let listen = proxy_addr();
+    let pool = format!("tls = {{ ca = \"{ca}\", server_name = \"origin.test\" }}");
+    let proxy = Proxy::start(&h2_config(listen, &[origin.addr], &service, &pool), listen);
+    let out = std::process::Command::new("curl")
+        .args(["-s", "--http2", "--max-time", "20", "-D", "-", "--cacert", &ca])
+        .args(["--resolve", &format!("proxy.test:{}:127.0.0.1", listen.port())])
+        .arg(format!("https://proxy.test:{}/__origin/request", listen.port()))
+        .output();
+    let Ok(out) = out else {
+        eprintln!("curl is not installed: skipped");
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "curl failed: {}\n{}", String::from_utf8_lossy(&out.stderr), proxy.log());
+    assert!(text.starts_with("HTTP/2 200"), "{text}");
+    assert!(text.contains("\"version\": \"HTTP/2\""), "the origin was spoken to in HTTP/2: {text}");
+    assert!(text.contains("x-origin: secure"), "{text}");
+    assert_eq!(origin.tls_handshakes().0, 1);
+
+    // The same origin under a CA that did not sign it: verification fails, 502.
+    let stranger = Pki::new("another CA");
+    let other_ca = file(&dir, "other-ca.pem", &stranger.ca);
+    let listen = proxy_addr();
+    let pool = format!("tls = {{ ca = \"{other_ca}\", server_name = \"origin.test\" }}");
+    let proxy = Proxy::start(&h2_config(listen, &[origin.addr], "", &pool), listen);
+    let r = proxy.get("/");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(r.header("x-origin"), None);
+    wait_for("the failure in the log", || proxy.log().contains("server tls failed").then_some(()));
+    assert_eq!(origin.requests(), 1);
+}
+
+#[test]
+fn many_client_connections_share_few_server_connections() {
+    const WORKERS: u64 = 2;
+    let origin = Origin::start("shared");
+    let listen = proxy_addr();
+    let config = write_temp("upstream-h2", "switchyard.toml", &h2_config(listen, &[origin.addr], "", ""));
+    let proxy = Proxy::run_file_with(&config, listen, WORKERS as usize);
+    let clients: Vec<_> = (0..50)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let mut client = Client::connect(listen);
+                for j in 0..10 {
+                    let size = 100 + i * 10 + j;
+                    let r = client.get(&format!("/?size={size}&delay_ms={}", j % 3));
+                    assert_eq!((r.status, r.body.len()), (200, size), "client {i} request {j}");
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().expect("client thread");
+    }
+    assert_eq!(origin.requests(), 500, "{}", proxy.log());
+    let connections = origin.connections();
+    assert!(connections <= WORKERS * 2, "500 requests from 50 clients over {connections} server connections");
+}
+
+#[test]
+fn statuses_pass_through_and_a_slow_server_is_a_504() {
+    let origin = Origin::start("statuses");
+    let listen = proxy_addr();
+    let service = "timeouts = { server_response = \"300ms\" }";
+    let proxy = Proxy::start(&h2_config(listen, &[origin.addr], service, ""), listen);
+    let mut client = proxy.connect();
+    for status in [404u16, 503, 204] {
+        let r = client.get(&format!("/?status={status}"));
+        assert_eq!(r.status, status);
+        assert_eq!(r.origin(), "statuses");
+    }
+    let r = client.get("/?delay_ms=3000");
+    assert_eq!(r.status, 504, "{}", r.text());
+    wait_for("the timeout in the log", || proxy.log().contains("server response timeout").then_some(()));
+    // The stream was reset; the connection goes on carrying requests.
+    assert_eq!(proxy.get("/?size=10").status, 200);
+    assert_eq!(origin.connections(), 1);
+}
+
+#[test]
+fn a_server_that_dies_fails_requests_with_502_until_it_comes_back() {
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let origin = OriginProcess::start(addr, "phoenix");
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&h2_config(listen, &[addr], "", ""), listen);
+    assert_eq!(proxy.get("/").status, 200);
+    // A request in flight when the server dies.
+    let in_flight = std::thread::spawn(move || Client::connect(listen).get("/?delay_ms=20000"));
+    wait_for("the slow request to reach the origin", || {
+        let stats = Client::connect(addr).get("/__origin/stats").json();
+        (stats["requests"].as_u64() == Some(2)).then_some(())
+    });
+    drop(origin);
+    assert_eq!(in_flight.join().expect("client thread").status, 502);
+    let r = proxy.get("/");
+    assert_eq!(r.status, 502, "{}", r.text());
+    let _origin = OriginProcess::start(addr, "phoenix");
+    let r = proxy.get("/");
+    assert_eq!((r.status, r.origin()), (200, "phoenix"), "{}", proxy.log());
+}
+
+/// A server that answers anything with an HTTP/1.1 400 and closes, as an HTTP/1.1-only
+/// server does when it receives the HTTP/2 preface.
+fn http1_only_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut scratch = [0u8; 1024];
+            let _ = stream.read(&mut scratch);
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    });
+    addr
+}
+
+#[test]
+fn an_http1_only_server_behind_an_h2_pool_is_a_502_and_nothing_else_suffers() {
+    let legacy = http1_only_server();
+    let origin = Origin::start("fine");
+    let listen = proxy_addr();
+    let service = "rules = [{ path_prefix = \"/legacy\", pool = \"legacy\" }]";
+    let mut config = h2_config(listen, &[origin.addr], service, "");
+    config.push_str(&format!(
+        "\n[[pool]]\nname = \"legacy\"\nprotocol = \"h2\"\nservers = [{{ address = \"{legacy}\" }}]\n"
+    ));
+    config.push_str(&format!("\n[[pool]]\nname = \"http1\"\nservers = [{{ address = \"{}\" }}]\n", origin.addr));
+    let config = config.replace(
+        "rules = [{ path_prefix = \"/legacy\", pool = \"legacy\" }]",
+        "rules = [{ path_prefix = \"/legacy\", pool = \"legacy\" }, { path_prefix = \"/one\", pool = \"http1\" }]",
+    );
+    let proxy = Proxy::start(&config, listen);
+    for _ in 0..3 {
+        let r = proxy.get("/legacy");
+        assert_eq!(r.status, 502, "{}\n{}", r.text(), proxy.log());
+        assert_eq!(r.header("x-origin"), None);
+    }
+    wait_for("the HTTP/2 failure in the log", || {
+        proxy.log().contains("HTTP/2 connection to server failed").then_some(())
+    });
+    assert_eq!(proxy.get("/").origin(), "fine");
+    assert_eq!(proxy.get("/one").origin(), "fine");
+    assert_eq!(origin.requests(), 2);
+}
+
+#[test]
+fn a_websocket_upgrade_to_an_h2_pool_is_refused_with_502() {
+    let origin = Origin::start("ws");
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&h2_config(listen, &[origin.addr], "", ""), listen);
+    let upgrade = [
+        ("connection", "upgrade"),
+        ("upgrade", "websocket"),
+        ("sec-websocket-version", "13"),
+        ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+    ];
+    let r = proxy.connect().request("GET", "/chat", &upgrade);
+    assert_eq!(r.status, 502, "{}", r.text());
+    wait_for("the reason in the log", || proxy.log().contains("protocol switch to an h2 pool").then_some(()));
+    // An h2c upgrade offer is declined: the request goes through as a plain one.
+    let h2c =
+        [("connection", "upgrade, http2-settings"), ("upgrade", "h2c"), ("http2-settings", "AAMAAABkAAQAoAAAAAIAAAAA")];
+    let r = proxy.connect().request("GET", "/", &h2c);
+    assert_eq!((r.status, r.origin()), (200, "ws"));
+    assert_eq!(origin.requests(), 1);
+}
+
+/// An h2c server for the reset tests: `/refuse` is refused (REFUSED_STREAM) before any
+/// response; `/cut` answers a head and 5 bytes, then resets with ENHANCE_YOUR_CALM; `/wait`
+/// reads its request body and reports on `seen` the code of the reset that ends it.
+fn resetting_server(seen: std::sync::mpsc::Sender<Option<h2::Reason>>) -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    listener.set_nonblocking(true).expect("nonblocking");
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            while let Ok((tcp, _)) = listener.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let Ok(mut conn) = h2::server::handshake(tcp).await else { return };
+                    while let Some(Ok((req, mut respond))) = conn.accept().await {
+                        let seen = seen.clone();
+                        tokio::spawn(async move {
+                            match req.uri().path() {
+                                "/refuse" => respond.send_reset(h2::Reason::REFUSED_STREAM),
+                                "/cut" => {
+                                    let Ok(mut send) = respond.send_response(http::Response::new(()), false) else {
+                                        return;
+                                    };
+                                    let _ = send.send_data(bytes::Bytes::from_static(b"hello"), false);
+                                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                                    send.send_reset(h2::Reason::ENHANCE_YOUR_CALM);
+                                }
+                                _ => {
+                                    let mut body = req.into_body();
+                                    let ended = loop {
+                                        match body.data().await {
+                                            Some(Ok(data)) => {
+                                                let _ = body.flow_control().release_capacity(data.len());
+                                            }
+                                            Some(Err(e)) => break e.reason(),
+                                            None => break None,
+                                        }
+                                    };
+                                    let _ = seen.send(ended);
+                                }
+                            }
+                        });
+                    }
+                });
+            }
+        });
+    });
+    addr
+}
+
+#[test]
+fn reset_codes_cross_between_http2_clients_and_http2_servers() {
+    let (seen_tx, seen) = std::sync::mpsc::channel();
+    let server = resetting_server(seen_tx);
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&h2_config(listen, &[server], "", ""), listen);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(listen).await.expect("connect");
+        let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+        tokio::spawn(conn);
+        let mut client = client.ready().await.expect("ready");
+        let request = |path: &str| http::Request::post(format!("http://t{path}")).body(()).expect("request");
+
+        // Refused before any response: the client learns it was not processed (retry-safe),
+        // not a 502. The request has a body, so switchyard cannot replay it itself.
+        let (response, mut up) = client.send_request(request("/refuse"), false).expect("send");
+        let _ = up.send_data(bytes::Bytes::from_static(b"x"), true);
+        let e = response.await.expect_err("refused");
+        assert_eq!(e.reason(), Some(h2::Reason::REFUSED_STREAM), "{e:?}\n{}", proxy.log());
+
+        // Reset mid-body: the client's stream ends with the server's code.
+        let (response, _) = client.send_request(request("/cut"), true).expect("send");
+        let mut body = response.await.expect("head").into_body();
+        let mut got = Vec::new();
+        let e = loop {
+            match body.data().await {
+                Some(Ok(data)) => got.extend_from_slice(&data),
+                Some(Err(e)) => break e,
+                None => panic!("the body ended normally after {got:?}"),
+            }
+        };
+        assert_eq!((got.as_slice(), e.reason()), (&b"hello"[..], Some(h2::Reason::ENHANCE_YOUR_CALM)), "{e:?}");
+
+        // The client resets its upload: the server's stream is reset with the client's code.
+        let (_response, mut up) = client.send_request(request("/wait"), false).expect("send");
+        up.send_data(bytes::Bytes::from_static(b"part"), false).expect("data");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        up.send_reset(h2::Reason::CONNECT_ERROR);
+        // The client's connection task must run for the reset to leave.
+        for _ in 0..500 {
+            match seen.try_recv() {
+                Ok(ended) => {
+                    assert_eq!(ended, Some(h2::Reason::CONNECT_ERROR), "{}", proxy.log());
+                    return;
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+            }
+        }
+        panic!("the server never saw the stream end:\n{}", proxy.log());
+    });
+}

@@ -28,6 +28,7 @@ use switchyard_balance::cookie::CookieKey;
 use crate::access_log::AccessLog;
 use crate::live::{AdminState, Generation, Proto};
 use crate::persist::EntryView;
+use crate::quic_steer::QuicGroup;
 use crate::worker::{Bound, WorkerMsg};
 
 /// Listen backlog of every listener.
@@ -405,17 +406,39 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// an address the node does not hold yet, so the standby already listens when
 /// keepalived moves the virtual address to it.
 ///
-/// QUIC is bound once, for the first worker (ADR 0006): the one endpoint
-/// sees every datagram of its connections, whatever address they come from.
+/// QUIC is bound once per worker too, the kernel steering each datagram to
+/// the worker that owns its connection ID whatever address it comes from
+/// (ADR 0009); where it cannot, once, for the first worker (ADR 0006).
 pub(crate) fn bind_all(proto: Proto, addr: SocketAddr, workers: usize, freebind: bool) -> std::io::Result<Vec<Bound>> {
-    if proto == Proto::Quic {
-        return Ok(vec![bind(proto, addr, false, freebind)?]);
+    // A socket that cannot share the port first: another process holding it
+    // (with or without SO_REUSEPORT) refuses the start.
+    drop(open(proto, addr, false, freebind)?);
+    match proto {
+        Proto::Quic => {
+            // Bound in worker order: socket i of the group is worker i's (ADR 0009).
+            let sockets = QuicGroup::bind(addr, workers, |reuse_port| open(proto, addr, reuse_port, freebind))?;
+            Ok(sockets.into_iter().map(|socket| Bound::Quic(addr, socket)).collect())
+        }
+        Proto::Tcp | Proto::Udp => (0..workers).map(|_| bind(proto, addr, workers > 1, freebind)).collect(),
     }
-    drop(bind(proto, addr, false, freebind)?);
-    (0..workers).map(|_| bind(proto, addr, workers > 1, freebind)).collect()
 }
 
+/// A listening TCP socket, or a bound UDP socket (`Proto::Udp`, `Proto::Quic`).
 fn bind(proto: Proto, addr: SocketAddr, reuse_port: bool, freebind: bool) -> std::io::Result<Bound> {
+    let socket = open(proto, addr, reuse_port, freebind)?;
+    if proto != Proto::Tcp {
+        return Ok(Bound::Udp(addr, socket.into()));
+    }
+    // Linux copies TCP_NODELAY from the listener to each accepted socket:
+    // set once here, it saves a setsockopt per connection (runtime.rs).
+    #[cfg(target_os = "linux")]
+    socket.set_tcp_nodelay(true)?;
+    socket.listen(BACKLOG)?;
+    Ok(Bound::Tcp(addr, socket.into()))
+}
+
+/// A socket of `proto`, non-blocking, bound to `addr`.
+fn open(proto: Proto, addr: SocketAddr, reuse_port: bool, freebind: bool) -> std::io::Result<Socket> {
     let (kind, protocol) = match proto {
         Proto::Tcp => (Type::STREAM, Protocol::TCP),
         Proto::Udp | Proto::Quic => (Type::DGRAM, Protocol::UDP),
@@ -433,18 +456,7 @@ fn bind(proto: Proto, addr: SocketAddr, reuse_port: bool, freebind: bool) -> std
     }
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
-    Ok(match proto {
-        Proto::Tcp => {
-            // Linux copies TCP_NODELAY from the listener to each accepted socket:
-            // set once here, it saves a setsockopt per connection (runtime.rs).
-            #[cfg(target_os = "linux")]
-            socket.set_tcp_nodelay(true)?;
-            socket.listen(BACKLOG)?;
-            Bound::Tcp(addr, socket.into())
-        }
-        Proto::Udp => Bound::Udp(addr, socket.into()),
-        Proto::Quic => Bound::Quic(addr, socket.into()),
-    })
+    Ok(socket)
 }
 
 #[cfg(all(test, target_os = "linux"))]

@@ -24,6 +24,7 @@ pub mod otel;
 pub mod peers;
 pub mod persist;
 pub mod protection;
+pub mod quic_steer;
 pub mod relay;
 pub mod replica;
 pub mod runtime;

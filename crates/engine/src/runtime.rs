@@ -100,8 +100,8 @@ fn listen(worker: &Rc<Worker>, listeners: Vec<Bound>) {
             Bound::Udp(addr, socket) => tokio::net::UdpSocket::from_std(socket).map(|socket| {
                 tokio::task::spawn_local(crate::l4::serve_udp(worker.clone(), addr, socket));
             }),
-            Bound::Quic(addr, socket) => {
-                tokio::task::spawn_local(crate::http3::serve_endpoint(worker.clone(), addr, socket));
+            Bound::Quic(addr, quic) => {
+                tokio::task::spawn_local(crate::http3::serve_endpoint(worker.clone(), addr, quic));
                 Ok(())
             }
         };

@@ -78,8 +78,9 @@ pub enum Bound {
     Tcp(SocketAddr, std::net::TcpListener),
     /// A bound UDP socket.
     Udp(SocketAddr, std::net::UdpSocket),
-    /// A bound UDP socket for a QUIC endpoint (HTTP/3).
-    Quic(SocketAddr, std::net::UdpSocket),
+    /// A worker's UDP socket for its QUIC endpoint (HTTP/3) on a listener
+    /// address, with what it shares with the other workers' (ADR 0009).
+    Quic(SocketAddr, crate::quic_steer::QuicSocket),
 }
 
 /// One worker's state for one pool: its balancer and idle connections.

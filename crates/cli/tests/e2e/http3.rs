@@ -5,8 +5,10 @@
 //! cookie persistence, compression, a cache hit, response trailers, 100 concurrent
 //! streams on one connection, a client that moves to another UDP port mid-connection,
 //! and `Alt-Svc` on the service's TCP side; Retry (address validation) always, and under
-//! a flood of half-open handshakes, counted in the metrics. Without aioquic the tests say
-//! they skipped.
+//! a flood of half-open handshakes, counted in the metrics. With several workers (ADR
+//! 0009): connections spread over the workers, a client that moves sixteen times stays
+//! with the worker that holds its connection, Retry on every worker. Without aioquic the
+//! tests say they skipped.
 
 use crate::common;
 
@@ -56,15 +58,26 @@ const ADMIN_TOKEN: &str = "h3-reader";
 
 impl Front {
     fn start(pools: &[(&str, &[SocketAddr], &str)], extra: &str) -> Front {
-        Front::start_on(pools, extra, None)
+        Front::start_on(pools, extra, None, 2)
     }
 
     /// [`Front::start`] with an admin listener, for the metrics.
     fn start_with_admin(pools: &[(&str, &[SocketAddr], &str)], extra: &str) -> Front {
-        Front::start_on(pools, extra, Some(proxy_addr()))
+        Front::start_on(pools, extra, Some(proxy_addr()), 2)
     }
 
-    fn start_on(pools: &[(&str, &[SocketAddr], &str)], extra: &str, admin: Option<SocketAddr>) -> Front {
+    /// [`Front::start_with_admin`] with `workers` workers, logging each QUIC
+    /// connection with the worker that serves it ([`Front::quic_workers`]).
+    fn start_workers(pools: &[(&str, &[SocketAddr], &str)], extra: &str, workers: usize) -> Front {
+        Front::start_on(pools, extra, Some(proxy_addr()), workers)
+    }
+
+    fn start_on(
+        pools: &[(&str, &[SocketAddr], &str)],
+        extra: &str,
+        admin: Option<SocketAddr>,
+        workers: usize,
+    ) -> Front {
         let pki = Pki::new("h3 test CA");
         let dir = temp_dir("h3");
         let (cert, key) = pki.leaf(&[PROXY_NAME, "127.0.0.1"]);
@@ -77,7 +90,7 @@ impl Front {
         // `http3 = true` unless `extra` writes its own `http3`.
         let http3 = if extra.contains("http3 =") { "" } else { "http3 = true\n" };
         let mut config = format!(
-            "workers = 2\ndrain_timeout = \"5s\"\n\n[access_log]\npath = \"{}\"\nformat = \"json\"\n\n\
+            "workers = {workers}\ndrain_timeout = \"5s\"\n\n[access_log]\npath = \"{}\"\nformat = \"json\"\n\n\
              [[service]]\nname = \"web\"\nmode = \"https\"\nlisten = \"{listen}\"\npool = \"{}\"\n{http3}\
              tls = {{ certificate = \"{}\", key = \"{}\" }}\n{extra}\n",
             log.display(),
@@ -96,8 +109,8 @@ impl Front {
         }
         let file = dir.join("switchyard.toml");
         std::fs::write(&file, &config).expect("config");
-        // Two workers: QUIC is served by the first one (ADR 0006), TCP by both.
-        let proxy = Proxy::run_file_with(&file, listen, 2);
+        // Several workers: each serves QUIC connections and TCP ones (ADR 0009).
+        let proxy = Proxy::run_file_logging(&file, listen, workers, "info,switchyard_engine::http3=debug");
         if let Some(admin) = admin {
             wait_for("the admin listener", || TcpStream::connect(admin).ok());
         }
@@ -115,6 +128,14 @@ impl Front {
         assert_eq!(response.status, 200);
         let text = String::from_utf8_lossy(&response.body).into_owned();
         text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0)
+    }
+
+    /// The worker of each QUIC connection established so far, in order (from
+    /// the proxy's debug log).
+    fn quic_workers(&self) -> Vec<usize> {
+        let log = self.proxy.log();
+        let lines = log.lines().filter(|l| l.contains("QUIC connection established"));
+        lines.filter_map(|l| l.split("worker=").nth(1)?.split(' ').next()?.parse().ok()).collect()
     }
 
     /// Runs the aioquic client with `plan` (host, port, CA and name filled in).
@@ -495,4 +516,78 @@ fn the_tcp_side_advertises_http3() {
     let want = format!("alt-svc: h3=\":{}\"; ma=86400\r\n", front.listen.port());
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(text.to_ascii_lowercase().contains(&want), "{text}");
+}
+
+// ---------------------------------------------------------------------------------------
+// QUIC across workers (ADR 0009): one endpoint per worker, datagrams steered by the
+// worker byte of the connection ID.
+// ---------------------------------------------------------------------------------------
+
+/// The distinct workers in `workers`.
+fn distinct(workers: &[usize]) -> std::collections::BTreeSet<usize> {
+    workers.iter().copied().collect()
+}
+
+#[test]
+fn connections_are_spread_over_the_workers_and_each_is_served() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start_workers(&[("main", &[origin.addr], "")], "", 4);
+    // Sixteen connections, each from its own UDP port: the kernel's hash of the
+    // client's address picks the worker of each handshake.
+    let requests = vec![get("/spread?size=500"), get("/spread2?size=700")];
+    let answer = front.h3(&python, json!({ "requests": requests, "connections": 16 }));
+    assert_eq!(answer.len(), 32);
+    for i in 0..32 {
+        let r = answer.result(i);
+        assert_eq!((r.status(), r.body().len()), (200, if i % 2 == 0 { 500 } else { 700 }), "request {i}");
+    }
+    let workers = front.quic_workers();
+    assert_eq!(workers.len(), 16, "one handshake per connection: {workers:?}");
+    assert!(distinct(&workers).len() > 1, "16 connections all on one worker of 4: {workers:?}");
+    assert_eq!(origin.requests(), 32);
+}
+
+#[test]
+fn a_client_that_moves_sixteen_times_stays_with_its_worker() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start_workers(&[("main", &[origin.addr], "")], "", 4);
+    // A new UDP port before every request after the first: with a plain 4-tuple
+    // hash over 4 sockets, the datagrams from at least one of the 16 new ports would
+    // reach another worker (all 16 staying has probability 4^-16), which knows
+    // nothing of the connection.
+    let requests: Vec<Value> = (0..17).map(|i| get(&format!("/move{i}?size=1500"))).collect();
+    let answer = front.h3(&python, json!({ "requests": requests, "rebind_every": 1 }));
+    let ports = answer.ports();
+    assert_eq!(distinct(&ports.iter().map(|&p| p as usize).collect::<Vec<_>>()).len(), 17, "{ports:?}");
+    for i in 0..17 {
+        let r = answer.result(i);
+        assert_eq!((r.status(), r.body().len()), (200, 1500), "request {i}");
+    }
+    assert_eq!(front.quic_workers().len(), 1, "one connection, never re-established");
+    // The access log names the client's address as it was for each request.
+    let lines = front.log_lines(17);
+    let clients: Vec<&str> = lines.iter().filter_map(|l| l["client"].as_str()).collect();
+    for port in &ports[1..] {
+        assert!(clients.iter().any(|c| c.ends_with(&format!(":{port}"))), "{port} not in {clients:?}");
+    }
+}
+
+#[test]
+fn with_retry_always_every_worker_validates_its_clients() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let extra = "http3 = { enabled = true, retry = \"always\" }";
+    let front = Front::start_workers(&[("main", &[origin.addr], "")], extra, 4);
+    let answer = front.h3(&python, json!({ "requests": [get("/retried?size=300")], "connections": 12 }));
+    assert_eq!(answer.0["retried"], 12, "each connection followed a Retry: {}", answer.0);
+    for i in 0..12 {
+        let r = answer.result(i);
+        assert_eq!((r.status(), r.body().len()), (200, 300), "connection {i}");
+    }
+    assert_eq!(front.metric(RETRIES), 12, "one Retry counted per connection");
+    let workers = front.quic_workers();
+    assert_eq!(workers.len(), 12, "{workers:?}");
+    assert!(distinct(&workers).len() > 1, "12 connections all on one worker of 4: {workers:?}");
 }

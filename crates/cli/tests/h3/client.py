@@ -8,6 +8,10 @@ Plan:
    "cookie_jar": bool   -- keep `set-cookie` values and send them back (in order only),
    "rebind_after": int  -- after that many requests, move the connection to a new
                            local UDP port (new socket, new connection ID) and go on,
+   "rebind_every": int  -- the same after every that many requests (in order only),
+   "connections": int   -- run the requests that many times, each time on a new
+                           connection from a new socket (default 1; results and
+                           ports of all of them, in order),
    "reset_streams": int -- first open that many request streams (headers, no end)
                            and reset each at once (a rapid-reset client),
    "half_open": int     -- before connecting, send that many connection attempts
@@ -16,8 +20,8 @@ Plan:
 
 Answer: {"results": [{"status", "headers", "body_hex", "trailers"} or {"error"}...],
          "ports": [local port of each socket used],
-         "closed": the server's connection close code, or null,
-         "retried": Retry packets the client followed (0 or 1)}
+         "closed": the server's connection close code (of the last connection), or null,
+         "retried": Retry packets the client followed (0 or 1 per connection)}
 """
 
 import asyncio
@@ -178,6 +182,33 @@ def half_open(plan, count) -> None:
     sock.close()
 
 
+def moves_before(plan, i) -> bool:
+    """Whether the connection moves to a new port before request `i`."""
+    if plan.get("rebind_after") is not None and i == plan["rebind_after"]:
+        return True
+    every = plan.get("rebind_every")
+    return bool(every) and i > 0 and i % every == 0
+
+
+async def session(plan, config, results, ports):
+    """One connection running the plan's requests; its close code and Retry count."""
+    jar = {}
+    async with connect(plan["host"], plan["port"], configuration=config, create_protocol=Client) as client:
+        ports.append(client._transport.get_extra_info("sockname")[1])
+        if plan.get("reset_streams"):
+            await client.reset_streams(plan["reset_streams"], f"{plan['server_name']}:{plan['port']}")
+        requests = plan["requests"]
+        if plan.get("concurrent"):
+            results.extend(await asyncio.gather(*(one(client, plan, r, None) for r in requests)))
+        else:
+            for i, req in enumerate(requests):
+                if moves_before(plan, i):
+                    ports.append(await rebind(client))
+                results.append(await one(client, plan, req, jar))
+        client.close()
+    return client.closed, client._quic._retry_count
+
+
 async def main() -> None:
     plan = json.load(sys.stdin)
     if plan.get("half_open"):
@@ -186,22 +217,11 @@ async def main() -> None:
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=plan["server_name"])
     config.load_verify_locations(plan["ca"])
     config.verify_mode = ssl.CERT_REQUIRED
-    results, jar = [], {}
-    async with connect(plan["host"], plan["port"], configuration=config, create_protocol=Client) as client:
-        ports = [client._transport.get_extra_info("sockname")[1]]
-        if plan.get("reset_streams"):
-            await client.reset_streams(plan["reset_streams"], f"{plan['server_name']}:{plan['port']}")
-        requests = plan["requests"]
-        if plan.get("concurrent"):
-            results = await asyncio.gather(*(one(client, plan, r, None) for r in requests))
-        else:
-            for i, req in enumerate(requests):
-                if plan.get("rebind_after") is not None and i == plan["rebind_after"]:
-                    ports.append(await rebind(client))
-                results.append(await one(client, plan, req, jar))
-        client.close()
-    retried = client._quic._retry_count
-    json.dump({"results": list(results), "ports": ports, "closed": client.closed, "retried": retried}, sys.stdout)
+    results, ports, retried = [], [], 0
+    for _ in range(plan.get("connections", 1)):
+        closed, retries = await session(plan, config, results, ports)
+        retried += retries
+    json.dump({"results": results, "ports": ports, "closed": closed, "retried": retried}, sys.stdout)
 
 
 asyncio.run(main())

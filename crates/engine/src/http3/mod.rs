@@ -9,10 +9,13 @@
 //! forwarding, compression and logging behave exactly as for HTTP/1.1 and
 //! HTTP/2.
 //!
-//! One endpoint per listener address ([`serve_endpoint`]), on one worker
-//! (ADR 0006): quinn routes each datagram to its connection by connection
-//! ID, so a client whose address changes (NAT rebinding, migration) keeps
-//! its connection. The endpoint's TLS configuration is the service's
+//! One endpoint per worker and listener address ([`serve_endpoint`]), each
+//! on its socket of the listener's `SO_REUSEPORT` group: the kernel steers
+//! each datagram to the worker whose connection ID it carries, and quinn to
+//! the connection, so a client whose address changes (NAT rebinding,
+//! migration) keeps its connection ([`crate::quic_steer`], ADR 0009; one
+//! endpoint on worker 0 where steering is unavailable, ADR 0006). The
+//! endpoint's TLS configuration is the service's
 //! ([`crate::tls::Terminator`]: certificates by SNI, resumption) with ALPN
 //! `h3` and no 0-RTT, and is replaced when a reload installs a new one.
 //!
@@ -29,7 +32,7 @@
 //! yet validated is answered with a Retry packet — the client must echo its
 //! token before any connection state is kept — always, never, or (`auto`,
 //! the default) while `http3.retry_threshold` handshakes are in flight on the
-//! endpoint, which is when spoofed Initial packets would cost the most.
+//! listener (all workers), which is when spoofed Initial packets would cost the most.
 //!
 //! Invariants: no peer input can panic this code; a misbehaving connection
 //! closes only itself.
@@ -40,6 +43,7 @@ mod stream;
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -51,6 +55,7 @@ use switchyard_config::{Http3, QuicRetry, Service};
 use self::stream::Ended;
 use crate::http2::{Tally, RESET_WINDOW};
 use crate::live::Proto;
+use crate::quic_steer::{QuicGroup, QuicSocket};
 use crate::transport::Transport;
 use crate::worker::{Local, Worker};
 
@@ -90,12 +95,13 @@ impl Shared {
     }
 }
 
-/// The QUIC server configuration of `service` in `local`'s generation:
-/// `None` when the service has no QUIC TLS configuration.
-fn server_config(local: &Local, service: usize) -> Option<quinn::ServerConfig> {
+/// The QUIC server configuration of `service` in `local`'s generation, with
+/// `group`'s Retry token key: `None` when the service has no QUIC TLS
+/// configuration.
+fn server_config(local: &Local, service: usize, group: &QuicGroup) -> Option<quinn::ServerConfig> {
     let svc = local.gen.config.services.get(service)?;
     let crypto = local.gen.tls.get(service)?.as_ref()?.quic()?;
-    let mut config = quinn::ServerConfig::with_crypto(crypto);
+    let mut config = group.server_config(crypto);
     Some(config.transport_config(Arc::new(transport_config(svc))).clone())
 }
 
@@ -111,7 +117,7 @@ fn transport_config(svc: &Service) -> quinn::TransportConfig {
 
 /// Whether a new connection must first prove its address with a Retry
 /// round trip: never once `validated` (it echoed a Retry token), else as
-/// `http3.retry` says, `auto` counting the endpoint's `handshaking`
+/// `http3.retry` says, `auto` counting the listener's `handshaking`
 /// connections against `retry_threshold`.
 fn must_retry(http3: &Http3, handshaking: usize, validated: bool) -> bool {
     !validated
@@ -122,44 +128,46 @@ fn must_retry(http3: &Http3, handshaking: usize, validated: bool) -> bool {
         }
 }
 
-/// Counts one connection among its endpoint's handshakes in flight, until
-/// dropped (handshake done, failed or timed out).
-struct Handshaking(Rc<std::cell::Cell<usize>>);
+/// Counts one connection among its listener's handshakes in flight (over
+/// all workers), until dropped (handshake done, failed or timed out).
+struct Handshaking(Arc<AtomicUsize>);
 
 impl Handshaking {
-    fn new(count: &Rc<std::cell::Cell<usize>>) -> Handshaking {
-        count.set(count.get() + 1);
+    fn new(count: &Arc<AtomicUsize>) -> Handshaking {
+        count.fetch_add(1, Ordering::Relaxed);
         Handshaking(count.clone())
     }
 }
 
 impl Drop for Handshaking {
     fn drop(&mut self) {
-        self.0.set(self.0.get().saturating_sub(1));
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-/// Serves the QUIC endpoint of listener `addr` until the listener is
-/// removed by a reload or the worker drains.
-pub(crate) async fn serve_endpoint(worker: Rc<Worker>, addr: SocketAddr, socket: std::net::UdpSocket) {
+/// Serves this worker's QUIC endpoint of listener `addr` until the listener
+/// is removed by a reload or the worker drains; returns once the endpoint's
+/// connections are gone.
+pub(crate) async fn serve_endpoint(worker: Rc<Worker>, addr: SocketAddr, quic: QuicSocket) {
     let local = worker.local();
     let Some(&service) = local.gen.listeners.get(&(Proto::Quic, addr)) else {
         return;
     };
-    let Some(config) = server_config(&local, service) else {
+    let QuicSocket { socket, index, group } = quic;
+    let Some(config) = server_config(&local, service, &group) else {
         tracing::error!(%addr, "HTTP/3 listener without a QUIC TLS configuration");
         return;
     };
     let runtime = Arc::new(quinn::TokioRuntime);
-    let endpoint = match quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(config), socket, runtime) {
+    let endpoint = match quinn::Endpoint::new(group.endpoint_config(index), Some(config), socket, runtime) {
         Ok(endpoint) => endpoint,
         Err(e) => {
-            tracing::error!(%addr, error = %e, "cannot start the HTTP/3 endpoint");
+            tracing::error!(worker = worker.id, %addr, error = %e, "cannot start the HTTP/3 endpoint");
             return;
         }
     };
     let mut generation = local.gen.number;
-    let handshaking = Rc::new(std::cell::Cell::new(0));
+    let handshaking = &group.handshaking;
     loop {
         if worker.draining.get() {
             break;
@@ -172,7 +180,7 @@ pub(crate) async fn serve_endpoint(worker: Rc<Worker>, addr: SocketAddr, socket:
         if local.gen.number != generation {
             // Certificates and limits of the new generation, for new connections.
             generation = local.gen.number;
-            endpoint.set_server_config(server_config(&local, service));
+            endpoint.set_server_config(server_config(&local, service, &group));
         }
         let incoming = tokio::select! {
             incoming = endpoint.accept() => incoming,
@@ -182,20 +190,23 @@ pub(crate) async fn serve_endpoint(worker: Rc<Worker>, addr: SocketAddr, socket:
         let Some(incoming) = incoming else {
             break;
         };
-        let Some(incoming) = validate(incoming, &local, service, &worker, handshaking.get()) else {
+        let Some(incoming) = validate(incoming, &local, service, &worker, handshaking.load(Ordering::Relaxed)) else {
             continue;
         };
         worker.open.set(worker.open.get() + 1);
         let w = worker.clone();
-        let handshake = Handshaking::new(&handshaking);
+        let handshake = Handshaking::new(handshaking);
         tokio::task::spawn_local(async move {
             let _open = OpenGuard(w.clone());
             connection(incoming, handshake, local, service, w, addr).await;
         });
     }
     // New connections are refused; those open finish (the endpoint's driver
-    // runs while they do).
+    // runs while they do). The group, held until then, keeps every worker's
+    // socket in the kernel's group, so its numbering stays the workers'.
     endpoint.set_server_config(None);
+    endpoint.wait_idle().await;
+    drop(group);
 }
 
 /// Answers `incoming` with a Retry packet when [`must_retry`] says so
@@ -271,6 +282,7 @@ async fn connection(
         }
     };
     drop(handshake);
+    tracing::debug!(worker = worker.id, service = %name, client = %peer, "QUIC connection established");
     metrics.connection_opened(worker.id);
     let _closed = crate::http::ConnectionGuard::new(&metrics, worker.id);
     let built = h3::server::builder()

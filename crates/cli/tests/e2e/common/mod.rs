@@ -206,12 +206,17 @@ impl Proxy {
 
     /// Runs an existing configuration file with `workers` workers.
     pub fn run_file_with(config: &Path, addr: SocketAddr, workers: usize) -> Proxy {
+        Proxy::run_file_logging(config, addr, workers, "info")
+    }
+
+    /// [`Proxy::run_file_with`], logging as the `SWITCHYARD_LOG` filter `log` says.
+    pub fn run_file_logging(config: &Path, addr: SocketAddr, workers: usize, log_filter: &str) -> Proxy {
         let log = temp_dir("proxy-log").join("stderr.log");
         let stderr = std::fs::File::create(&log).expect("create log file");
         let child = Command::new(binary())
             .args(["run", "--workers", &workers.to_string(), "-c"])
             .arg(config)
-            .env("SWITCHYARD_LOG", "info")
+            .env("SWITCHYARD_LOG", log_filter)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)

@@ -347,7 +347,9 @@ fn add_retry_after(out: &mut Vec<u8>, error: &ProxyError) {
     }
 }
 
-/// Lends the connection a scratch set from the worker's pool.
+/// Lends the connection a scratch set from the worker's pool. Inlined: it
+/// runs on every request's read-head phase and mostly returns at once.
+#[inline]
 fn lend<S>(client: &mut Client<S>, worker: &Worker) {
     if client.buf.capacity() > 0 {
         return;

@@ -196,6 +196,16 @@ impl Worker {
         }
     }
 
+    /// A scratch set from the worker's pool (or a new, empty one), for a
+    /// request that arrives with its head already in hand (an HTTP/2 or
+    /// HTTP/3 stream writes it into `buf`); the pipeline returns it to the
+    /// pool when the request is done.
+    pub(crate) fn lend_scratch(&self) -> Scratch {
+        let mut s = self.scratch.borrow_mut().pop().unwrap_or_default();
+        s.buf.clear();
+        s
+    }
+
     /// What the worker serves now. A request holds on to it until it ends.
     pub fn local(&self) -> Rc<Local> {
         self.current.borrow().clone()

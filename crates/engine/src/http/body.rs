@@ -206,6 +206,17 @@ pub async fn send_head<W: Sink>(
     Ok(())
 }
 
+/// Makes room for a read of [`RELAY_CHUNK`] in `buf`. An empty buffer whose
+/// allocation is too small (a new server connection's, an HTTP/2 server
+/// stream's) is replaced rather than grown: growing copies the whole old
+/// allocation over, though none of its bytes are still wanted.
+fn make_room(buf: &mut BytesMut) {
+    if !buf.try_reclaim(RELAY_CHUNK) && buf.is_empty() {
+        *buf = BytesMut::with_capacity(RELAY_CHUNK);
+    }
+    buf.reserve(RELAY_CHUNK);
+}
+
 /// Relays the rest of `body` from `src` to `dst` through `buf`. On success,
 /// `buf` keeps exactly the bytes that follow the body.
 pub async fn pump<R: AsyncRead + Unpin, W: Sink>(
@@ -216,7 +227,7 @@ pub async fn pump<R: AsyncRead + Unpin, W: Sink>(
     idle: Duration,
 ) -> Result<(), RelayError> {
     while !body.is_finished() {
-        buf.reserve(RELAY_CHUNK);
+        make_room(buf);
         match timeout(idle, src.read_buf(buf)).await {
             Err(_) => return Err(RelayError::ReadTimeout),
             Ok(Err(e)) => return Err(RelayError::Read(e)),
@@ -338,5 +349,23 @@ mod tests {
         assert_eq!(&buf[..send], b"hello world");
         assert_eq!(consumed, buf.len() - 4);
         assert!(body.is_finished());
+    }
+
+    #[test]
+    fn room_for_a_read_keeps_what_is_unread() {
+        // A consumed head in a small buffer: room is made, nothing is kept.
+        let mut buf = BytesMut::with_capacity(1024);
+        buf.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
+        buf.advance(buf.len());
+        make_room(&mut buf);
+        assert!(buf.is_empty());
+        assert!(buf.capacity() >= RELAY_CHUNK);
+        // Bytes not yet relayed stay, in order.
+        let mut buf = BytesMut::with_capacity(16);
+        buf.extend_from_slice(b"head|body");
+        buf.advance(5);
+        make_room(&mut buf);
+        assert_eq!(&buf[..], b"body");
+        assert!(buf.capacity() >= RELAY_CHUNK);
     }
 }

@@ -38,7 +38,6 @@ use bytes::{Bytes, BytesMut};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use h2::Reason;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use self::flood::Inspect;
@@ -100,8 +99,6 @@ pub(super) struct Shared {
     /// Streams in progress, and since when none has been.
     open: Cell<usize>,
     idle_since: Cell<Instant>,
-    /// Wakes the connection loop: a stream ended, or resets crossed the limit.
-    wake: Notify,
     resets: Tally,
     /// Turns of the connection (each poll of it writes the frames streams
     /// queued, as far as the socket takes them), and the streams waiting for
@@ -235,7 +232,6 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
         name,
         open: Cell::new(0),
         idle_since: Cell::new(Instant::now()),
-        wake: Notify::new(),
         resets: Tally::new(settings.max_resets, Instant::now()),
         turns: Cell::new(0),
         turn_waiters: RefCell::new(Vec::new()),
@@ -244,10 +240,15 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
     let mut calmed = false;
     // The streams run inside this task: a stream's progress and the frames it
     // queued are written in the same turn, without a task of its own to spawn,
-    // schedule and wake. Each stream is polled only when it was woken.
+    // schedule and wake. Each stream is polled only when it was woken, and a
+    // stream that ends returns to this loop, which looks at the reset tally
+    // and the idle clock again: no wake-up of its own is needed for either.
     let mut streams = FuturesUnordered::new();
+    // The generation whose services were last looked at: a reload that
+    // removed the service is noticed once, not looked up every turn.
+    let mut seen_gen = shared.serving.borrow().0.gen.number;
     loop {
-        if !going_away && (worker.draining.get() || worker.local().gen.service_index(&shared.name).is_none()) {
+        if !going_away && (worker.draining.get() || removed(&worker, &shared.name, &mut seen_gen)) {
             h2.graceful_shutdown();
             going_away = true;
         }
@@ -259,7 +260,13 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
         }
         let idle = shared.open.get() == 0 && !going_away;
         let idle_at = shared.idle_since.get() + timeouts.client_idle;
+        // In this order, and no further once one is ready: while frames come
+        // in or streams make progress, the waits for the worker's events and
+        // the idle timer are not even set up (each would register, then
+        // unregister, a waiter per turn). The accept queue cannot starve the
+        // streams: `h2` accepts at most `max_concurrent_streams` at a time.
         tokio::select! {
+            biased;
             accepted = std::future::poll_fn(|cx| {
                 let polled = h2.poll_accept(cx);
                 shared.turned();
@@ -291,10 +298,10 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
                 })
                 .await;
             }
-            () = shared.wake.notified() => {}
             () = worker.drain.notified() => {}
             () = worker.reloaded.notified() => {}
-            () = tokio::time::sleep_until(idle_at), if idle => {
+            // Lazy: the timer is made only when the branch is polled (idle).
+            () = async { tokio::time::sleep_until(idle_at).await }, if idle => {
                 h2.graceful_shutdown();
                 going_away = true;
             }
@@ -302,17 +309,27 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
     }
 }
 
+/// Whether a reload since generation `seen` removed the service `name`;
+/// `seen` moves on to the worker's current generation.
+fn removed(worker: &Worker, name: &str, seen: &mut u64) -> bool {
+    let now = worker.local();
+    if now.gen.number == *seen {
+        return false;
+    }
+    *seen = now.gen.number;
+    now.gen.service_index(name).is_none()
+}
+
 /// One stream: the pipeline, then the connection's bookkeeping.
 async fn stream(req: http::Request<h2::RecvStream>, respond: h2::server::SendResponse<Bytes>, shared: Rc<Shared>) {
     let ended = stream::serve(req, respond, shared.clone()).await;
-    let now = Instant::now();
-    if ended == Ended::PeerReset && shared.resets.record(now, RESET_WINDOW) {
-        shared.wake.notify_one();
+    if ended == Ended::PeerReset {
+        // The connection's loop looks at the tally when this stream returns to it.
+        shared.resets.record(Instant::now(), RESET_WINDOW);
     }
     shared.open.set(shared.open.get().saturating_sub(1));
     if shared.open.get() == 0 {
-        shared.idle_since.set(now);
-        shared.wake.notify_one();
+        shared.idle_since.set(Instant::now());
     }
 }
 

@@ -24,7 +24,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -53,8 +53,10 @@ pub(super) enum Ended {
 pub(super) async fn serve(req: http::Request<RecvStream>, mut respond: SendResponse<Bytes>, conn: Rc<Shared>) -> Ended {
     let (parts, body) = req.into_parts();
     let head_request = parts.method == http::Method::HEAD;
-    let mut pre = BytesMut::with_capacity(1024);
-    let framing = match head::request_head(&parts, body.is_end_stream(), &mut pre) {
+    // The worker's pooled working memory, as an HTTP/1.1 connection gets it:
+    // the pipeline gives it back when the stream is done.
+    let mut scratch = conn.worker.lend_scratch();
+    let framing = match head::request_head(&parts, body.is_end_stream(), &mut scratch.buf) {
         Ok(framing) => framing,
         Err(_) => {
             respond.send_reset(Reason::PROTOCOL_ERROR);
@@ -76,9 +78,18 @@ pub(super) async fn serve(req: http::Request<RecvStream>, mut respond: SendRespo
         resets: resets.clone(),
     };
     let (local, service) = conn.current();
-    let scratch = crate::worker::Scratch { buf: pre, ..Default::default() };
-    let pipeline =
-        crate::http::serve(client, conn.peer, scratch, local, service, conn.worker.clone(), conn.transport.clone());
+    // Boxed: the pipeline's future is large, and a stream's future is moved
+    // into the connection's set of streams before it starts; unboxed, every
+    // stream would copy the pipeline's room on the way in.
+    let pipeline = Box::pin(crate::http::serve(
+        client,
+        conn.peer,
+        scratch,
+        local,
+        service,
+        conn.worker.clone(),
+        conn.transport.clone(),
+    ));
     let reset = std::future::poll_fn(|cx| {
         if resets.by_client.get().is_some() {
             return Poll::Ready(());
@@ -163,28 +174,30 @@ impl Out {
         let State::Head { respond, buf } = &mut self.state else {
             return Ok(());
         };
-        let mut fields: Vec<Field> = Vec::new();
+        let mut fields: Vec<Field> = Vec::with_capacity(head::HEAD_FIELDS);
+        // Each head's bytes are split off and frozen: its fields' values are
+        // slices of them, not copies.
         let head = loop {
             match parse::parse_response(buf, MAX_RESPONSE_HEAD, &mut fields) {
                 Ok(None) => return Ok(()),
                 Ok(Some(head)) if (100..200).contains(&head.status) && head.status != 101 => {
                     // `100 Continue` for `expect: 100-continue`, 103 Early Hints...
-                    if let Ok(interim) = head::response_head(buf, &head, &fields) {
+                    let bytes = buf.split_to(head.len).freeze();
+                    if let Ok(interim) = head::response_head(&bytes, &head, &fields) {
                         let _ = respond.send_informational(interim);
                     }
-                    buf.advance(head.len);
                 }
                 Ok(Some(head)) if head.status >= 200 => break head,
                 // The pipeline writes only heads it parsed itself.
                 Ok(Some(_)) | Err(_) => return Err(invalid("unexpected response head")),
             }
         };
-        let response = head::response_head(buf, &head, &fields).map_err(invalid)?;
+        let bytes = buf.split_to(head.len).freeze();
+        let response = head::response_head(&bytes, &head, &fields).map_err(invalid)?;
         let framing =
             if parse::response_has_body(self.head_request, head.status) { head.framing } else { Framing::Empty };
         let empty = matches!(framing, Framing::Length(0) | Framing::Empty);
         let send = respond.send_response(response, empty).map_err(|e| io::Error::other(e.to_string()))?;
-        buf.advance(head.len);
         let rest = std::mem::take(buf);
         if empty {
             self.state = State::Done;

@@ -95,8 +95,9 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
             }
         }
     };
-    let mut pre = BytesMut::with_capacity(1024);
-    let inbound = match head::request_head(&parts, end_stream, &mut pre) {
+    // The worker's pooled working memory; the pipeline gives it back.
+    let mut scratch = conn.worker.lend_scratch();
+    let inbound = match head::request_head(&parts, end_stream, &mut scratch.buf) {
         Ok(RequestBody::None) => Inbound::empty(),
         Ok(RequestBody::Length) => Inbound::new(recv, false, first),
         Ok(RequestBody::Chunked) => Inbound::new(recv, true, first),
@@ -111,7 +112,6 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
     let client = H3Client { rd: Rd { body: inbound }, wr: Wr { out: wr.clone() }, local: conn.local_addr, resets };
     let resets = client.resets.clone();
     let (local, service) = conn.current();
-    let scratch = crate::worker::Scratch { buf: pre, ..Default::default() };
     let peer = conn.connection.remote_address();
     crate::http::serve(client, peer, scratch, local, service, conn.worker.clone(), conn.transport.clone()).await;
     // The pipeline is done (and dropped its client): finish or reset the stream.
@@ -253,7 +253,7 @@ impl Out {
         let State::Head(buf) = &mut self.state else {
             return Ok(());
         };
-        let mut fields: Vec<Field> = Vec::new();
+        let mut fields: Vec<Field> = Vec::with_capacity(head::HEAD_FIELDS);
         let head = loop {
             match parse::parse_response(buf, MAX_RESPONSE_HEAD, &mut fields) {
                 Ok(None) => return Ok(()),
@@ -263,10 +263,10 @@ impl Out {
                 Ok(Some(_)) | Err(_) => return Err(invalid("unexpected response head")),
             }
         };
-        let response = head::response_head(buf, &head, &fields).map_err(invalid)?;
+        let bytes = buf.split_to(head.len).freeze();
+        let response = head::response_head(&bytes, &head, &fields).map_err(invalid)?;
         let framing =
             if parse::response_has_body(self.head_request, head.status) { head.framing } else { Framing::Empty };
-        buf.advance(head.len);
         let rest = std::mem::take(buf);
         let mut step = match framing {
             Framing::Length(0) | Framing::Empty => {

@@ -17,10 +17,16 @@
 //! [`server_response_head`] writes the server's HTTP/2 response as an
 //! HTTP/1.1 head the pipeline parses like any server's.
 
-use bytes::BytesMut;
-use http::header::{HeaderName, HeaderValue};
+use std::ops::Range;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use switchyard_http::parse::{Field, Framing, RequestHead, ResponseHead};
+
+/// Field positions reserved for a head parsed on the HTTP/2 side at once,
+/// rather than grown one reallocation at a time (most heads have fewer).
+pub const HEAD_FIELDS: usize = 16;
 
 /// How the request body reaches the pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,21 +128,33 @@ fn field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// The HTTP/2 response head for an HTTP/1.1 response head parsed from `buf`.
+/// A field value of a head held in `buf`: validated, and shared with the
+/// head's buffer rather than copied (one allocation per field fewer).
+/// `None` when the range lies outside `buf` or HTTP/2 cannot carry the value.
+fn shared_value(buf: &Bytes, range: Range<usize>) -> Option<HeaderValue> {
+    if range.end > buf.len() || range.start > range.end {
+        return None;
+    }
+    HeaderValue::from_maybe_shared(buf.slice(range)).ok()
+}
+
+/// The HTTP/2 response head for an HTTP/1.1 response head parsed from `buf`
+/// (exactly the head's bytes: the values are slices of it).
 /// Fields whose name or value HTTP/2 cannot carry are left out.
-pub fn response_head(buf: &[u8], head: &ResponseHead, fields: &[Field]) -> Result<http::Response<()>, &'static str> {
+pub fn response_head(buf: &Bytes, head: &ResponseHead, fields: &[Field]) -> Result<http::Response<()>, &'static str> {
     let status = http::StatusCode::from_u16(head.status).map_err(|_| "invalid status")?;
     let mut response = http::Response::new(());
     *response.status_mut() = status;
     let headers = response.headers_mut();
+    *headers = HeaderMap::with_capacity(fields.len());
     for f in fields {
-        let (Some(name), Some(value)) = (buf.get(f.name.clone()), buf.get(f.value.clone())) else {
+        let Some(name) = buf.get(f.name.clone()) else {
             continue;
         };
         if connection_specific(name) {
             continue;
         }
-        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+        if let (Ok(name), Some(value)) = (HeaderName::from_bytes(name), shared_value(buf, f.value.clone())) {
             headers.append(name, value);
         }
     }
@@ -144,28 +162,40 @@ pub fn response_head(buf: &[u8], head: &ResponseHead, fields: &[Field]) -> Resul
 }
 
 /// The HTTP/2 request for a server, from the HTTP/1.1 head the pipeline
-/// wrote (parsed from `buf`). `scheme` is `http` or `https` (the pool's TLS);
-/// `authority` stands in when the head has no usable `Host`.
+/// wrote (parsed from `buf`, exactly the head's bytes: the values are slices
+/// of it). `scheme` is `http` or `https` (the pool's TLS); `authority` stands
+/// in when the head has no usable `Host`.
 pub fn server_request(
-    buf: &[u8],
+    buf: &Bytes,
     head: &RequestHead,
     fields: &[Field],
     scheme: &str,
     authority: &str,
 ) -> Result<http::Request<()>, &'static str> {
     let method = http::Method::from_bytes(&buf[head.method.clone()]).map_err(|_| "invalid method")?;
-    let host = head.host.clone().map(|r| &buf[r]).filter(|h| !h.is_empty());
-    let authority = host.unwrap_or(authority.as_bytes());
-    let authority = http::uri::Authority::try_from(authority).map_err(|_| "invalid host")?;
-    let path = http::uri::PathAndQuery::try_from(&buf[head.target.clone()]).map_err(|_| "invalid target")?;
+    // Slices of the head's buffer, not copies.
+    let host = head.host.clone().filter(|r| !r.is_empty() && r.end <= buf.len()).map(|r| buf.slice(r));
+    let authority = match host {
+        Some(host) => http::uri::Authority::from_maybe_shared(host),
+        None => http::uri::Authority::try_from(authority),
+    };
+    let authority = authority.map_err(|_| "invalid host")?;
+    let target = head.target.clone();
+    if target.end > buf.len() {
+        return Err("invalid target");
+    }
+    let path = http::uri::PathAndQuery::from_maybe_shared(buf.slice(target)).map_err(|_| "invalid target")?;
     let uri = http::Uri::builder().scheme(scheme).authority(authority).path_and_query(path).build();
     let mut request = http::Request::new(());
     *request.method_mut() = method;
     *request.uri_mut() = uri.map_err(|_| "invalid target")?;
     *request.version_mut() = http::Version::HTTP_2;
     let headers = request.headers_mut();
+    *headers = HeaderMap::with_capacity(fields.len() + 1);
     for f in fields {
-        let (name, value) = (&buf[f.name.clone()], &buf[f.value.clone()]);
+        let Some(name) = buf.get(f.name.clone()) else {
+            continue;
+        };
         if connection_specific(name) || name.eq_ignore_ascii_case(b"host") {
             continue;
         }
@@ -173,7 +203,7 @@ pub fn server_request(
         if head.framing == Framing::Chunked && name.eq_ignore_ascii_case(b"content-length") {
             continue;
         }
-        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+        if let (Ok(name), Some(value)) = (HeaderName::from_bytes(name), shared_value(buf, f.value.clone())) {
             headers.append(name, value);
         }
     }
@@ -313,7 +343,7 @@ mod tests {
                     transfer-encoding: chunked\r\nupgrade: h2c\r\nproxy-connection: x\r\nset-cookie: a=1\r\nset-cookie: b=2\r\n\r\n";
         let mut fields = Vec::new();
         let head = parse_response(raw, 4096, &mut fields).expect("valid").expect("complete");
-        let r = response_head(raw, &head, &fields).expect("translates");
+        let r = response_head(&Bytes::from_static(raw), &head, &fields).expect("translates");
         assert_eq!(r.status(), 201);
         let names: Vec<&str> = r.headers().keys().map(|k| k.as_str()).collect();
         assert_eq!(names, ["content-type", "set-cookie"]);
@@ -325,7 +355,7 @@ mod tests {
         let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-Upper: Value\r\n\r\n";
         let mut fields = Vec::new();
         let head = parse_response(raw, 4096, &mut fields).expect("valid").expect("complete");
-        let r = response_head(raw, &head, &fields).expect("translates");
+        let r = response_head(&Bytes::from_static(raw), &head, &fields).expect("translates");
         // Names are lower-cased for HTTP/2.
         assert_eq!(r.headers().get("x-upper").map(|v| v.as_bytes()), Some(&b"Value"[..]));
         assert_eq!(r.headers().get("content-length").map(|v| v.as_bytes()), Some(&b"3"[..]));

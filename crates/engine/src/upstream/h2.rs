@@ -38,7 +38,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use h2::client::{ResponseFuture, SendRequest};
 use h2::Reason;
 use switchyard_config::Pool;
@@ -277,7 +277,7 @@ fn open_stream(shared: &Shared, scheme: &'static str, target: &Target<'_>) -> Up
     let wr = Wr {
         state: RefCell::new(Up::Head { send: shared.send.clone(), buf: BytesMut::new() }),
         scheme,
-        authority: target.addr.to_string(),
+        server: target.addr,
         link: link.clone(),
         failure: failure.clone(),
     };
@@ -337,7 +337,9 @@ pub struct Wr {
     /// In a cell: the relay's non-blocking write attempt has a shared borrow.
     state: RefCell<Up>,
     scheme: &'static str,
-    authority: String,
+    /// The server's address: the `:authority` of a request without a
+    /// `Host` (HTTP/1.0), written out only for one.
+    server: SocketAddr,
     link: Rc<RefCell<Link>>,
     failure: Rc<Cell<Option<Failure>>>,
 }
@@ -452,13 +454,17 @@ impl Wr {
         let Up::Head { send, buf } = state else {
             return Ok(());
         };
-        let mut fields = Vec::new();
+        let mut fields = Vec::with_capacity(head::HEAD_FIELDS);
         let head = match parse::parse_request(buf, HEAD_LIMITS, &mut fields) {
             Ok(Some(head)) => head,
             Ok(None) => return Ok(()),
             Err(_) => return Err(io::Error::new(io::ErrorKind::InvalidData, "invalid request head")),
         };
-        let request = match head::server_request(buf, &head, &fields, self.scheme, &self.authority) {
+        // The head's bytes, frozen: the request's fields are slices of them.
+        let bytes = buf.split_to(head.len).freeze();
+        let has_host = head.host.as_ref().is_some_and(|r| !r.is_empty());
+        let authority = if has_host { String::new() } else { self.server.to_string() };
+        let request = match head::server_request(&bytes, &head, &fields, self.scheme, &authority) {
             Ok(request) => request,
             Err(why) => {
                 self.failure.set(Some(Failure { why, reset: None }));
@@ -466,7 +472,7 @@ impl Wr {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, why));
             }
         };
-        let head_request = &buf[head.method.clone()] == b"HEAD";
+        let head_request = bytes.get(head.method.clone()) == Some(&b"HEAD"[..]);
         let bodiless = matches!(head.framing, Framing::Empty | Framing::Length(0));
         let (response, stream) = match send.send_request(request, bodiless) {
             Ok(pair) => pair,
@@ -476,7 +482,6 @@ impl Wr {
                 return Err(io::ErrorKind::ConnectionAborted.into());
             }
         };
-        buf.advance(head.len);
         let rest = std::mem::take(buf);
         {
             let mut link = self.link.borrow_mut();

@@ -21,6 +21,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use futures_util::FutureExt;
 use rustls::HandshakeKind;
 use switchyard_http::error::Refusal;
 use tokio::io::AsyncReadExt;
@@ -53,8 +54,35 @@ pub fn preface(buf: &[u8]) -> Option<bool> {
     }
 }
 
-/// Serves an accepted connection of an `http` service. `pre` holds bytes
-/// already read after a PROXY protocol header.
+/// An accepted connection the HTTP/1.1 codec serves, with what it was told
+/// about it on the way ([`crate::l4::serve_stream`], [`serve_http`]). Handed
+/// back to the connection's task, which awaits [`Http1::serve`] itself:
+/// nothing of the steps before (PROXY header, protection, the h2c sniff)
+/// stays in an idle keep-alive connection's future.
+pub struct Http1 {
+    /// The client's connection slot (`max_connections_per_client`), held
+    /// until the connection closes.
+    pub(crate) slot: Option<crate::protection::Slot>,
+    stream: TcpStream,
+    client: SocketAddr,
+    scratch: Scratch,
+    local: Rc<Local>,
+    service: usize,
+    worker: Rc<Worker>,
+    transport: Transport,
+}
+
+impl Http1 {
+    /// Serves the connection until it closes ([`crate::http::serve`]).
+    pub fn serve(self) -> impl std::future::Future<Output = ()> + 'static {
+        let Http1 { slot, stream, client, scratch, local, service, worker, transport } = self;
+        crate::http::serve(stream, client, scratch, local, service, worker, transport).map(move |()| drop(slot))
+    }
+}
+
+/// Picks the codec of an accepted connection of an `http` service. `pre`
+/// holds bytes already read after a PROXY protocol header. An h2c
+/// connection is served here; an HTTP/1.1 one is handed back.
 pub async fn serve_http(
     mut stream: TcpStream,
     client: SocketAddr,
@@ -63,26 +91,22 @@ pub async fn serve_http(
     service: usize,
     worker: Rc<Worker>,
     refused: Option<Refusal>,
-) {
-    let Some(svc) = local.gen.config.services.get(service) else {
-        return;
-    };
+) -> Option<Http1> {
+    let svc = local.gen.config.services.get(service)?;
     let transport = Transport { refused, ..Transport::default() };
     let mut scratch = Scratch { buf: pre, ..Scratch::default() };
     let codec = if svc.http2.enabled {
-        match sniff(&mut stream, &mut scratch, &worker, svc.timeouts.client_header).await {
-            Some(codec) => codec,
-            None => return,
-        }
+        sniff(&mut stream, &mut scratch, &worker, svc.timeouts.client_header).await?
     } else {
         Codec::Http1
     };
     match codec {
-        Codec::Http1 => crate::http::serve(stream, client, scratch, local, service, worker, transport).await,
+        Codec::Http1 => Some(Http1 { slot: None, stream, client, scratch, local, service, worker, transport }),
         Codec::Http2 => {
             let conn = crate::http2::Conn { peer: client, local_addr: stream.local_addr().ok() };
             let pre = scratch.buf;
             Box::pin(crate::http2::serve(stream, conn, local, service, worker, transport, pre)).await;
+            None
         }
     }
 }

@@ -168,7 +168,11 @@ async fn accept_loop(worker: Rc<Worker>, addr: SocketAddr, listener: TcpListener
                 tokio::task::spawn_local(async move {
                     let _open = OpenGuard(w.clone());
                     let _held = held;
-                    crate::l4::serve_stream(stream, peer, local, service, w).await;
+                    // An HTTP/1.1 connection comes back to be served here, so its
+                    // task holds only the codec's state once the steps before are done.
+                    if let Some(http1) = crate::l4::serve_stream(stream, peer, local, service, w).await {
+                        http1.serve().await;
+                    }
                 });
             }
             Err(e) => {

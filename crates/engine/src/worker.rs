@@ -70,6 +70,10 @@ pub struct Scratch {
     pub(crate) host: String,
     /// "METHOD path", for logs.
     pub(crate) line: String,
+    /// Header values the access log keeps (`http::log::keep_meta`).
+    pub(crate) meta: Vec<u8>,
+    /// The key a header-keyed stick table is updated with.
+    pub(crate) stick_key: Vec<u8>,
 }
 
 /// A socket bound for one worker.

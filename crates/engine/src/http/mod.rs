@@ -164,6 +164,69 @@ struct Failed {
     relayed: Option<u16>,
 }
 
+/// What a connection keeps while it waits for its next request. The rest of
+/// a [`Client`] (the scratch buffers, the request's trace and cache hooks)
+/// exists only while requests are in progress, inside a boxed future: an
+/// idle keep-alive connection's task holds this and its wait, nothing more.
+struct Idle<S> {
+    stream: S,
+    peer: SocketAddr,
+    ip: IpAddr,
+    ip_text: String,
+    local: Rc<Local>,
+    service: usize,
+    worker: usize,
+    transport: Transport,
+}
+
+impl<S> Idle<S> {
+    /// The connection's state while busy; `scratch` holds bytes already
+    /// read, or is empty (lent from the worker's pool when bytes arrive).
+    fn busy(self, scratch: Scratch) -> Client<S> {
+        let Scratch { buf, fields, resp_fields, out, host, line, meta, stick_key } = scratch;
+        Client {
+            stream: self.stream,
+            peer: self.peer,
+            buf,
+            fields,
+            resp_fields,
+            out,
+            host,
+            line,
+            ip: self.ip,
+            ip_text: self.ip_text,
+            local: self.local,
+            service: self.service,
+            worker: self.worker,
+            trace: Trace::default(),
+            meta,
+            meta_at: [None; 3],
+            stick_key,
+            transport: self.transport,
+            capture: None,
+            intercept: cached::Intercept::default(),
+            otel: None,
+        }
+    }
+}
+
+impl<S> Client<S> {
+    /// Back to waiting, once the scratch set went back to the pool: what
+    /// only a request needed is dropped.
+    fn idle(self) -> Idle<S> {
+        Idle {
+            stream: self.stream,
+            peer: self.peer,
+            ip: self.ip,
+            ip_text: self.ip_text,
+            local: self.local,
+            service: self.service,
+            worker: self.worker,
+            transport: self.transport,
+        }
+    }
+}
+
 /// Serves one client connection until it closes, fails, or the worker drains.
 ///
 /// Each request runs on the generation current when its head arrived; a
@@ -174,6 +237,11 @@ struct Failed {
 /// header, or while [`crate::front`] told HTTP/1.1 from h2c); an empty one
 /// (`Scratch::default()`, no allocation) is lent from the worker's pool when
 /// the first bytes arrive.
+///
+/// The connection alternates between waiting ([`Idle`], in this future) and
+/// serving the requests whose bytes have arrived ([`Client`], in a boxed
+/// future that ends when no byte is left to read): an idle connection's
+/// task is a few hundred bytes, whatever a request in progress needs.
 ///
 /// Not an `async fn`: the connection's state is built first and moved into
 /// the future once, which keeps an idle connection's future smaller than
@@ -187,59 +255,91 @@ pub fn serve<S: ClientStream + 'static>(
     worker: Rc<Worker>,
     transport: Transport,
 ) -> impl std::future::Future<Output = ()> + 'static {
-    let connection = local.gen.config.services.get(service).map(|s| s.name.clone()).map(|name| {
-        let Scratch { buf, fields, resp_fields, out, host, line } = scratch;
-        let client = Client {
-            stream,
-            peer,
-            buf,
-            fields,
-            resp_fields,
-            out,
-            host,
-            line,
-            ip: client_ip(peer),
-            ip_text: ip_text(client_ip(peer)),
-            local,
-            service,
-            worker: worker.id,
-            trace: Trace::default(),
-            meta: Vec::new(),
-            meta_at: [None; 3],
-            stick_key: Vec::new(),
-            transport,
-            capture: None,
-            intercept: cached::Intercept::default(),
-            otel: None,
-        };
-        (name, client)
-    });
-    let mut connection = connection;
+    let name = local.gen.config.services.get(service).map(|s| s.name.clone());
+    let ip = client_ip(peer);
+    let mut idle =
+        Some(Idle { stream, peer, ip, ip_text: ip_text(ip), local, service, worker: worker.id, transport });
+    // Boxed while it waits for the first busy period: the future keeps a
+    // pointer's room for it, not a whole scratch set's, for its whole life.
+    let mut pre = (scratch.buf.capacity() > 0).then(|| Box::new(scratch));
     async move {
-        // Borrowed where it lies: moving it out would give it a second place.
-        let Some((name, client)) = connection.as_mut() else {
+        // `idle` is kept where it lies, taken only to be moved into the busy
+        // future and put back: a local copy would give it a second place.
+        let (Some(name), Some(conn)) = (name.as_deref(), idle.as_ref()) else {
             return;
         };
-        let metrics = client.local.gen.services[client.service].clone();
+        let metrics = conn.local.gen.services[conn.service].clone();
         // A request of an HTTP/2 or HTTP/3 stream is not a connection of its own.
-        let counted = !client.transport.is_stream() && !client.transport.cache_refresh;
+        let counted = !conn.transport.is_stream() && !conn.transport.cache_refresh;
         if counted {
             metrics.connection_opened(worker.id);
         }
         let _closed = counted.then(|| CloseGuard(&metrics, worker.id));
-        requests(client, &worker, name).await;
-        // The connection is done: its scratch set serves the worker's next one
-        // instead of being freed here and allocated again there.
+        let mut first = true;
+        loop {
+            let Some(conn) = idle.as_ref() else { return };
+            let held = pre.as_ref().is_some_and(|s| !s.buf.is_empty());
+            if !held && !wait_idle(conn, &worker, name, first).await {
+                break;
+            }
+            let Some(conn) = idle.take() else { return };
+            let scratch = pre.take().map_or_else(Scratch::default, |s| *s);
+            let (client, open) = Box::pin(busy(conn.busy(scratch), &worker, name, first)).await;
+            idle = Some(client.idle());
+            first = false;
+            if !open {
+                break;
+            }
+        }
+        if let Some(conn) = idle.as_mut() {
+            conn.stream.close().await;
+        }
+    }
+}
+
+/// Serves the requests whose bytes have arrived, until the connection would
+/// wait for more (`true`) or must close (`false`); the scratch set is back
+/// in the worker's pool either way.
+async fn busy<S: ClientStream>(
+    mut client: Client<S>,
+    worker: &Rc<Worker>,
+    name: &str,
+    first: bool,
+) -> (Client<S>, bool) {
+    let open = requests(&mut client, worker, name, first).await;
+    if !open {
+        // Unread bytes of a closing connection are dropped with it.
         client.buf.clear();
-        stash(client, &worker);
-        client.stream.close().await;
+    }
+    stash(&mut client, worker);
+    (client, open)
+}
+
+/// Waits for the first bytes of the next request without holding any buffer
+/// (`client_header` for the connection's first request, `client_idle` after
+/// one). `false`: close instead — the wait ran out, the peer closed or
+/// failed, the worker is draining, or a reload removed the service.
+async fn wait_idle<S: ClientStream>(idle: &Idle<S>, worker: &Worker, name: &str, first: bool) -> bool {
+    let t = &idle.local.gen.config.services[idle.service].timeouts;
+    let deadline = tokio::time::Instant::now() + if first { t.client_header } else { t.client_idle };
+    loop {
+        if worker.draining.get() || worker.local().gen.service_index(name).is_none() {
+            return false;
+        }
+        let ready = tokio::select! {
+            r = timeout_at(deadline, idle.stream.ready()) => r,
+            () = worker.drain.notified() => return false,
+            () = worker.reloaded.notified() => continue,
+        };
+        return matches!(ready, Ok(Ok(())));
     }
 }
 
 /// Serves requests on the connection until it closes, fails, is no longer
-/// kept alive, or the worker drains.
-async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, name: &str) {
-    let mut first = true;
+/// kept alive, the worker drains (`false`), or no byte of a next request is
+/// left to read (`true`: the connection waits idle in [`serve`]).
+async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, name: &str, first: bool) -> bool {
+    let mut first = first;
     loop {
         // Phases 1 and 2: read and parse the head.
         client.trace = Trace::default();
@@ -247,11 +347,11 @@ async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, 
         let (local, index) = (client.local.clone(), client.service);
         let head = match read_head(client, &local.gen.config.services[index], worker, name, first).await {
             Ok(Some(head)) => head,
-            Ok(None) => return,
+            Ok(None) => return false,
             Err(error) => {
                 self::log::keep_unparsed(client);
                 fail(client, &local.gen.config.services[index], &error, Instant::now()).await;
-                return;
+                return false;
             }
         };
         first = false;
@@ -266,14 +366,13 @@ async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, 
             }
         }
         let (local, index) = (client.local.clone(), client.service);
-        // Boxed so that an idle connection's task holds only the small
-        // read-head state, not the whole request pipeline's.
-        let keep_alive =
-            Box::pin(handle(client, head, &local.gen.config.services[index], worker, &local, started)).await;
+        let keep_alive = handle(client, head, &local.gen.config.services[index], worker, &local, started).await;
         if !keep_alive || worker.draining.get() {
-            return;
+            return false;
         }
-        stash(client, worker);
+        if client.buf.is_empty() {
+            return true;
+        }
     }
 }
 
@@ -361,6 +460,8 @@ fn lend<S>(client: &mut Client<S>, worker: &Worker) {
     client.out = s.out;
     client.host = s.host;
     client.line = s.line;
+    client.meta = s.meta;
+    client.stick_key = s.stick_key;
     if client.buf.capacity() == 0 {
         client.buf.reserve(CLIENT_BUF);
     }
@@ -378,10 +479,15 @@ fn stash<S>(client: &mut Client<S>, worker: &Worker) {
         out: std::mem::take(&mut client.out),
         host: std::mem::take(&mut client.host),
         line: std::mem::take(&mut client.line),
+        meta: std::mem::take(&mut client.meta),
+        stick_key: std::mem::take(&mut client.stick_key),
     };
     let mut pool = worker.scratch.borrow_mut();
     if pool.len() < SCRATCH_POOL && s.buf.capacity() <= SCRATCH_KEEP && s.out.capacity() <= SCRATCH_KEEP {
         s.buf.clear();
+        // Another connection's request must not find this one's values.
+        s.meta.clear();
+        s.stick_key.clear();
         pool.push(s);
     }
 }
@@ -1682,5 +1788,24 @@ mod tests {
         }
         let mapped: SocketAddr = "[::ffff:192.0.2.9]:80".parse().expect("address");
         assert_eq!(ip_text(client_ip(mapped)), "192.0.2.9");
+    }
+
+    /// An idle keep-alive connection's task is the `serve` future (its steps
+    /// before the first request run in boxed futures, `front::Http1`): what
+    /// it holds between requests is `Idle` and the wait, not a `Client`.
+    /// Bounds with room for compiler changes (a test build's sizes; release
+    /// ones are smaller), so that a state put back inline fails here rather
+    /// than as memory per connection in the bench.
+    #[test]
+    fn an_idle_connection_holds_a_small_future() {
+        fn size<A, B, C, D, E, G, H, F>(_: fn(A, B, C, D, E, G, H) -> F) -> usize {
+            std::mem::size_of::<F>()
+        }
+        let idle = std::mem::size_of::<Idle<tokio::net::TcpStream>>();
+        let client = std::mem::size_of::<Client<tokio::net::TcpStream>>();
+        let serve = size(serve::<tokio::net::TcpStream>);
+        assert!(idle <= 256, "Idle is {idle} bytes");
+        assert!(serve <= 1024, "an idle connection's future is {serve} bytes");
+        assert!(serve < client + idle, "the future ({serve}) holds a Client ({client})");
     }
 }

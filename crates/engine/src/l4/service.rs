@@ -33,18 +33,24 @@ use crate::wire::rdp;
 use crate::wire::sni::{self, Peek};
 use crate::worker::{Local, Worker};
 
-/// Serves an accepted TCP connection according to its service's mode.
-pub async fn serve_stream(stream: TcpStream, peer: SocketAddr, local: Rc<Local>, service: usize, worker: Rc<Worker>) {
-    let Some(svc) = local.gen.config.services.get(service) else {
-        return;
-    };
+/// Serves an accepted TCP connection according to its service's mode; an
+/// HTTP/1.1 connection is handed back for its task to serve
+/// ([`crate::front::Http1`]).
+pub async fn serve_stream(
+    stream: TcpStream,
+    peer: SocketAddr,
+    local: Rc<Local>,
+    service: usize,
+    worker: Rc<Worker>,
+) -> Option<crate::front::Http1> {
+    let svc = local.gen.config.services.get(service)?;
     let mut stream = stream;
     let (client, pre) = if trusted(svc, peer.ip()) {
         match Box::pin(read_proxy(&mut stream, svc.timeouts.client_header)).await {
             Ok((addr, rest)) => (addr.unwrap_or(peer), rest),
             Err(why) => {
                 tracing::warn!(service = %svc.name, client = %peer, reason = why, "PROXY protocol header refused");
-                return;
+                return None;
             }
         }
     } else {
@@ -57,7 +63,7 @@ pub async fn serve_stream(stream: TcpStream, peer: SocketAddr, local: Rc<Local>,
     // refusal's status first.
     let http = matches!(svc.mode, Mode::Http | Mode::Https);
     let mut refused = None;
-    let _slot = match local.gen.protection.get(service).and_then(Option::as_ref) {
+    let slot = match local.gen.protection.get(service).and_then(Option::as_ref) {
         Some(guard) if !(http && guard.trusts(client.ip())) => {
             match guard.admit_connection(client.ip(), Instant::now()) {
                 Ok(slot) => slot,
@@ -72,13 +78,22 @@ pub async fn serve_stream(stream: TcpStream, peer: SocketAddr, local: Rc<Local>,
     if let (Some(why), false) = (refused, http) {
         tracing::debug!(service = %svc.name, %client, reason = why.label(), "connection refused");
         record(&local, service, &worker, client, None, Some(why.label()), Instant::now(), 0, 0);
-        return;
+        return None;
     }
-    // The layer-4 and TLS branches are boxed: a task's future is as large as
-    // its largest state, and an idle HTTP keep-alive connection should not
-    // pay for a relay's or a TLS session's.
+    // Every branch is boxed: a task's future is as large as its largest
+    // state, and an idle HTTP keep-alive connection should not pay for a
+    // relay's, a TLS session's or the steps before its first request.
     match svc.mode {
-        Mode::Http => crate::front::serve_http(stream, client, pre, local, service, worker, refused).await,
+        // Boxed too: the h2c sniff's state is gone once the connection is
+        // handed back, so an idle HTTP/1.1 connection holds none of it.
+        Mode::Http => {
+            let http1 = Box::pin(crate::front::serve_http(stream, client, pre, local, service, worker, refused)).await;
+            // The client's connection slot is held as long as the connection.
+            return http1.map(|mut http1| {
+                http1.slot = slot;
+                http1
+            });
+        }
         Mode::Https => Box::pin(crate::front::serve_https(stream, client, pre, local, service, worker, refused)).await,
         Mode::Tcp | Mode::TlsPassthrough => {
             // A layer-4 session is one client connection: open while it relays.
@@ -93,6 +108,7 @@ pub async fn serve_stream(stream: TcpStream, peer: SocketAddr, local: Rc<Local>,
         }
         Mode::Udp => {}
     }
+    None
 }
 
 /// Whether `ip` may send a PROXY protocol header to `svc`.

@@ -20,9 +20,10 @@ Plan:
    "uni_flood": int     -- first open that many unidirectional streams of a reserved
                            type, each finished at once,
    "flood_pause": float -- seconds to wait after a flood before the requests,
-   "early_requests": [...] -- after the requests, a second connection resuming the
-                           first's session sends these at once, in 0-RTT when the
-                           server allows it (results in "early_results")}
+   "early_requests": [...] -- after the requests, each of these on a new connection
+                           that resumes a session (a fresh ticket each) and sends it at
+                           once, in 0-RTT when the server allows it (results in
+                           "early_results")}
 
 A request may carry "expect_continue": true: its body is sent only once a
 `100 Continue` came (the request's headers should include expect: 100-continue).
@@ -31,7 +32,7 @@ Answer: {"results": [{"status", "headers", "body_hex", "trailers", "interim"} or
          "ports": [local port of each socket used],
          "closed": the server's connection close code, or null,
          "retried": Retry packets the client followed (0 or 1),
-         "early_results": [...], "resumed": bool, "early_accepted": bool (with early_requests)}
+         "early_results": [...], "resumed": [bool...], "early_accepted": [bool...] (with early_requests)}
 """
 
 import asyncio
@@ -242,17 +243,28 @@ def configuration(plan, tickets) -> QuicConfiguration:
     return config
 
 
-async def early(plan, tickets) -> dict:
-    """A second connection that resumes the first's session and sends its
-    requests at once: in 0-RTT when the ticket allows early data."""
+async def early(plan, tickets, req) -> tuple:
+    """A new connection that resumes a session (each ticket once) and sends
+    its one request at once: in 0-RTT when the ticket allows early data."""
     config = configuration(plan, tickets)
+    tickets.pop()
     async with connect(plan["host"], plan["port"], configuration=config, create_protocol=Client,
-                       wait_connected=False) as client:
-        results = await asyncio.gather(*(one(client, plan, r, None) for r in plan["early_requests"]))
+                       session_ticket_handler=tickets.append, wait_connected=False) as client:
+        result = await one(client, plan, req, None)
         tls = client._quic.tls
         resumed, accepted = bool(tls.session_resumed), bool(tls.early_data_accepted)
+        await ticket_from(tickets, 0)
         client.close()
-    return {"early_results": list(results), "resumed": resumed, "early_accepted": accepted}
+    return result, resumed, accepted
+
+
+async def ticket_from(tickets, had) -> None:
+    """Waits (a bounded time) for the server's session ticket, which may come
+    after the answers."""
+    for _ in range(200):
+        if len(tickets) > had:
+            return
+        await asyncio.sleep(0.01)
 
 
 async def main() -> None:
@@ -284,11 +296,18 @@ async def main() -> None:
                 if plan.get("rebind_after") is not None and i == plan["rebind_after"]:
                     ports.append(await rebind(client))
                 results.append(await one(client, plan, req, jar))
+        if plan.get("early_requests"):
+            await ticket_from(tickets, 0)
         client.close()
     retried = client._quic._retry_count
     out = {"results": list(results), "ports": ports, "closed": client.closed, "retried": retried}
     if plan.get("early_requests"):
-        out.update(await early(plan, tickets))
+        out["early_results"], out["resumed"], out["early_accepted"] = [], [], []
+        for req in plan["early_requests"]:
+            result, resumed, accepted = await early(plan, tickets, req)
+            out["early_results"].append(result)
+            out["resumed"].append(resumed)
+            out["early_accepted"].append(accepted)
     json.dump(out, sys.stdout)
 
 

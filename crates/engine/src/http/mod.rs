@@ -1251,11 +1251,19 @@ fn alt_svc<S: ClientStream>(client: &Client<S>, service: &Service) -> Option<u16
 /// Adds `alt-svc: h3=":PORT"; ma=86400` after the status line of the
 /// response head at the start of `out`, when there is a `port` to advertise
 /// ([`alt_svc`]): on relayed responses and the proxy's own alike (rule
-/// answers, errors, cache hits).
+/// answers, errors, cache hits). A head that has an `Alt-Svc` already (a
+/// server's own, or one stored with a cached response) keeps it alone.
 fn add_alt_svc(out: &mut Vec<u8>, port: Option<u16>) {
     let Some(port) = port else {
         return;
     };
+    let head_end = memchr::memmem::find(out, b"\r\n\r\n").unwrap_or(out.len());
+    let has_one = out[..head_end]
+        .split(|&b| b == b'\n')
+        .any(|line| line.len() > 8 && line[..8].eq_ignore_ascii_case(b"alt-svc:"));
+    if has_one {
+        return;
+    }
     let at = memchr::memchr(b'\n', out).map_or(0, |i| i + 1);
     let mut field = Vec::with_capacity(40);
     field.extend_from_slice(b"alt-svc: h3=\":");

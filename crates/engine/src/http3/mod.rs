@@ -262,7 +262,13 @@ async fn handshake(
     let connecting = if early_data {
         match connecting.into_0rtt() {
             Ok((conn, accepted)) => {
-                let done = async move { matches!(tokio::time::timeout(wait, accepted).await, Ok(true)) };
+                // `accepted` resolves when the handshake ends, to whether
+                // 0-RTT was accepted (false too when it failed): the
+                // connection's state tells a failure apart.
+                let watched = conn.clone();
+                let done = async move {
+                    tokio::time::timeout(wait, accepted).await.is_ok() && watched.close_reason().is_none()
+                };
                 return Ok((conn, Some(Box::pin(done))));
             }
             Err(connecting) => connecting,

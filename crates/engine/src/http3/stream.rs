@@ -99,7 +99,8 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
     let mut out = Outbound::new(send);
     // A client that awaits `100 Continue` sends no DATA before it: its body
     // is taken as coming.
-    let expects_continue = parts.headers.get(http::header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let expects_continue =
+        parts.headers.get(http::header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     let (end_stream, first) = if parts.headers.contains_key(http::header::CONTENT_LENGTH) || expects_continue {
         (false, Bytes::new())
     } else {

@@ -328,7 +328,7 @@ impl h3::quic::RecvStream for RecvSide {
     }
 
     fn recv_id(&self) -> StreamId {
-        StreamId::try_from(self.id).unwrap_or_else(|_| StreamId::try_from(0).expect("0 is a stream ID"))
+        stream_id(self.id)
     }
 }
 
@@ -383,9 +383,13 @@ impl h3::quic::SendStream<Bytes> for SendSide {
     }
 
     fn send_id(&self) -> StreamId {
-        StreamId::try_from(u64::from(self.stream.id()))
-            .unwrap_or_else(|_| StreamId::try_from(0).expect("0 is a stream ID"))
+        stream_id(u64::from(self.stream.id()))
     }
+}
+
+/// `h3`'s form of a quinn stream ID (quinn's are below 2^62, as `h3`'s must be).
+fn stream_id(id: u64) -> StreamId {
+    StreamId::try_from(id).unwrap_or_else(|_| StreamId::try_from(0).expect("0 is a stream ID"))
 }
 
 fn connection_error(e: quinn::ConnectionError) -> ConnectionErrorIncoming {

@@ -1064,6 +1064,14 @@ pub struct Http3 {
     /// Request streams the client resets tolerated per connection within
     /// 10 s before the connection is closed (rapid-reset defence; default 200).
     pub max_resets: u32,
+    /// Frames on the client's control stream and unidirectional streams the
+    /// client opens, tolerated per connection within 10 s before the
+    /// connection is closed (control-frame flood defence; default 1000).
+    pub max_control_frames: u32,
+    /// Accept requests in TLS 1.3 early data (0-RTT) on resumed connections:
+    /// only GET, HEAD and OPTIONS without a body are served from it, others
+    /// are answered `425 Too Early` (default false).
+    pub early_data: bool,
     /// When a new connection must first prove its address with a Retry
     /// round trip (default [`QuicRetry::Auto`]).
     pub retry: QuicRetry,
@@ -1078,6 +1086,8 @@ impl Default for Http3 {
             enabled: false,
             max_concurrent_streams: 100,
             max_resets: 200,
+            max_control_frames: 1000,
+            early_data: false,
             retry: QuicRetry::Auto,
             retry_threshold: 100,
         }

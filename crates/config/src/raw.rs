@@ -665,6 +665,10 @@ pub struct RawHttp3 {
     pub max_concurrent_streams: Option<S<i64>>,
     /// `max_resets`
     pub max_resets: Option<S<i64>>,
+    /// `max_control_frames`
+    pub max_control_frames: Option<S<i64>>,
+    /// `early_data`
+    pub early_data: Option<S<bool>>,
     /// `retry`: `"auto"`, `"always"` or `"never"`
     pub retry: Option<S<String>>,
     /// `retry_threshold`

@@ -296,6 +296,8 @@ pub(crate) fn validate_http3(cx: &mut Ctx<'_, '_>, raw: &RawHttp3) -> Http3 {
         enabled: raw.enabled.as_ref().map_or(d.enabled, |e| *e.get_ref()),
         max_concurrent_streams: number(cx, "max_concurrent_streams", &raw.max_concurrent_streams, 10_000, 100),
         max_resets: number(cx, "max_resets", &raw.max_resets, 100_000, 200),
+        max_control_frames: number(cx, "max_control_frames", &raw.max_control_frames, 1_000_000, 1000),
+        early_data: raw.early_data.as_ref().is_some_and(|e| *e.get_ref()),
         retry: raw.retry.as_ref().and_then(|v| quic_retry(cx, v)).unwrap_or(d.retry),
         retry_threshold: number(cx, "retry_threshold", &raw.retry_threshold, 1_000_000, d.retry_threshold),
     }

@@ -223,6 +223,9 @@ fn validate_service(cx: &mut Ctx<'_, '_>, service: &S<RawService>, listeners: &m
     }
     let http2 = raw.http2.as_ref().map_or_else(Http2::default, |h| validate_http2(cx, h.get_ref()));
     let http3 = raw.http3.as_ref().map_or_else(Http3::default, |h| validate_http3(cx, h.get_ref()));
+    if let (Some(raw3), Some(tls)) = (raw.http3.as_ref().filter(|_| http3.early_data), tls.as_ref()) {
+        early_data_needs(cx, &raw3.span(), tls);
+    }
     if http3.enabled && mode == Some(Mode::Https) {
         // QUIC takes the UDP side of every listener's port.
         let quic: Vec<Listener> = own
@@ -656,4 +659,24 @@ fn validate_servers(cx: &mut Ctx<'_, '_>, pool: &str, raw: &[S<RawServer>], ramp
         });
     }
     servers
+}
+
+/// `http3.early_data` needs a session cache (rustls takes 0-RTT only from
+/// stateful resumption) and no client certificates (0-RTT requests and the
+/// answers sent before the handshake ends precede their check).
+fn early_data_needs(cx: &mut Ctx<'_, '_>, span: &Range<usize>, tls: &ServerTls) {
+    if tls.client_auth.is_some() {
+        cx.r.error_hint(
+            span,
+            "`http3.early_data` cannot be used with `tls.client_auth`",
+            "early data and early answers precede the client certificate check: remove early_data",
+        );
+    }
+    if tls.session_cache == 0 {
+        cx.r.error_hint(
+            span,
+            "`http3.early_data` needs the TLS session cache",
+            "0-RTT resumes sessions from `tls.session_cache`: remove `session_cache = 0` or early_data",
+        );
+    }
 }

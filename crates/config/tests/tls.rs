@@ -94,6 +94,8 @@ fn http3_is_off_by_default_and_reads_as_a_switch_or_a_table() {
         enabled: false,
         max_concurrent_streams: 100,
         max_resets: 200,
+        max_control_frames: 1000,
+        early_data: false,
         retry: QuicRetry::Auto,
         retry_threshold: 100,
     };
@@ -103,6 +105,23 @@ fn http3_is_off_by_default_and_reads_as_a_switch_or_a_table() {
     let c =
         https(&format!("http3 = {{ enabled = true, max_concurrent_streams = 250, max_resets = 7 }}\n{tls}")).unwrap();
     assert_eq!(c.services[0].http3, Http3 { enabled: true, max_concurrent_streams: 250, max_resets: 7, ..off });
+    let c = https(&format!("http3 = {{ enabled = true, max_control_frames = 50, early_data = true }}\n{tls}")).unwrap();
+    assert_eq!(c.services[0].http3, Http3 { enabled: true, max_control_frames: 50, early_data: true, ..off });
+}
+
+#[test]
+fn http3_early_data_is_refused_with_client_certificates_and_bad_budgets() {
+    let mtls = r#"tls = { certificate = "FIXTURES/rsa.crt", key = "FIXTURES/rsa.key", client_auth = { ca = "FIXTURES/ca.crt" } }"#;
+    let e = errors(https(&format!("http3 = {{ enabled = true, early_data = true }}\n{mtls}")));
+    assert!(e.iter().any(|m| m.contains("early_data") && m.contains("client_auth")), "{e:?}");
+    assert!(https(&format!("http3 = {{ enabled = true, early_data = false }}\n{mtls}")).is_ok());
+    let stateless = r#"tls = { certificate = "FIXTURES/rsa.crt", key = "FIXTURES/rsa.key", session_cache = 0 }"#;
+    let e = errors(https(&format!("http3 = {{ enabled = true, early_data = true }}\n{stateless}")));
+    assert!(e.iter().any(|m| m.contains("session cache")), "{e:?}");
+    let tls = r#"tls = { certificate = "FIXTURES/rsa.crt", key = "FIXTURES/rsa.key" }"#;
+    let e = errors(https(&format!("http3 = {{ enabled = true, max_control_frames = 0, early_data = 1 }}\n{tls}")));
+    assert!(e.iter().any(|m| m.contains("max_control_frames")), "{e:?}");
+    assert!(e.iter().any(|m| m.contains("early_data")), "{e:?}");
 }
 
 #[test]

@@ -490,16 +490,14 @@ fn a_reload_keeps_http3_serving_with_the_new_rules() {
     assert_eq!(after.result(0).header("x-origin").as_deref(), Some("images"), "{}", front.proxy.log());
 }
 
-#[test]
-fn the_tcp_side_advertises_http3() {
-    let origin = Origin::start("main");
-    let front = Front::start(&[("main", &[origin.addr], "")], "");
+/// A GET over HTTP/1.1 and TLS (rustls) on the service's TCP listener: the response as text.
+fn tcp_get(front: &Front, path: &str) -> String {
+    use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     let pem = std::fs::read(&front.ca).expect("ca");
     for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
         roots.add(cert.expect("ca cert")).expect("root");
     }
-    use rustls::pki_types::pem::PemObject;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -509,10 +507,18 @@ fn the_tcp_side_advertises_http3() {
     let name = rustls::pki_types::ServerName::try_from(PROXY_NAME).expect("name");
     let conn = rustls::ClientConnection::new(Arc::new(config), name).expect("client");
     let mut tls = rustls::StreamOwned::new(conn, TcpStream::connect(front.listen).expect("connect"));
-    tls.write_all(b"GET / HTTP/1.1\r\nhost: proxy.test\r\nconnection: close\r\n\r\n").expect("request");
+    let request = format!("GET {path} HTTP/1.1\r\nhost: proxy.test\r\nconnection: close\r\n\r\n");
+    tls.write_all(request.as_bytes()).expect("request");
     let mut response = Vec::new();
     let _ = tls.read_to_end(&mut response);
-    let text = String::from_utf8_lossy(&response);
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+#[test]
+fn the_tcp_side_advertises_http3() {
+    let origin = Origin::start("main");
+    let front = Front::start(&[("main", &[origin.addr], "")], "");
+    let text = tcp_get(&front, "/");
     let want = format!("alt-svc: h3=\":{}\"; ma=86400\r\n", front.listen.port());
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(text.to_ascii_lowercase().contains(&want), "{text}");
@@ -590,4 +596,201 @@ fn with_retry_always_every_worker_validates_its_clients() {
     let workers = front.quic_workers();
     assert_eq!(workers.len(), 12, "{workers:?}");
     assert!(distinct(&workers).len() > 1, "12 connections all on one worker of 4: {workers:?}");
+}
+
+#[test]
+fn the_proxys_own_answers_and_cache_hits_advertise_http3_too() {
+    let origin = Origin::start("main");
+    let dead = SocketAddr::from(([127, 0, 0, 1], common::free_port()));
+    let front = Front::start(
+        &[("main", &[origin.addr], ""), ("dead", &[dead], "")],
+        "cache = true\nrules = [{ path = \"/health\", respond = \"ok\" }, \
+         { path_prefix = \"/gone/\", deny = true }, { path_prefix = \"/down/\", pool = \"dead\" }]",
+    );
+    let want = format!("alt-svc: h3=\":{}\"; ma=86400\r\n", front.listen.port());
+    let miss = tcp_get(&front, "/c?cache=60&size=10");
+    let hit = tcp_get(&front, "/c?cache=60&size=10");
+    assert!(hit.to_ascii_lowercase().contains("\r\nage: "), "a hit: {hit}");
+    for (what, text, status) in [
+        ("a rule's answer", tcp_get(&front, "/health"), "200"),
+        ("a denial", tcp_get(&front, "/gone/x"), "403"),
+        ("an error", tcp_get(&front, "/down/x"), "50"),
+        ("a cache miss", miss, "200"),
+        ("a cache hit", hit, "200"),
+    ] {
+        assert!(text.starts_with(&format!("HTTP/1.1 {status}")), "{what}: {text}");
+        assert_eq!(text.to_ascii_lowercase().matches(&want).count(), 1, "{what}: {text}");
+    }
+    assert_eq!(origin.requests(), 1, "the hit did not reach the origin");
+}
+
+#[test]
+fn quic_handshakes_count_in_the_tls_handshake_counters() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start_with_admin(&[("main", &[origin.addr], "")], "");
+    for i in 0..2 {
+        let answer = front.h3(&python, json!({ "requests": [get(&format!("/h{i}?size=10"))] }));
+        assert_eq!(answer.result(0).status(), 200);
+    }
+    let full = "switchyard_tls_handshakes_total{kind=\"full\"}";
+    wait_for("two QUIC handshakes counted", || (front.metric(full) == 2).then_some(()));
+}
+
+/// `switchyard_errors_total` of the `web` service for `reason`.
+fn errors(front: &Front, reason: &str) -> u64 {
+    front.metric(&format!("switchyard_errors_total{{service=\"web\",reason=\"{reason}\"}}"))
+}
+
+/// Runs `abusive` beside a well-behaved client on its own connection (ten requests
+/// spread over two seconds): the abusive client's answer, after checking that the other
+/// was served in full.
+fn beside_a_good_client(front: &Front, python: &Path, abusive: Value) -> Answer {
+    let good: Vec<Value> = (0..10).map(|i| get(&format!("/good{i}?size=1000&delay_ms=200"))).collect();
+    let (bad, good) = std::thread::scope(|s| {
+        let good = s.spawn(|| front.h3(python, json!({ "requests": good })));
+        let bad = front.h3(python, abusive);
+        (bad, good.join().expect("good client"))
+    });
+    for i in 0..10 {
+        let r = good.result(i);
+        assert_eq!((r.status(), r.body().len()), (200, 1000), "good request {i}");
+    }
+    bad
+}
+
+/// The abusive client was closed with `H3_EXCESSIVE_LOAD`, for `reason` (logged and
+/// counted once), and a new connection is served.
+fn closed_for(front: &Front, python: &Path, bad: &Answer, reason: &str) {
+    assert_eq!(bad.0["closed"], 0x107, "closed with H3_EXCESSIVE_LOAD: {}", bad.0);
+    assert!(bad.0["results"][0].get("error").is_some(), "{}", bad.0);
+    wait_for("the reason in the log", || front.proxy.log().contains(reason).then_some(()));
+    assert_eq!(errors(front, reason), 1, "{}", front.proxy.log());
+    let after = front.h3(python, json!({ "requests": [get("/after?size=10")] }));
+    assert_eq!(after.result(0).status(), 200);
+}
+
+#[test]
+fn a_control_stream_flood_closes_the_offender_only() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front =
+        Front::start_with_admin(&[("main", &[origin.addr], "")], "http3 = { enabled = true, max_control_frames = 50 }");
+    // Reserved frame types must be ignored (RFC 9114 7.2.8): each costs the server a
+    // parse and nothing tells the client to stop.
+    let plan = json!({ "control_flood": 400, "flood_pause": 0.5, "requests": [get("/late?size=10")] });
+    let bad = beside_a_good_client(&front, &python, plan);
+    closed_for(&front, &python, &bad, "control-frame-flood");
+    // A client within the limit is not disturbed.
+    let calm = front.h3(&python, json!({ "control_flood": 20, "requests": [get("/calm?size=10")] }));
+    assert_eq!((calm.result(0).status(), calm.0["closed"].as_u64()), (200, Some(0)), "{}", calm.0);
+}
+
+#[test]
+fn a_unidirectional_stream_flood_closes_the_offender_only() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front =
+        Front::start_with_admin(&[("main", &[origin.addr], "")], "http3 = { enabled = true, max_control_frames = 50 }");
+    // Streams of reserved types, each finished at once: quinn's limit on streams open at
+    // once never binds, as each is gone before the next.
+    let plan = json!({ "uni_flood": 200, "flood_pause": 0.5, "requests": [get("/late?size=10")] });
+    let bad = beside_a_good_client(&front, &python, plan);
+    closed_for(&front, &python, &bad, "uni-stream-flood");
+}
+
+#[test]
+fn stopping_complete_requests_is_a_rapid_reset_and_drops_their_pipelines() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start_with_admin(&[("main", &[origin.addr], "")], "http3 = { enabled = true, max_resets = 10 }");
+    // Each request is complete (HEADERS with the stream's end) and waits on a slow
+    // server when the client stops its response: only the stream's watch on
+    // STOP_SENDING can tell, and it drops the pipeline at once.
+    let plan = json!({
+        "stop_streams": 40,
+        "stop_path": "/slow?delay_ms=3000&size=10",
+        "flood_pause": 0.5,
+        "requests": [get("/late?size=10")],
+    });
+    let bad = beside_a_good_client(&front, &python, plan);
+    closed_for(&front, &python, &bad, "rapid-reset");
+}
+
+#[test]
+fn interim_responses_reach_the_client() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start(&[("main", &[origin.addr], "")], "");
+    let body: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+    let expect = json!({
+        "method": "POST",
+        "path": "/up?echo=1",
+        "headers": [["expect", "100-continue"], ["content-length", body.len().to_string()]],
+        "body_hex": hex(&body),
+        "expect_continue": true,
+    });
+    let answer = front.h3(&python, json!({ "requests": [expect, get("/hinted?hints=1&size=50")] }));
+    let echo = answer.result(0);
+    assert_eq!((echo.status(), &echo.0["interim"]), (200, &json!([100])), "{}", echo.0);
+    assert!(echo.body() == body, "the body came after the 100 and back whole");
+    let hinted = answer.result(1);
+    assert_eq!((hinted.status(), &hinted.0["interim"]), (200, &json!([103])), "{}", hinted.0);
+    assert_eq!(hinted.body().len(), 50);
+}
+
+/// The request the origin saw, from its `/__origin/request` answer.
+fn seen_header(reply: &Reply, name: &str) -> Option<String> {
+    let seen: Value = serde_json::from_slice(&reply.body()).expect("the origin's JSON");
+    Reply::find(&seen["headers"], name)
+}
+
+#[test]
+fn early_data_serves_safe_requests_and_answers_others_too_early() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start(&[("main", &[origin.addr], "")], "http3 = { enabled = true, early_data = true }");
+    let post = json!({ "method": "POST", "path": "/p?echo=1", "body_hex": hex(b"twice?") });
+    let plan = json!({
+        "requests": [get("/first?size=10")],
+        "early_requests": [get("/__origin/request"), post, get("/__origin/request?x=1")],
+    });
+    let answer = front.h3(&python, plan);
+    assert_eq!(answer.result(0).status(), 200);
+    // Each early request on its own resumed connection, sent with the first flight.
+    assert_eq!(answer.0["resumed"], json!([true, true, true]), "{}", answer.0);
+    assert_eq!(answer.0["early_accepted"], json!([true, true, true]), "{}", answer.0);
+    let early = |i: usize| {
+        let r = &answer.0["early_results"][i];
+        assert!(r.get("error").is_none(), "early request {i}: {r}");
+        Reply(r.clone())
+    };
+    for i in [0, 2] {
+        assert_eq!(early(i).status(), 200);
+        assert_eq!(
+            seen_header(&early(i), "early-data").as_deref(),
+            Some("1"),
+            "forwarded with Early-Data: {}",
+            answer.0
+        );
+    }
+    let refused = early(1);
+    assert_eq!(refused.status(), 425, "{}", refused.0);
+    assert_eq!(origin.requests(), 3, "the POST never reached the origin");
+}
+
+#[test]
+fn without_early_data_a_resumed_client_is_served_after_the_handshake() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start(&[("main", &[origin.addr], "")], "");
+    let post = json!({ "method": "POST", "path": "/p?echo=1", "body_hex": hex(b"once") });
+    let plan = json!({ "requests": [get("/first?size=10")], "early_requests": [get("/__origin/request"), post] });
+    let answer = front.h3(&python, plan);
+    assert_eq!(answer.0["resumed"], json!([true, true]), "{}", answer.0);
+    assert_eq!(answer.0["early_accepted"], json!([false, false]), "0-RTT is off by default: {}", answer.0);
+    let seen = Reply(answer.0["early_results"][0].clone());
+    assert_eq!((seen.status(), seen_header(&seen, "early-data")), (200, None));
+    let post = Reply(answer.0["early_results"][1].clone());
+    assert_eq!((post.status(), post.body()), (200, b"once".to_vec()));
 }

@@ -16,12 +16,27 @@ Plan:
                            and reset each at once (a rapid-reset client),
    "half_open": int     -- before connecting, send that many connection attempts
                            (each its first Initial datagram) from a socket closed
-                           at once: handshakes the server keeps in flight}
+                           at once: handshakes the server keeps in flight,
+   "stop_streams": int  -- first send that many complete GET requests (to
+                           "stop_path"), each stopped at once (STOP_SENDING and
+                           RESET_STREAM): rapid reset of complete requests,
+   "control_flood": int -- first send that many reserved frames on the control stream,
+   "uni_flood": int     -- first open that many unidirectional streams of a reserved
+                           type, each finished at once,
+   "flood_pause": float -- seconds to wait after a flood before the requests,
+   "early_requests": [...] -- after the requests, each of these on a new connection
+                           that resumes a session (a fresh ticket each) and sends it at
+                           once, in 0-RTT when the server allows it (results in
+                           "early_results")}
 
-Answer: {"results": [{"status", "headers", "body_hex", "trailers"} or {"error"}...],
+A request may carry "expect_continue": true: its body is sent only once a
+`100 Continue` came (the request's headers should include expect: 100-continue).
+
+Answer: {"results": [{"status", "headers", "body_hex", "trailers", "interim"} or {"error"}...],
          "ports": [local port of each socket used],
          "closed": the server's connection close code (of the last connection), or null,
-         "retried": Retry packets the client followed (0 or 1 per connection)}
+         "retried": Retry packets the client followed (0 or 1 per connection),
+         "early_results": [...], "resumed": [bool...], "early_accepted": [bool...] (with early_requests)}
 """
 
 import asyncio
@@ -33,7 +48,8 @@ import time
 
 from aioquic.asyncio.client import connect
 from aioquic.asyncio.protocol import QuicConnectionProtocol
-from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.buffer import encode_uint_var
+from aioquic.h3.connection import H3_ALPN, H3Connection, encode_frame
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
@@ -48,7 +64,9 @@ class Exchange:
         self.headers = []
         self.trailers = []
         self.body = bytearray()
+        self.interim = []
         self.done = asyncio.get_running_loop().create_future()
+        self.continued = asyncio.get_running_loop().create_future()
 
     def finish(self, error=None) -> None:
         if not self.done.done():
@@ -83,6 +101,10 @@ class Client(QuicConnectionProtocol):
                     if not status.startswith("1"):
                         exchange.status = int(status)
                         exchange.headers = [f for f in fields if not f[0].startswith(":")]
+                    else:
+                        exchange.interim.append(int(status))
+                        if status == "100" and not exchange.continued.done():
+                            exchange.continued.set_result(None)
                 else:
                     exchange.trailers = fields
             elif isinstance(h3_event, DataReceived):
@@ -90,7 +112,7 @@ class Client(QuicConnectionProtocol):
             if getattr(h3_event, "stream_ended", False):
                 exchange.finish()
 
-    async def request(self, method, authority, path, headers, body) -> Exchange:
+    async def request(self, method, authority, path, headers, body, expect_continue=False) -> Exchange:
         if self.closed is not None:
             raise RuntimeError(f"connection closed with code {self.closed}")
         stream_id = self._quic.get_next_available_stream_id()
@@ -103,6 +125,9 @@ class Client(QuicConnectionProtocol):
             (b":path", path.encode()),
         ] + [(k.lower().encode(), v.encode()) for k, v in headers]
         self.http.send_headers(stream_id, fields, end_stream=not body)
+        if body and expect_continue:
+            self.transmit()
+            await asyncio.wait_for(asyncio.shield(exchange.continued), 30)
         if body:
             # In pieces, so a large body spans many DATA frames.
             for at in range(0, len(body), 64 * 1024):
@@ -126,8 +151,37 @@ class Client(QuicConnectionProtocol):
         await asyncio.sleep(0.5)
 
 
+    async def stop_streams(self, count, authority, path) -> None:
+        for _ in range(count):
+            stream_id = self._quic.get_next_available_stream_id()
+            fields = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", authority.encode()),
+                      (b":path", path.encode())]
+            self.http.send_headers(stream_id, fields, end_stream=True)
+            self._quic.stop_stream(stream_id, 0x10C)  # H3_REQUEST_CANCELLED
+            self.transmit()
+            await asyncio.sleep(0.002)
+
+    async def control_flood(self, count) -> None:
+        control = self.http._local_control_stream_id
+        for i in range(count):
+            # Reserved frame types (0x1f * N + 0x21) must be ignored (RFC 9114 7.2.8).
+            self._quic.send_stream_data(control, encode_frame(0x1F * (i % 50) + 0x21, b"x"))
+            if i % 20 == 19:
+                self.transmit()
+                await asyncio.sleep(0.002)
+        self.transmit()
+
+    async def uni_flood(self, count) -> None:
+        for i in range(count):
+            stream_id = self._quic.get_next_available_stream_id(is_unidirectional=True)
+            self._quic.send_stream_data(stream_id, encode_uint_var(0x1F * (i % 50) + 0x21), end_stream=True)
+            self.transmit()
+            await asyncio.sleep(0.002)
+
+
 def answer(exchange: Exchange) -> dict:
     return {
+        "interim": exchange.interim,
         "status": exchange.status,
         "headers": exchange.headers,
         "trailers": exchange.trailers,
@@ -142,7 +196,9 @@ async def one(client, plan, req, jar) -> dict:
     body = bytes.fromhex(req.get("body_hex", ""))
     authority = f"{plan['server_name']}:{plan['port']}"
     try:
-        exchange = await client.request(req.get("method", "GET"), authority, req["path"], headers, body)
+        exchange = await client.request(
+            req.get("method", "GET"), authority, req["path"], headers, body, req.get("expect_continue", False)
+        )
     except Exception as e:  # reported per request: the test decides
         return {"error": f"{type(e).__name__}: {e}"}
     if plan.get("cookie_jar"):
@@ -190,13 +246,32 @@ def moves_before(plan, i) -> bool:
     return bool(every) and i > 0 and i % every == 0
 
 
-async def session(plan, config, results, ports):
+def configuration(plan, tickets) -> QuicConfiguration:
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=plan["server_name"])
+    config.load_verify_locations(plan["ca"])
+    config.verify_mode = ssl.CERT_REQUIRED
+    if tickets:
+        config.session_ticket = tickets[-1]
+    return config
+
+
+async def session(plan, tickets, results, ports):
     """One connection running the plan's requests; its close code and Retry count."""
     jar = {}
-    async with connect(plan["host"], plan["port"], configuration=config, create_protocol=Client) as client:
+    authority = f"{plan['server_name']}:{plan['port']}"
+    async with connect(plan["host"], plan["port"], configuration=configuration(plan, None), create_protocol=Client,
+                       session_ticket_handler=tickets.append) as client:
         ports.append(client._transport.get_extra_info("sockname")[1])
         if plan.get("reset_streams"):
-            await client.reset_streams(plan["reset_streams"], f"{plan['server_name']}:{plan['port']}")
+            await client.reset_streams(plan["reset_streams"], authority)
+        if plan.get("stop_streams"):
+            await client.stop_streams(plan["stop_streams"], authority, plan.get("stop_path", "/stop"))
+        if plan.get("control_flood"):
+            await client.control_flood(plan["control_flood"])
+        if plan.get("uni_flood"):
+            await client.uni_flood(plan["uni_flood"])
+        if plan.get("flood_pause"):
+            await asyncio.sleep(plan["flood_pause"])
         requests = plan["requests"]
         if plan.get("concurrent"):
             results.extend(await asyncio.gather(*(one(client, plan, r, None) for r in requests)))
@@ -205,8 +280,34 @@ async def session(plan, config, results, ports):
                 if moves_before(plan, i):
                     ports.append(await rebind(client))
                 results.append(await one(client, plan, req, jar))
+        if plan.get("early_requests"):
+            await ticket_from(tickets, 0)
         client.close()
     return client.closed, client._quic._retry_count
+
+
+async def early(plan, tickets, req) -> tuple:
+    """A new connection that resumes a session (each ticket once) and sends
+    its one request at once: in 0-RTT when the ticket allows early data."""
+    config = configuration(plan, tickets)
+    tickets.pop()
+    async with connect(plan["host"], plan["port"], configuration=config, create_protocol=Client,
+                       session_ticket_handler=tickets.append, wait_connected=False) as client:
+        result = await one(client, plan, req, None)
+        tls = client._quic.tls
+        resumed, accepted = bool(tls.session_resumed), bool(tls.early_data_accepted)
+        await ticket_from(tickets, 0)
+        client.close()
+    return result, resumed, accepted
+
+
+async def ticket_from(tickets, had) -> None:
+    """Waits (a bounded time) for the server's session ticket, which may come
+    after the answers."""
+    for _ in range(200):
+        if len(tickets) > had:
+            return
+        await asyncio.sleep(0.01)
 
 
 async def main() -> None:
@@ -214,14 +315,20 @@ async def main() -> None:
     if plan.get("half_open"):
         half_open(plan, plan["half_open"])
         await asyncio.sleep(0.2)
-    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=plan["server_name"])
-    config.load_verify_locations(plan["ca"])
-    config.verify_mode = ssl.CERT_REQUIRED
-    results, ports, retried = [], [], 0
+    tickets = []
+    results, ports, retried, closed = [], [], 0, None
     for _ in range(plan.get("connections", 1)):
-        closed, retries = await session(plan, config, results, ports)
+        closed, retries = await session(plan, tickets, results, ports)
         retried += retries
-    json.dump({"results": results, "ports": ports, "closed": closed, "retried": retried}, sys.stdout)
+    out = {"results": results, "ports": ports, "closed": closed, "retried": retried}
+    if plan.get("early_requests"):
+        out["early_results"], out["resumed"], out["early_accepted"] = [], [], []
+        for req in plan["early_requests"]:
+            result, resumed, accepted = await early(plan, tickets, req)
+            out["early_results"].append(result)
+            out["resumed"].append(resumed)
+            out["early_accepted"].append(accepted)
+    json.dump(out, sys.stdout)
 
 
 asyncio.run(main())

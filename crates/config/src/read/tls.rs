@@ -27,7 +27,15 @@ const ACME_KEYS: &[&str] = &["directory", "contact", "domains", "challenge", "st
 const CERT_KEY_KEYS: &[&str] = &["certificate", "key"];
 const CLIENT_AUTH_KEYS: &[&str] = &["ca", "required"];
 const HTTP2_KEYS: &[&str] = &["enabled", "max_concurrent_streams", "max_resets", "max_control_frames"];
-const HTTP3_KEYS: &[&str] = &["enabled", "max_concurrent_streams", "max_resets", "retry", "retry_threshold"];
+const HTTP3_KEYS: &[&str] = &[
+    "enabled",
+    "max_concurrent_streams",
+    "max_resets",
+    "max_control_frames",
+    "early_data",
+    "retry",
+    "retry_threshold",
+];
 const UPSTREAM_TLS_KEYS: &[&str] = &["verify", "ca", "server_name", "certificate", "key"];
 const HSTS_KEYS: &[&str] = &["max_age", "include_subdomains", "preload"];
 
@@ -147,6 +155,8 @@ pub(super) fn read_http3(r: &mut Report<'_>, table: &DeTable<'_>) -> RawHttp3 {
             "enabled" => raw.enabled = boolean(r, name, value),
             "max_concurrent_streams" => raw.max_concurrent_streams = integer(r, name, value),
             "max_resets" => raw.max_resets = integer(r, name, value),
+            "max_control_frames" => raw.max_control_frames = integer(r, name, value),
+            "early_data" => raw.early_data = boolean(r, name, value),
             "retry" => raw.retry = string(r, name, value),
             "retry_threshold" => raw.retry_threshold = integer(r, name, value),
             _ => {

@@ -376,6 +376,8 @@ async fn gateway_timeout<S: ClientStream>(
     };
     let body: &[u8] = if info.head_method { b"" } else { b"504 not in cache\n" };
     switchyard_http::rewrite::local_response(&mut client.out, 504, None, "text/plain", body, connection);
+    let port = super::alt_svc(client, service);
+    super::add_alt_svc(&mut client.out, port);
     let ok = super::body::write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();
     client.trace.bytes_out = client.out.len() as u64;
     client.trace.body_out = body.len() as u64;
@@ -561,6 +563,8 @@ async fn serve<S: ClientStream>(
             (status, body)
         }
     };
+    let port = super::alt_svc(client, service);
+    super::add_alt_svc(&mut client.out, port);
     entry.hits.fetch_add(1, Ordering::Relaxed);
     plan.cache.stats.served_bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
     let ok = write_all_two(&mut client.stream, &client.out, &body, service.timeouts.client_idle).await.is_ok();

@@ -429,6 +429,8 @@ async fn refuse<S: ClientStream>(
     let connection = Connection { keep_alive: info.version == Version::Http10, ..Connection::default() };
     rewrite::local_response(&mut client.out, status, None, "text/plain", body.as_bytes(), connection);
     add_retry_after(&mut client.out, &error);
+    let port = alt_svc(client, service);
+    add_alt_svc(&mut client.out, port);
     let ok = write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();
     client.trace.bytes_out = client.out.len() as u64;
     client.trace.body_out = body.len() as u64;
@@ -1354,6 +1356,30 @@ fn alt_svc<S: ClientStream>(client: &Client<S>, service: &Service) -> Option<u16
     client.stream.local().ok().map(|a| a.port())
 }
 
+/// Adds `alt-svc: h3=":PORT"; ma=86400` after the status line of the
+/// response head at the start of `out`, when there is a `port` to advertise
+/// ([`alt_svc`]): on relayed responses and the proxy's own alike (rule
+/// answers, errors, cache hits). A head that has an `Alt-Svc` already (a
+/// server's own, or one stored with a cached response) keeps it alone.
+fn add_alt_svc(out: &mut Vec<u8>, port: Option<u16>) {
+    let Some(port) = port else {
+        return;
+    };
+    let head_end = memchr::memmem::find(out, b"\r\n\r\n").unwrap_or(out.len());
+    let has_one = out[..head_end]
+        .split(|&b| b == b'\n')
+        .any(|line| line.len() > 8 && line[..8].eq_ignore_ascii_case(b"alt-svc:"));
+    if has_one {
+        return;
+    }
+    let at = memchr::memchr(b'\n', out).map_or(0, |i| i + 1);
+    let mut field = Vec::with_capacity(40);
+    field.extend_from_slice(b"alt-svc: h3=\":");
+    field.extend_from_slice(itoa::Buffer::new().format(port).as_bytes());
+    field.extend_from_slice(b"\"; ma=86400\r\n");
+    out.splice(at..at, field);
+}
+
 /// Persistence at the response: a cookie to insert, or the pool whose servers'
 /// session cookie is learned from their `Set-Cookie` (cookie learn), for `server`.
 #[derive(Clone, Copy)]
@@ -1547,12 +1573,7 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
         response.out.extend_from_slice(cookie.as_bytes());
         response.out.extend_from_slice(b"\r\n\r\n");
     }
-    if let Some(port) = response.alt_svc {
-        response.out.truncate(response.out.len().saturating_sub(2));
-        response.out.extend_from_slice(b"alt-svc: h3=\":");
-        response.out.extend_from_slice(itoa::Buffer::new().format(port).as_bytes());
-        response.out.extend_from_slice(b"\"; ma=86400\r\n\r\n");
-    }
+    add_alt_svc(response.out, response.alt_svc);
     match decision {
         Ok(coding) => compress::rewrite_head(response.out, coding, info.version == Version::Http11),
         Err(compress::Skip::NotAccepted) => compress::add_vary(response.out),
@@ -1654,6 +1675,8 @@ async fn answer<S: ClientStream>(
         Connection { close: !keep, keep_alive: keep && info.version == Version::Http10, ..Connection::default() };
     let body = if info.head_method { &b""[..] } else { reply.body };
     rewrite::local_response(&mut client.out, reply.status, reply.location, reply.content_type, body, connection);
+    let port = alt_svc(client, service);
+    add_alt_svc(&mut client.out, port);
     let ok = write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();
     client.trace.bytes_out = client.out.len() as u64;
     client.trace.body_out = body.len() as u64;
@@ -1669,6 +1692,8 @@ async fn fail<S: ClientStream>(client: &mut Client<S>, service: &Service, error:
         let close = Connection { close: true, ..Connection::default() };
         rewrite::local_response(&mut client.out, status, None, "text/plain", body.as_bytes(), close);
         add_retry_after(&mut client.out, error);
+        let port = alt_svc(client, service);
+        add_alt_svc(&mut client.out, port);
         if write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok() {
             client.trace.bytes_out = client.out.len() as u64;
             client.trace.body_out = body.len() as u64;

@@ -31,9 +31,9 @@ use tokio::sync::Notify;
 use crate::translate::data::{chunk, last_chunk};
 
 /// The send half of a request stream.
-pub(crate) type SendHalf = h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
+pub(crate) type SendHalf = h3::server::RequestStream<super::quic::SendSide, Bytes>;
 /// The receive half of a request stream.
-pub(crate) type RecvHalf = h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;
+pub(crate) type RecvHalf = h3::server::RequestStream<super::quic::RecvSide, Bytes>;
 
 /// An I/O error standing for an HTTP/3 stream error.
 fn io_error(e: &h3::error::StreamError) -> io::Error {
@@ -55,6 +55,8 @@ pub(crate) struct Inbound {
     /// Bytes ready for the reader.
     pending: Bytes,
     state: In,
+    /// The body failed because the client reset the stream.
+    reset_by_client: bool,
 }
 
 impl Inbound {
@@ -62,12 +64,24 @@ impl Inbound {
     /// payload already received (read before the head was written).
     pub(crate) fn new(recv: RecvHalf, chunked: bool, first: Bytes) -> Self {
         let pending = if chunked && !first.is_empty() { chunk(&first) } else { first };
-        Inbound { recv: Some(recv), chunked, pending, state: In::Data }
+        Inbound { recv: Some(recv), chunked, pending, state: In::Data, reset_by_client: false }
     }
 
     /// A request without a body.
     pub(crate) fn empty() -> Self {
-        Inbound { recv: None, chunked: false, pending: Bytes::new(), state: In::Done }
+        Inbound { recv: None, chunked: false, pending: Bytes::new(), state: In::Done, reset_by_client: false }
+    }
+
+    /// Whether the body failed because the client reset the stream.
+    pub(crate) fn reset_by_client(&self) -> bool {
+        self.reset_by_client
+    }
+
+    /// The error to report for `e`, noting a reset by the client.
+    fn failed(&mut self, e: &h3::error::StreamError) -> io::Error {
+        self.state = In::Done;
+        self.reset_by_client = matches!(e, h3::error::StreamError::RemoteTerminate { .. });
+        io_error(e)
     }
 
     /// Reads what is ready into `buf`; nothing added means the end of the body.
@@ -91,10 +105,7 @@ impl Inbound {
                         self.pending = if self.chunked && !data.is_empty() { chunk(&data) } else { data };
                     }
                     Poll::Ready(Ok(None)) => self.state = if self.chunked { In::Trailers } else { In::Done },
-                    Poll::Ready(Err(e)) => {
-                        self.state = In::Done;
-                        return Poll::Ready(Err(io_error(&e)));
-                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(self.failed(&e))),
                 },
                 In::Trailers => match recv.poll_recv_trailers(cx) {
                     Poll::Pending => return Poll::Pending,
@@ -102,10 +113,7 @@ impl Inbound {
                         self.pending = last_chunk(trailers.as_ref());
                         self.state = In::Done;
                     }
-                    Poll::Ready(Err(e)) => {
-                        self.state = In::Done;
-                        return Poll::Ready(Err(io_error(&e)));
-                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(self.failed(&e))),
                 },
             }
         }
@@ -115,6 +123,8 @@ impl Inbound {
 /// What one send operation does, in this order.
 #[derive(Default)]
 pub(crate) struct Step {
+    /// Interim (1xx) response heads, sent first.
+    pub(crate) informational: Vec<http::Response<()>>,
     /// The response head.
     pub(crate) head: Option<http::Response<()>>,
     /// Body payload (one DATA frame).
@@ -220,6 +230,9 @@ async fn run(mut send: SendHalf, step: Step, cancel: Rc<Notify>) -> (SendHalf, R
 }
 
 async fn steps(send: &mut SendHalf, step: Step) -> Result<(), h3::error::StreamError> {
+    for interim in step.informational {
+        send.send_response(interim).await?;
+    }
     if let Some(head) = step.head {
         send.send_response(head).await?;
     }

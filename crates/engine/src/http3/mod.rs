@@ -17,16 +17,26 @@
 //! endpoint on worker 0 where steering is unavailable, ADR 0006). The
 //! endpoint's TLS configuration is the service's
 //! ([`crate::tls::Terminator`]: certificates by SNI, resumption) with ALPN
-//! `h3` and no 0-RTT, and is replaced when a reload installs a new one.
+//! `h3`, 0-RTT only with `http3.early_data` (then the connection is served
+//! from the first flight and [`stream`] answers unsafe early requests 425),
+//! and is replaced when a reload installs a new one. Each handshake counts
+//! in the TLS handshake counters (full or failed: quinn does not say whether
+//! rustls resumed a session).
 //!
-//! Limits, per connection: `http3.max_concurrent_streams` request streams
-//! (QUIC stream credit), a few unidirectional streams (HTTP/3's control and
-//! QPACK streams), the field section size (`limits.max_header_bytes`), and
-//! `timeouts.client_idle` as QUIC's idle timeout. More than
-//! `http3.max_resets` streams reset by the client before their request was
-//! complete, within [`RESET_WINDOW`], close the connection with
-//! `H3_EXCESSIVE_LOAD` (rapid-reset defence). A draining worker or a removed
-//! service sends GOAWAY: streams in flight finish.
+//! `h3` runs over this crate's own glue to quinn ([`quic`]), which counts
+//! what `h3` would keep to itself. Limits, per connection:
+//! `http3.max_concurrent_streams` request streams (QUIC stream credit), a
+//! few unidirectional streams at once (HTTP/3's control and QPACK streams),
+//! the field section size (`limits.max_header_bytes`), and
+//! `timeouts.client_idle` as QUIC's idle timeout. Abuse defences, each
+//! closing the connection with `H3_EXCESSIVE_LOAD`, a warning with its
+//! reason and the service's refused-connection metric: more than
+//! `http3.max_resets` request streams the client reset or stopped before
+//! their response was complete, within [`RESET_WINDOW`] (`rapid-reset`);
+//! more than `http3.max_control_frames` frames on its control stream
+//! (`control-frame-flood`) or unidirectional streams opened
+//! (`uni-stream-flood`) within the same window. A draining worker or a
+//! removed service sends GOAWAY: streams in flight finish.
 //!
 //! Address validation ([`must_retry`]): a new connection from an address not
 //! yet validated is answered with a Retry packet — the client must echo its
@@ -38,6 +48,7 @@
 //! closes only itself.
 
 mod body;
+mod quic;
 mod stream;
 
 use std::cell::RefCell;
@@ -52,9 +63,11 @@ use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use switchyard_config::{Http3, QuicRetry, Service};
 
+use self::quic::EXCESSIVE_LOAD;
 use self::stream::Ended;
 use crate::http2::{Tally, RESET_WINDOW};
 use crate::live::Proto;
+use crate::metrics::Handshake;
 use crate::quic_steer::{QuicGroup, QuicSocket};
 use crate::transport::Transport;
 use crate::worker::{Local, Worker};
@@ -62,9 +75,6 @@ use crate::worker::{Local, Worker};
 /// Unidirectional streams a client may open at once: HTTP/3's control
 /// stream, the two QPACK streams, and room for reserved (grease) types.
 const UNI_STREAMS: u32 = 8;
-/// `H3_EXCESSIVE_LOAD` (RFC 9114 8.1): the connection close code of the
-/// rapid-reset defence.
-const EXCESSIVE_LOAD: u32 = 0x107;
 /// Longest a QUIC connection may stay without traffic (`client_idle` within
 /// this bound, as the QUIC idle timeout is a 62-bit millisecond count).
 const MAX_IDLE: Duration = Duration::from_secs(24 * 3600);
@@ -78,6 +88,8 @@ pub(super) struct Shared {
     /// The generation and service index new streams are served on.
     serving: RefCell<(Rc<Local>, usize)>,
     name: String,
+    /// What the QUIC glue saw: floods, and each request stream's facts.
+    watch: Rc<quic::Watch>,
 }
 
 impl Shared {
@@ -245,10 +257,47 @@ impl Drop for OpenGuard {
     }
 }
 
+/// The end of a connection's handshake: `true` when it completed, `false`
+/// when it failed or timed out.
+type HandshakeDone = std::pin::Pin<Box<dyn std::future::Future<Output = bool>>>;
+
+/// The handshake of `connecting`, within `wait`. With early data on, the
+/// connection is handed over at once (streams opened in 0-RTT are served
+/// before the handshake ends, [`stream`] decides which) and the handshake's
+/// end is returned to be awaited beside them; otherwise it is awaited here.
+async fn handshake(
+    connecting: quinn::Connecting,
+    early_data: bool,
+    wait: Duration,
+) -> Result<(quinn::Connection, Option<HandshakeDone>), &'static str> {
+    let connecting = if early_data {
+        match connecting.into_0rtt() {
+            Ok((conn, accepted)) => {
+                // `accepted` resolves when the handshake ends, to whether
+                // 0-RTT was accepted (false too when it failed): the
+                // connection's state tells a failure apart.
+                let watched = conn.clone();
+                let done = async move {
+                    tokio::time::timeout(wait, accepted).await.is_ok() && watched.close_reason().is_none()
+                };
+                return Ok((conn, Some(Box::pin(done))));
+            }
+            Err(connecting) => connecting,
+        }
+    } else {
+        connecting
+    };
+    match tokio::time::timeout(wait, connecting).await {
+        Ok(Ok(conn)) => Ok((conn, None)),
+        Ok(Err(_)) => Err("QUIC handshake failed"),
+        Err(_) => Err("QUIC handshake timed out"),
+    }
+}
+
 /// Serves one QUIC connection: the handshake, then its request streams.
 async fn connection(
     incoming: quinn::Incoming,
-    handshake: Handshaking,
+    handshaking: Handshaking,
     local: Rc<Local>,
     service: usize,
     worker: Rc<Worker>,
@@ -257,10 +306,10 @@ async fn connection(
     let Some(svc) = local.gen.config.services.get(service) else {
         return;
     };
-    let (name, timeouts, max_field_section) =
-        (svc.name.clone(), svc.timeouts, u64::try_from(svc.limits.max_header_bytes).unwrap_or(u64::MAX));
-    let resets = Tally::new(svc.http3.max_resets, tokio::time::Instant::now());
+    let (name, timeouts, http3) = (svc.name.clone(), svc.timeouts, svc.http3);
+    let max_field_section = u64::try_from(svc.limits.max_header_bytes).unwrap_or(u64::MAX);
     let metrics = local.gen.services[service].clone();
+    let counters = local.gen.tls_handshakes.clone();
     let peer = incoming.remote_address();
     let local_addr = SocketAddr::new(incoming.local_ip().unwrap_or(addr.ip()), addr.port());
     let connecting = match incoming.accept() {
@@ -270,24 +319,26 @@ async fn connection(
             return;
         }
     };
-    let conn = match tokio::time::timeout(timeouts.client_header, connecting).await {
-        Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => {
-            tracing::debug!(service = %name, client = %peer, error = %e, "QUIC handshake failed");
-            return;
-        }
-        Err(_) => {
-            tracing::debug!(service = %name, client = %peer, "QUIC handshake timed out");
+    let (conn, mut pending) = match handshake(connecting, http3.early_data, timeouts.client_header).await {
+        Ok(handshaken) => handshaken,
+        Err(why) => {
+            counters.handshake(worker.id, Handshake::Failed);
+            tracing::debug!(service = %name, client = %peer, "{why}");
             return;
         }
     };
-    drop(handshake);
     tracing::debug!(worker = worker.id, service = %name, client = %peer, "QUIC connection established");
+    let mut handshaking = Some(handshaking);
+    if pending.is_none() {
+        counters.handshake(worker.id, Handshake::Full);
+        handshaking = None;
+    }
     metrics.connection_opened(worker.id);
     let _closed = crate::http::ConnectionGuard::new(&metrics, worker.id);
+    let watch = quic::Watch::new(conn.clone(), http3.max_control_frames);
     let built = h3::server::builder()
         .max_field_section_size(max_field_section)
-        .build::<_, Bytes>(h3_quinn::Connection::new(conn.clone()))
+        .build::<_, Bytes>(quic::Conn::new(conn.clone(), watch.clone()))
         .await;
     let mut h3 = match built {
         Ok(h3) => h3,
@@ -304,7 +355,13 @@ async fn connection(
         transport,
         serving: RefCell::new((local, service)),
         name,
+        watch,
     });
+    let resets = Tally::new(http3.max_resets, tokio::time::Instant::now());
+    let closing = |reason: &'static str| {
+        tracing::warn!(service = %shared.name, client = %peer, reason, "HTTP/3 connection closed");
+        metrics.connection_refused(worker.id, reason);
+    };
     let mut going_away = false;
     // The streams run inside this task, each polled only when it was woken.
     let mut streams = FuturesUnordered::new();
@@ -317,11 +374,25 @@ async fn connection(
             }
         }
         tokio::select! {
+            done = std::future::poll_fn(|cx| pending.as_mut().map_or(Poll::Pending, |done| done.as_mut().poll(cx))),
+                if pending.is_some() => {
+                pending = None;
+                handshaking = None;
+                counters.handshake(worker.id, if done { Handshake::Full } else { Handshake::Failed });
+                if !done {
+                    tracing::debug!(service = %shared.name, client = %peer, "QUIC handshake failed or timed out");
+                    shared.connection.close(quinn::VarInt::from_u32(0), b"handshake");
+                    break;
+                }
+            }
             accepted = h3.accept() => match accepted {
                 Ok(Some(resolver)) => streams.push(stream::serve(resolver, shared.clone())),
                 Ok(None) => break,
                 Err(e) => {
-                    tracing::debug!(service = %shared.name, client = %peer, error = %e, "HTTP/3 connection closed");
+                    match shared.watch.tripped() {
+                        Some(reason) => closing(reason),
+                        None => tracing::debug!(service = %shared.name, client = %peer, error = %e, "HTTP/3 connection closed"),
+                    }
                     break;
                 }
             },
@@ -339,8 +410,7 @@ async fn connection(
                 let now = tokio::time::Instant::now();
                 if (0..reset).fold(false, |tripped, _| resets.record(now, RESET_WINDOW) || tripped) {
                     let reason = "rapid-reset";
-                    tracing::warn!(service = %shared.name, client = %peer, reason, "HTTP/3 connection closed");
-                    metrics.connection_refused(worker.id, reason);
+                    closing(reason);
                     shared.connection.close(quinn::VarInt::from_u32(EXCESSIVE_LOAD), reason.as_bytes());
                     break;
                 }
@@ -349,6 +419,7 @@ async fn connection(
             () = worker.reloaded.notified(), if !going_away => {}
         }
     }
+    drop(handshaking);
     // Streams still running when the connection ended finish (or fail) now.
     while streams.next().await.is_some() {}
 }

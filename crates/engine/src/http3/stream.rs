@@ -15,12 +15,24 @@
 //! Whether a request without `content-length` has a body is known only from
 //! its stream: the first DATA frame or the end of the stream is awaited
 //! (within `client_header`) before the head is handed over, so a GET is not
-//! forwarded with a chunked empty body.
+//! forwarded with a chunked empty body — unless it carries `expect:
+//! 100-continue`, whose client sends nothing before the `100`.
 //!
 //! A response the pipeline could not finish ends the stream with an error
 //! code (`H3_INTERNAL_ERROR`; `H3_REQUEST_REJECTED` for a server's refused
 //! stream), never with a clean end that would pass a cut body off as whole.
-//! Interim responses (1xx) are not relayed.
+//! Interim responses (`100 Continue`, `103 Early Hints`) go out as HEADERS
+//! frames before the final one.
+//!
+//! Resets: while the pipeline runs, the stream's future watches for the
+//! client's STOP_SENDING (and a reset of the request body) and drops the
+//! pipeline when it comes, as HTTP/2 does for RST_STREAM; the stream ends
+//! with `H3_REQUEST_CANCELLED` and counts as reset by the client.
+//!
+//! Early data (`http3.early_data`): a request whose stream was opened in
+//! 0-RTT packets is served only when it is a GET, HEAD or OPTIONS without a
+//! body, forwarded with `early-data: 1` (RFC 8470 5.1); any other is answered
+//! `425 Too Early` at once, and the client repeats it after the handshake.
 
 use std::cell::RefCell;
 use std::io;
@@ -33,6 +45,7 @@ use h3::error::Code;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::body::{Inbound, Outbound, RecvHalf, Step};
+use super::quic::Stopped;
 use super::Shared;
 use crate::translate::data::trailer_map;
 use crate::translate::head::{self, RequestBody};
@@ -47,7 +60,7 @@ const REFUSED_STREAM: u32 = 0x7;
 const CANCEL: u32 = 0x8;
 
 /// The request resolver of one stream.
-pub(super) type Resolver = h3::server::RequestResolver<h3_quinn::Connection, Bytes>;
+pub(super) type Resolver = h3::server::RequestResolver<super::quic::Conn, Bytes>;
 
 /// How a stream ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,11 +89,19 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
         Ok(Err(e)) if peer_reset(&e) => return Ended::PeerReset,
         Ok(Err(_)) | Err(_) => return Ended::Failed,
     };
+    let (early, stopped) = match conn.watch.take(stream.id()) {
+        Some(facts) => (facts.early, Some(facts.stopped)),
+        None => (false, None),
+    };
     let (parts, ()) = request.into_parts();
     let head_request = parts.method == http::Method::HEAD;
     let (send, mut recv) = stream.split();
     let mut out = Outbound::new(send);
-    let (end_stream, first) = if parts.headers.contains_key(http::header::CONTENT_LENGTH) {
+    // A client that awaits `100 Continue` sends no DATA before it: its body
+    // is taken as coming.
+    let expects_continue =
+        parts.headers.get(http::header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let (end_stream, first) = if parts.headers.contains_key(http::header::CONTENT_LENGTH) || expects_continue {
         (false, Bytes::new())
     } else {
         match tokio::time::timeout(wait, first_data(&mut recv)).await {
@@ -95,6 +116,9 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
             }
         }
     };
+    if early && !replay_safe(&parts, end_stream) {
+        return too_early(&mut out, &conn).await;
+    }
     // The worker's pooled working memory; the pipeline gives it back.
     let mut scratch = conn.worker.lend_scratch();
     let inbound = match head::request_head(&parts, end_stream, &mut scratch.buf) {
@@ -107,19 +131,86 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
         }
     };
     drop(parts);
+    if early {
+        early_data_field(&mut scratch.buf);
+    }
     let resets = Rc::new(Resets::default());
     let wr = Rc::new(RefCell::new(Out { state: State::Head(BytesMut::new()), head_request, send: out }));
-    let client = H3Client { rd: Rd { body: inbound }, wr: Wr { out: wr.clone() }, local: conn.local_addr, resets };
-    let resets = client.resets.clone();
+    let rd = Rd { body: inbound, resets: resets.clone() };
+    let client = H3Client { rd, wr: Wr { out: wr.clone() }, local: conn.local_addr, resets: resets.clone() };
     let (local, service) = conn.current();
     let peer = conn.connection.remote_address();
-    crate::http::serve(client, peer, scratch, local, service, conn.worker.clone(), conn.transport.clone()).await;
-    // The pipeline is done (and dropped its client): finish or reset the stream.
+    let pipeline =
+        crate::http::serve(client, peer, scratch, local, service, conn.worker.clone(), conn.transport.clone());
+    let peer_reset = tokio::select! {
+        biased;
+        () = reset_by_client(&resets, stopped) => true,
+        () = pipeline => false,
+    };
+    // The pipeline is done, or dropped (and with it its client): finish or
+    // reset the stream.
     let mut out = match Rc::try_unwrap(wr) {
         Ok(cell) => cell.into_inner(),
         Err(_) => return Ended::Failed,
     };
+    if peer_reset {
+        out.send.reset(Code::H3_REQUEST_CANCELLED).await;
+        return Ended::PeerReset;
+    }
     out.finish(&resets).await
+}
+
+/// Resolves once the client stopped the response (STOP_SENDING) or reset
+/// the request body; its reset is noted for the pipeline's server side.
+async fn reset_by_client(resets: &Resets, mut stopped: Option<Stopped>) {
+    std::future::poll_fn(|cx| {
+        if resets.by_client.get().is_some() {
+            return Poll::Ready(());
+        }
+        let Some(stopped) = stopped.as_mut() else {
+            return Poll::Pending;
+        };
+        stopped.as_mut().poll(cx).map(|_| resets.by_client.set(Some(CANCEL)))
+    })
+    .await;
+}
+
+/// Whether a request may be served from early data (RFC 8470): a safe
+/// method without a body, so that a replay changes nothing.
+fn replay_safe(parts: &http::request::Parts, end_stream: bool) -> bool {
+    let safe = matches!(parts.method, http::Method::GET | http::Method::HEAD | http::Method::OPTIONS);
+    safe && end_stream && !parts.headers.contains_key(http::header::CONTENT_LENGTH)
+}
+
+/// Adds `early-data: 1` to the translated request head (RFC 8470 5.1), so
+/// that the server may answer 425 itself.
+fn early_data_field(pre: &mut BytesMut) {
+    if pre.ends_with(b"\r\n\r\n") {
+        pre.truncate(pre.len() - 2);
+        pre.extend_from_slice(b"early-data: 1\r\n\r\n");
+    }
+}
+
+/// Answers `425 Too Early` (RFC 8470 5.2) to a request in early data that
+/// is not [`replay_safe`]: the client repeats it once the handshake is done.
+async fn too_early(out: &mut Outbound, conn: &Shared) -> Ended {
+    const BODY: &[u8] = b"425 Too Early\n";
+    let head = http::Response::builder()
+        .status(425)
+        .header(http::header::CONTENT_TYPE, "text/plain")
+        .header(http::header::CONTENT_LENGTH, BODY.len())
+        .body(())
+        .ok();
+    tracing::debug!(service = %conn.name, client = %conn.connection.remote_address(), "HTTP/3 request in early data: 425");
+    let mut step = Some(Step { head, data: Bytes::from_static(BODY), end: true, ..Step::default() });
+    let started = std::future::poll_fn(|cx| Poll::Ready(step.take().map_or(Ok(()), |s| out.start(s, cx)))).await;
+    match started {
+        Ok(()) if out.flush().await.is_ok() => Ended::Done,
+        _ => {
+            out.reset(Code::H3_INTERNAL_ERROR).await;
+            Ended::Failed
+        }
+    }
 }
 
 /// The first body payload of a request without a length: `None` when the
@@ -141,6 +232,7 @@ pub(crate) type H3Client = StreamClient<Rd, Wr>;
 /// The request body of the stream.
 pub(crate) struct Rd {
     body: Inbound,
+    resets: Rc<Resets>,
 }
 
 /// The response side of the stream, shared with the stream's task (which
@@ -248,20 +340,33 @@ impl Out {
     }
 
     /// Sends the response head once it is complete, with the body bytes
-    /// written together with it. Interim heads are passed over.
+    /// written together with it; interim heads go out as they come.
     fn head(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
         let State::Head(buf) = &mut self.state else {
             return Ok(());
         };
         let mut fields: Vec<Field> = Vec::with_capacity(head::HEAD_FIELDS);
+        let mut informational = Vec::new();
         let head = loop {
             match parse::parse_response(buf, MAX_RESPONSE_HEAD, &mut fields) {
-                Ok(None) => return Ok(()),
-                Ok(Some(head)) if (100..200).contains(&head.status) && head.status != 101 => buf.advance(head.len),
-                Ok(Some(head)) if head.status >= 200 => break head,
+                Ok(None) => break None,
+                Ok(Some(head)) if (100..200).contains(&head.status) && head.status != 101 => {
+                    // `100 Continue` for `expect: 100-continue`, 103 Early Hints...
+                    let bytes = buf.split_to(head.len).freeze();
+                    if let Ok(interim) = head::response_head(&bytes, &head, &fields) {
+                        informational.push(interim);
+                    }
+                }
+                Ok(Some(head)) if head.status >= 200 => break Some(head),
                 // The pipeline writes only heads it parsed itself.
                 Ok(Some(_)) | Err(_) => return Err(invalid("unexpected response head")),
             }
+        };
+        let Some(head) = head else {
+            if informational.is_empty() {
+                return Ok(());
+            }
+            return self.send.start(Step { informational, ..Step::default() }, cx);
         };
         let bytes = buf.split_to(head.len).freeze();
         let response = head::response_head(&bytes, &head, &fields).map_err(invalid)?;
@@ -281,6 +386,7 @@ impl Out {
             }
         };
         step.head = Some(response);
+        step.informational = informational;
         self.send.start(step, cx)
     }
 
@@ -343,8 +449,18 @@ fn invalid(why: &'static str) -> io::Error {
 }
 
 impl AsyncRead for Rd {
+    /// A body the client reset parks the read: the stream's future drops
+    /// the pipeline (woken here), which therefore logs no failure for it.
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        self.get_mut().body.poll_read(cx, buf)
+        let this = self.get_mut();
+        match this.body.poll_read(cx, buf) {
+            Poll::Ready(Err(_)) if this.body.reset_by_client() => {
+                this.resets.by_client.set(Some(CANCEL));
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            polled => polled,
+        }
     }
 }
 

@@ -154,7 +154,7 @@ fn class_index(status: u16) -> usize {
 
 /// Termination reasons counted by metrics, as label values. The error reasons
 /// of [`crate::error`] map onto these (see [`reason_index`]).
-pub const REASONS: [&str; 25] = [
+pub const REASONS: [&str; 26] = [
     "bad-request",
     "client-header-timeout",
     "header-too-large",
@@ -179,13 +179,14 @@ pub const REASONS: [&str; 25] = [
     "rate-limited",
     "rapid-reset",
     "control-frame-flood",
+    "uni-stream-flood",
     "other",
 ];
 
 const BAD_REQUEST: usize = 0;
 const FIRST_SERVER_REASON: usize = 11;
 const BAD_RESPONSE: usize = 16;
-const OTHER: usize = 24;
+const OTHER: usize = 25;
 
 /// Whether a reason (index into [`REASONS`]) is a server's failure.
 pub fn is_server_reason(index: usize) -> bool {
@@ -224,6 +225,7 @@ pub fn reason_index(reason: &str, side: Option<&str>) -> usize {
         "rate-limited" => 21,
         "rapid-reset" => 22,
         "control-frame-flood" => 23,
+        "uni-stream-flood" => 24,
         _ => match side {
             Some("client") => BAD_REQUEST,
             Some("server") => BAD_RESPONSE,

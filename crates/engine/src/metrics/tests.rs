@@ -68,6 +68,10 @@ fn every_error_kind_has_its_own_reason_label() {
     }
     assert_eq!(REASONS[reason_index("something new", Some("internal"))], "other");
     assert_eq!(REASONS[reason_index("something new", None)], "other");
+    // The connection-level reasons of the HTTP/2 and HTTP/3 defences.
+    for label in ["rapid-reset", "control-frame-flood", "uni-stream-flood"] {
+        assert_eq!(REASONS[reason_index(label, None)], label);
+    }
 }
 
 #[test]

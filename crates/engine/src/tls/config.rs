@@ -140,14 +140,48 @@ pub fn server_config_with(
 
 /// The QUIC form of a service's TLS configuration: the same certificates,
 /// suites, groups, resumption and client authentication, with ALPN `h3`,
-/// TLS 1.3 (QUIC has no other) and no early data (0-RTT would let a
-/// replayed request act twice).
-pub fn quic_config(tcp: &ServerConfig) -> Result<QuicServerConfig, String> {
+/// TLS 1.3 (QUIC has no other), and early data (0-RTT) only with
+/// `early_data` (`http3.early_data`: a replayed request could act twice, so
+/// the HTTP/3 front end serves only safe requests from it).
+///
+/// With early data, QUIC resumption is stateful: rustls accepts 0-RTT only
+/// for sessions from its session cache (`tls.session_cache`, which the
+/// configuration requires then), each taken out when used, so a first
+/// flight replayed to this process is not resumed. Its size is unbounded as
+/// QUIC requires (RFC 9001 4.6.1); quinn's flow control bounds it.
+pub fn quic_config(tcp: &ServerConfig, early_data: bool) -> Result<QuicServerConfig, String> {
     let mut config = tcp.clone();
     config.alpn_protocols = vec![b"h3".to_vec()];
     config.max_early_data_size = 0;
+    if early_data {
+        config.max_early_data_size = u32::MAX;
+        config.ticketer = Arc::new(NoTickets);
+        config.send_tls13_tickets = config.send_tls13_tickets.max(1);
+    }
     QuicServerConfig::try_from(config)
         .map_err(|e| format!("HTTP/3: {e} (QUIC needs the TLS 1.3 suite TLS13_AES_128_GCM_SHA256 in `ciphers`)"))
+}
+
+/// No stateless tickets: TLS 1.3 tickets are the session cache's ids.
+#[derive(Debug)]
+struct NoTickets;
+
+impl ProducesTickets for NoTickets {
+    fn enabled(&self) -> bool {
+        false
+    }
+
+    fn lifetime(&self) -> u32 {
+        0
+    }
+
+    fn encrypt(&self, _: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn decrypt(&self, _: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 fn versions(min: TlsVersion) -> &'static [&'static SupportedProtocolVersion] {

@@ -76,7 +76,7 @@ impl Terminator {
             .map(|settings| AcmeResolver::new(acme.managed(&service.name, settings), acme.challenges.clone()));
         let server = config::server_config_with(tls, h2, &resumption, managed).map_err(error)?;
         let quic = match service.http3.enabled {
-            true => Some(Arc::new(config::quic_config(&server).map_err(error)?)),
+            true => Some(Arc::new(config::quic_config(&server, service.http3.early_data).map_err(error)?)),
             false => None,
         };
         Ok(Terminator { acceptor: TlsAcceptor::from(Arc::new(server)), resumption, quic })

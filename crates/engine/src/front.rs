@@ -134,7 +134,7 @@ async fn sniff(stream: &mut TcpStream, scratch: &mut Scratch, worker: &Worker, w
             () = worker.drain.notified() => return None,
         }
         if scratch.buf.capacity() == 0 {
-            *scratch = worker.scratch.borrow_mut().pop().unwrap_or_default();
+            *scratch = worker.scratch.take();
         }
         if scratch.buf.capacity() - scratch.buf.len() < PREFACE.len() {
             scratch.buf.reserve(FIRST_READ);

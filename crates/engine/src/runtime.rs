@@ -236,6 +236,7 @@ async fn sweep_idle(worker: Rc<Worker>) {
         tick.tick().await;
         let now = Instant::now();
         worker.clock.set(now);
+        worker.scratch.trim();
         let local = worker.local();
         let limit = if worker.draining.get() { Duration::ZERO } else { idle_limit(&local.gen) };
         for (p, pool) in local.pools.iter().enumerate() {

@@ -76,6 +76,50 @@ pub struct Scratch {
     pub(crate) stick_key: Vec<u8>,
 }
 
+/// The worker's spare scratch sets. A burst of requests leaves as many sets
+/// as were in use at its peak; [`ScratchPool::trim`] (each second) frees
+/// those no request took since the last trim, so memory held for idle
+/// connections follows what they need now, not what a burst once needed.
+#[derive(Default)]
+pub struct ScratchPool {
+    sets: RefCell<Vec<Scratch>>,
+    /// The fewest sets the pool held since the last trim: that many sat
+    /// unused all the while.
+    low: Cell<usize>,
+}
+
+impl ScratchPool {
+    /// A spare set, or a new empty one (no allocation).
+    pub(crate) fn take(&self) -> Scratch {
+        let mut sets = self.sets.borrow_mut();
+        let s = sets.pop().unwrap_or_default();
+        self.low.set(self.low.get().min(sets.len()));
+        s
+    }
+
+    /// Keeps `s` for the next request, unless `max` sets are spare already.
+    pub(crate) fn give(&self, s: Scratch, max: usize) {
+        let mut sets = self.sets.borrow_mut();
+        if sets.len() < max {
+            sets.push(s);
+        }
+    }
+
+    /// Frees the sets that sat unused since the last trim.
+    pub(crate) fn trim(&self) {
+        let mut sets = self.sets.borrow_mut();
+        let keep = sets.len() - self.low.get().min(sets.len());
+        sets.truncate(keep);
+        sets.shrink_to(keep.max(16));
+        self.low.set(sets.len());
+    }
+
+    /// Spare sets held now.
+    pub(crate) fn len(&self) -> usize {
+        self.sets.borrow().len()
+    }
+}
+
 /// A socket bound for one worker.
 pub enum Bound {
     /// A listening TCP socket.
@@ -177,7 +221,7 @@ pub struct Worker {
     /// Client connections currently open on this worker.
     pub open: Cell<usize>,
     /// Request working memory lent to connections while they have a request in progress.
-    pub scratch: RefCell<Vec<Scratch>>,
+    pub scratch: ScratchPool,
     /// A coarse clock (refreshed every second) for idle-connection ages, so
     /// the request path reads no clock for them.
     pub clock: Cell<Instant>,
@@ -195,7 +239,7 @@ impl Worker {
             reloaded: Notify::new(),
             open: Cell::new(0),
             clock: Cell::new(Instant::now()),
-            scratch: RefCell::new(Vec::new()),
+            scratch: ScratchPool::default(),
             seed,
         }
     }
@@ -205,7 +249,7 @@ impl Worker {
     /// HTTP/3 stream writes it into `buf`); the pipeline returns it to the
     /// pool when the request is done.
     pub(crate) fn lend_scratch(&self) -> Scratch {
-        let mut s = self.scratch.borrow_mut().pop().unwrap_or_default();
+        let mut s = self.scratch.take();
         s.buf.clear();
         s
     }
@@ -252,4 +296,27 @@ pub fn balancer_for(pool: &Pool, seed: u64) -> Balancer {
 /// of the services (pools do not know which services use them).
 pub fn idle_limit(gen: &Generation) -> Duration {
     gen.config.services.iter().map(|s| s.timeouts.server_idle).min().unwrap_or(Duration::from_secs(30))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spare_scratch_sets_unused_for_a_whole_period_are_freed() {
+        let pool = ScratchPool::default();
+        for _ in 0..10 {
+            pool.give(Scratch::default(), 8);
+        }
+        assert_eq!(pool.len(), 8, "no more than the bound are kept");
+        pool.trim();
+        assert_eq!(pool.len(), 8, "a first period starts the count");
+        let taken: Vec<Scratch> = (0..3).map(|_| pool.take()).collect();
+        taken.into_iter().for_each(|s| pool.give(s, 8));
+        pool.trim();
+        assert_eq!(pool.len(), 3, "the five never taken are freed, the three in use kept");
+        pool.trim();
+        assert_eq!(pool.len(), 0, "unused for a whole period: freed");
+        assert_eq!(pool.take().buf.capacity(), 0, "an empty pool lends a new, empty set");
+    }
 }

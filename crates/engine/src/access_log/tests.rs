@@ -295,5 +295,9 @@ fn formatting_reuses_the_scratch_buffer() {
     for _ in 0..1000 {
         w.log(&failed());
     }
-    assert_eq!(w.local.borrow().scratch.capacity(), capacity, "no growth once sized");
+    // A line stays in the scratch buffer when the writer thread holds the
+    // pending buffer at that moment (`hand_over`), so the buffer may have
+    // grown to hold a few lines, never with the number of lines written.
+    let after = w.local.borrow().scratch.capacity();
+    assert!(after <= 4 * capacity, "no growth once sized: {capacity} -> {after}");
 }

@@ -454,7 +454,7 @@ fn lend<S>(client: &mut Client<S>, worker: &Worker) {
     if client.buf.capacity() > 0 {
         return;
     }
-    let s = worker.scratch.borrow_mut().pop().unwrap_or_default();
+    let s = worker.scratch.take();
     client.buf = s.buf;
     client.fields = s.fields;
     client.resp_fields = s.resp_fields;
@@ -483,13 +483,12 @@ fn stash<S>(client: &mut Client<S>, worker: &Worker) {
         meta: std::mem::take(&mut client.meta),
         stick_key: std::mem::take(&mut client.stick_key),
     };
-    let mut pool = worker.scratch.borrow_mut();
-    if pool.len() < SCRATCH_POOL && s.buf.capacity() <= SCRATCH_KEEP && s.out.capacity() <= SCRATCH_KEEP {
+    if s.buf.capacity() <= SCRATCH_KEEP && s.out.capacity() <= SCRATCH_KEEP {
         s.buf.clear();
         // Another connection's request must not find this one's values.
         s.meta.clear();
         s.stick_key.clear();
-        pool.push(s);
+        worker.scratch.give(s, SCRATCH_POOL);
     }
 }
 

@@ -115,7 +115,8 @@ impl ScratchPool {
     }
 
     /// Spare sets held now.
-    pub(crate) fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.sets.borrow().len()
     }
 }

@@ -335,8 +335,9 @@ async fn wait_idle<S: ClientStream>(idle: &Idle<S>, worker: &Worker, name: &str,
 }
 
 /// Serves requests on the connection until it closes, fails, is no longer
-/// kept alive, the worker drains (`false`), or no byte of a next request is
-/// left to read (`true`: the connection waits idle in [`serve`]).
+/// kept alive, the worker drains, its one request is done (a stream of a
+/// multiplexed connection) (`false`), or no byte of a next request is left
+/// to read (`true`: the connection waits idle in [`serve`]).
 async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, name: &str, first: bool) -> bool {
     let mut first = first;
     loop {
@@ -370,7 +371,9 @@ async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, 
             return false;
         }
         if client.buf.is_empty() {
-            return true;
+            // A stream of a multiplexed connection, like the cache's refresh,
+            // carries one request: it is done, with nothing to wait for.
+            return !client.transport.is_stream() && !client.transport.cache_refresh;
         }
     }
 }

@@ -345,7 +345,7 @@ async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, 
         client.trace = Trace::default();
         client.otel = None;
         let (local, index) = (client.local.clone(), client.service);
-        let head = match read_head(client, &local.gen.config.services[index], worker, name, first).await {
+        let head = match read_head(client, &local.gen.config.services[index], worker, first).await {
             Ok(Some(head)) => head,
             Ok(None) => return false,
             Err(error) => {
@@ -501,7 +501,6 @@ async fn read_head<S: ClientStream>(
     client: &mut Client<S>,
     service: &Service,
     worker: &Worker,
-    name: &str,
     first: bool,
 ) -> Result<Option<RequestHead>, ProxyError> {
     let limits = HeadLimits { max_bytes: service.limits.max_header_bytes, max_fields: service.limits.max_headers };
@@ -532,19 +531,8 @@ async fn read_head<S: ClientStream>(
             }
         }
         if client.buf.is_empty() {
-            // Idle: wait for the next request without holding any buffer.
-            // Draining, or a reload removed the service: close now.
-            if worker.draining.get() || worker.local().gen.service_index(name).is_none() {
-                return Ok(None);
-            }
-            let ready = tokio::select! {
-                r = timeout_at(deadline, client.stream.ready()) => r,
-                () = worker.drain.notified() => return Ok(None),
-                () = worker.reloaded.notified() => continue,
-            };
-            if !matches!(ready, Ok(Ok(()))) {
-                return Ok(None);
-            }
+            // The wait for these bytes was `wait_idle`'s, before this busy
+            // period (draining and reloads included): borrow the buffers now.
             lend(client, worker);
         }
         if client.buf.capacity() - client.buf.len() < 1024 {

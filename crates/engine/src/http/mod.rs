@@ -283,8 +283,11 @@ pub fn serve<S: ClientStream + 'static>(
             }
             let Some(conn) = idle.take() else { return };
             let scratch = pre.take().map_or_else(Scratch::default, |s| *s);
-            let (client, open) = Box::pin(busy(conn.busy(scratch), &worker, name, first)).await;
-            idle = Some(client.idle());
+            // Written into its allocation, not built here and moved there:
+            // a busy future is kilobytes, most of them not yet in use.
+            let period = Box::write(Box::new_uninit(), busy(conn, scratch, &worker, name, first));
+            let (conn, open) = Box::into_pin(period).await;
+            idle = Some(conn);
             first = false;
             if !open {
                 break;
@@ -300,18 +303,20 @@ pub fn serve<S: ClientStream + 'static>(
 /// wait for more (`true`) or must close (`false`); the scratch set is back
 /// in the worker's pool either way.
 async fn busy<S: ClientStream>(
-    mut client: Client<S>,
+    conn: Idle<S>,
+    scratch: Scratch,
     worker: &Rc<Worker>,
     name: &str,
     first: bool,
-) -> (Client<S>, bool) {
+) -> (Idle<S>, bool) {
+    let mut client = conn.busy(scratch);
     let open = requests(&mut client, worker, name, first).await;
     if !open {
         // Unread bytes of a closing connection are dropped with it.
         client.buf.clear();
     }
     stash(&mut client, worker);
-    (client, open)
+    (client.idle(), open)
 }
 
 /// Waits for the first bytes of the next request without holding any buffer

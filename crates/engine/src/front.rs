@@ -28,8 +28,9 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 use crate::http2::PREFACE;
+use crate::lazy_tcp::LazyTcp;
 use crate::metrics::Handshake;
-use crate::transport::Transport;
+use crate::transport::{ClientStream as _, Transport};
 use crate::worker::{Local, Scratch, Worker};
 
 /// Room made for the first read of a connection without a scratch set: what
@@ -63,7 +64,7 @@ pub struct Http1 {
     /// The client's connection slot (`max_connections_per_client`), held
     /// until the connection closes.
     pub(crate) slot: Option<crate::protection::Slot>,
-    stream: TcpStream,
+    stream: LazyTcp,
     client: SocketAddr,
     scratch: Scratch,
     local: Rc<Local>,
@@ -84,7 +85,7 @@ impl Http1 {
 /// holds bytes already read after a PROXY protocol header. An h2c
 /// connection is served here; an HTTP/1.1 one is handed back.
 pub async fn serve_http(
-    mut stream: TcpStream,
+    mut stream: LazyTcp,
     client: SocketAddr,
     pre: BytesMut,
     local: Rc<Local>,
@@ -95,15 +96,11 @@ pub async fn serve_http(
     let svc = local.gen.config.services.get(service)?;
     let transport = Transport { refused, ..Transport::default() };
     let mut scratch = Scratch { buf: pre, ..Scratch::default() };
-    let codec = if svc.http2.enabled {
-        sniff(&mut stream, &mut scratch, &worker, svc.timeouts.client_header).await?
-    } else {
-        Codec::Http1
-    };
+    let codec = sniff(&mut stream, &mut scratch, &worker, svc.timeouts.client_header, svc.http2.enabled).await?;
     match codec {
         Codec::Http1 => Some(Http1 { slot: None, stream, client, scratch, local, service, worker, transport }),
         Codec::Http2 => {
-            let conn = crate::http2::Conn { peer: client, local_addr: stream.local_addr().ok() };
+            let conn = crate::http2::Conn { peer: client, local_addr: stream.local().ok() };
             let pre = scratch.buf;
             Box::pin(crate::http2::serve(stream, conn, local, service, worker, transport, pre)).await;
             None
@@ -111,24 +108,53 @@ pub async fn serve_http(
     }
 }
 
-/// Tells h2c prior knowledge from HTTP/1.1 by the first bytes, read into the
-/// scratch set the HTTP/1.1 codec then continues with: the read is the one
-/// HTTP/1.1 would make anyway (no extra system call), and nothing is held
-/// while the connection is silent. Usually the first byte decides; a strict
-/// prefix of the preface waits for more. `None`: the connection closed,
-/// stayed silent for `wait`, or the worker is draining.
-async fn sniff(stream: &mut TcpStream, scratch: &mut Scratch, worker: &Worker, wait: Duration) -> Option<Codec> {
+/// Reads the first bytes of a connection into the scratch set the HTTP/1.1
+/// codec then continues with, and tells h2c prior knowledge from HTTP/1.1 by
+/// them when the service allows HTTP/2 (`http2`): the read is the one
+/// HTTP/1.1 would make anyway (no extra system call). It is tried at once,
+/// before the connection joins the event loop: a request usually arrives
+/// with the connection, and one that is not there yet is waited for with
+/// the scratch set back in the pool, so a silent connection holds no
+/// buffer. Usually the first byte decides; a strict prefix of the preface
+/// waits for more. `None`: the connection closed, stayed silent for
+/// `wait`, or the worker is draining.
+async fn sniff(
+    stream: &mut LazyTcp,
+    scratch: &mut Scratch,
+    worker: &Worker,
+    wait: Duration,
+    http2: bool,
+) -> Option<Codec> {
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         if !scratch.buf.is_empty() {
+            if !http2 {
+                return Some(Codec::Http1);
+            }
             match preface(&scratch.buf) {
                 Some(true) => return Some(Codec::Http2),
                 None => return Some(Codec::Http1),
                 Some(false) => {}
             }
         }
+        let lent = scratch.buf.capacity() == 0;
+        if lent {
+            *scratch = worker.scratch.take();
+        }
+        if scratch.buf.capacity() - scratch.buf.len() < PREFACE.len() {
+            scratch.buf.reserve(FIRST_READ);
+        }
+        match stream.try_read_buf(&mut scratch.buf) {
+            Ok(0) => return None,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return None,
+        }
+        if lent && scratch.buf.is_empty() {
+            worker.scratch.give(std::mem::take(scratch), crate::http::SCRATCH_POOL);
+        }
         tokio::select! {
-            r = tokio::time::timeout_at(deadline, stream.readable()) => if !matches!(r, Ok(Ok(()))) {
+            r = tokio::time::timeout_at(deadline, stream.ready()) => if !matches!(r, Ok(Ok(()))) {
                 return None;
             },
             () = worker.drain.notified() => return None,
@@ -139,7 +165,7 @@ async fn sniff(stream: &mut TcpStream, scratch: &mut Scratch, worker: &Worker, w
         if scratch.buf.capacity() - scratch.buf.len() < PREFACE.len() {
             scratch.buf.reserve(FIRST_READ);
         }
-        // The awaited read, not `try_read_buf`: on a short read it clears the
+        // The awaited read, not a try: on a short read it clears the
         // socket's readiness, so the codec's next wait for readability waits
         // for new bytes instead of returning at once.
         match tokio::time::timeout_at(deadline, stream.read_buf(&mut scratch.buf)).await {

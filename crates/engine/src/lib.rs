@@ -18,6 +18,7 @@ pub mod http;
 pub mod http2;
 pub mod http3;
 pub mod l4;
+pub mod lazy_tcp;
 pub mod live;
 pub mod metrics;
 pub mod otel;

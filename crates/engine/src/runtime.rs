@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use switchyard_config::WhenFull;
-use tokio::net::TcpListener;
+use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, watch};
 
 use crate::live::{AdminState, Gate, Generation, Proto};
@@ -94,7 +94,7 @@ fn handle_msg(worker: &Rc<Worker>, msg: WorkerMsg) {
 fn listen(worker: &Rc<Worker>, listeners: Vec<Bound>) {
     for bound in listeners {
         let registered = match bound {
-            Bound::Tcp(addr, socket) => TcpListener::from_std(socket).map(|listener| {
+            Bound::Tcp(addr, socket) => crate::lazy_tcp::listener(socket).map(|listener| {
                 tokio::task::spawn_local(accept_loop(worker.clone(), addr, listener));
             }),
             Bound::Udp(addr, socket) => tokio::net::UdpSocket::from_std(socket).map(|socket| {
@@ -118,7 +118,7 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// while a flood drains, accepts succeed and fail by turns.
 const ACCEPT_BURST_GAP: Duration = Duration::from_secs(1);
 
-async fn accept_loop(worker: Rc<Worker>, addr: SocketAddr, listener: TcpListener) {
+async fn accept_loop(worker: Rc<Worker>, addr: SocketAddr, listener: AsyncFd<std::net::TcpListener>) {
     // Zero while accepting works; else the pause after the last failure.
     let mut backoff = Duration::ZERO;
     let mut last_failure: Option<Instant> = None;
@@ -148,7 +148,7 @@ async fn accept_loop(worker: Rc<Worker>, addr: SocketAddr, listener: TcpListener
             continue;
         }
         let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+            accepted = crate::lazy_tcp::accept(&listener) => accepted,
             () = worker.drain.notified() => break,
             () = worker.reloaded.notified() => continue,
         };
@@ -161,7 +161,11 @@ async fn accept_loop(worker: Rc<Worker>, addr: SocketAddr, listener: TcpListener
                 // On Linux the accepted socket inherits TCP_NODELAY from the
                 // listener (control.rs sets it there): no setsockopt per connection.
                 #[cfg(not(target_os = "linux"))]
-                let _ = stream.set_nodelay(true);
+                let stream = {
+                    let mut stream = stream;
+                    let _ = stream.registered().map(|s| s.set_nodelay(true));
+                    stream
+                };
                 let held = limit.max_connections.map(|_| GateGuard::enter(gate));
                 worker.open.set(worker.open.get() + 1);
                 let w = worker.clone();

@@ -73,11 +73,13 @@ pub trait ClientStream: AsyncRead + AsyncWrite + Sink + Unpin {
         Self: 'a;
 
     /// Borrows both directions at once (full-duplex body relay).
-    fn halves(&mut self) -> (Self::Rd<'_>, Self::Wr<'_>);
+    /// Fails only where the stream must first join the event loop and
+    /// cannot ([`crate::lazy_tcp::LazyTcp`]).
+    fn halves(&mut self) -> io::Result<(Self::Rd<'_>, Self::Wr<'_>)>;
 
     /// Resolves when a read would make progress (data, end of stream or an
     /// error), without reading.
-    fn ready(&self) -> impl Future<Output = io::Result<()>>;
+    fn ready(&mut self) -> impl Future<Output = io::Result<()>>;
 
     /// The local address the client connected to.
     fn local(&self) -> io::Result<SocketAddr>;
@@ -113,11 +115,11 @@ impl ClientStream for TcpStream {
     type Rd<'a> = ReadHalf<'a>;
     type Wr<'a> = WriteHalf<'a>;
 
-    fn halves(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {
-        self.split()
+    fn halves(&mut self) -> io::Result<(ReadHalf<'_>, WriteHalf<'_>)> {
+        Ok(self.split())
     }
 
-    fn ready(&self) -> impl Future<Output = io::Result<()>> {
+    fn ready(&mut self) -> impl Future<Output = io::Result<()>> {
         self.readable()
     }
 
@@ -221,11 +223,11 @@ impl<R: AsyncRead + Unpin, W: Sink> ClientStream for StreamClient<R, W> {
     where
         Self: 'a;
 
-    fn halves(&mut self) -> (&mut R, &mut W) {
-        (&mut self.rd, &mut self.wr)
+    fn halves(&mut self) -> io::Result<(&mut R, &mut W)> {
+        Ok((&mut self.rd, &mut self.wr))
     }
 
-    fn ready(&self) -> impl Future<Output = io::Result<()>> {
+    fn ready(&mut self) -> impl Future<Output = io::Result<()>> {
         std::future::ready(Ok(()))
     }
 
@@ -285,18 +287,21 @@ impl Sink for WriteHalf<'_> {
 /// puts its FIN on that queued segment (`tcp_send_fin`). Only for the last
 /// bytes before a close that comes at once: held bytes are lost if the socket
 /// is reset instead, which is why the caller checks nothing is left unread.
-#[cfg(target_os = "linux")]
 fn send_last(stream: &TcpStream, a: &[u8], b: &[u8]) -> io::Result<usize> {
+    stream.try_io(tokio::io::Interest::WRITABLE, || send_last_with(stream, a, b))
+}
+
+/// [`send_last`]'s system call on any socket, registered or not.
+#[cfg(target_os = "linux")]
+pub(crate) fn send_last_with(socket: &impl std::os::fd::AsFd, a: &[u8], b: &[u8]) -> io::Result<usize> {
     let bufs = [IoSlice::new(a), IoSlice::new(b)];
     let bufs = if b.is_empty() { &bufs[..1] } else { &bufs[..] };
-    stream.try_io(tokio::io::Interest::WRITABLE, || {
-        socket2::SockRef::from(stream).send_vectored_with_flags(bufs, libc::MSG_MORE | libc::MSG_NOSIGNAL)
-    })
+    socket2::SockRef::from(socket).send_vectored_with_flags(bufs, libc::MSG_MORE | libc::MSG_NOSIGNAL)
 }
 
 #[cfg(not(target_os = "linux"))]
-fn send_last(stream: &TcpStream, a: &[u8], b: &[u8]) -> io::Result<usize> {
-    stream.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)])
+pub(crate) fn send_last_with(socket: &impl std::os::fd::AsFd, a: &[u8], b: &[u8]) -> io::Result<usize> {
+    socket2::SockRef::from(socket).send_vectored(&[IoSlice::new(a), IoSlice::new(b)])
 }
 
 /// [`Sink::try_write_two_now`] for sinks without a gathered write: `a`, then
@@ -395,7 +400,7 @@ mod tests {
     async fn pipe_directions_are_independent() {
         let (mut pipe, mut end) = Pipe::pair(None);
         end.to_pipeline.write_all(b"request").await.expect("write");
-        let (rd, wr) = pipe.halves();
+        let (rd, wr) = pipe.halves().expect("halves");
         let mut got = [0u8; 7];
         rd.read_exact(&mut got).await.expect("read");
         wr.write_all(b"response").await.expect("write");

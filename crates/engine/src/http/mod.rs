@@ -71,7 +71,7 @@ const STREAM_BODY_LIMIT: std::time::Duration = std::time::Duration::from_secs(36
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
 /// Most scratch sets a worker keeps for reuse.
-const SCRATCH_POOL: usize = 1024;
+pub(crate) const SCRATCH_POOL: usize = 1024;
 /// Buffers that grew beyond this (large bodies) are freed rather than pooled.
 const SCRATCH_KEEP: usize = 64 * 1024;
 
@@ -276,7 +276,7 @@ pub fn serve<S: ClientStream + 'static>(
         let _closed = counted.then(|| CloseGuard(&metrics, worker.id));
         let mut first = true;
         loop {
-            let Some(conn) = idle.as_ref() else { return };
+            let Some(conn) = idle.as_mut() else { return };
             let held = pre.as_ref().is_some_and(|s| !s.buf.is_empty());
             if !held && !wait_idle(conn, &worker, name, first).await {
                 break;
@@ -323,7 +323,7 @@ async fn busy<S: ClientStream>(
 /// (`client_header` for the connection's first request, `client_idle` after
 /// one). `false`: close instead — the wait ran out, the peer closed or
 /// failed, the worker is draining, or a reload removed the service.
-async fn wait_idle<S: ClientStream>(idle: &Idle<S>, worker: &Worker, name: &str, first: bool) -> bool {
+async fn wait_idle<S: ClientStream>(idle: &mut Idle<S>, worker: &Worker, name: &str, first: bool) -> bool {
     let t = &idle.local.gen.config.services[idle.service].timeouts;
     let deadline = tokio::time::Instant::now() + if first { t.client_header } else { t.client_idle };
     loop {
@@ -1222,7 +1222,10 @@ async fn exchange<S: ClientStream>(
 
     // Phases 6–9 in full duplex: the rest of the body goes up while the response comes down.
     let (done, complete) = {
-        let (mut client_rd, mut client_wr) = client.stream.halves();
+        let (mut client_rd, mut client_wr) = client
+            .stream
+            .halves()
+            .map_err(|e| Failed { error: request_relay_error(RelayError::Read(e)), relayed: relayed.get() })?;
         let (mut server_rd, mut server_wr) = conn.stream.split();
         // The whole body within `client_body` (slow-POST), besides each read within `client_idle`.
         let up = async {
@@ -1815,14 +1818,15 @@ mod tests {
     /// Bounds with room for compiler changes (a test build's sizes; release
     /// ones are smaller), so that a state put back inline fails here rather
     /// than as memory per connection in the bench.
+    /// Served connections are [`crate::lazy_tcp::LazyTcp`]s (the accept loop's).
     #[test]
     fn an_idle_connection_holds_a_small_future() {
         fn size<A, B, C, D, E, G, H, F>(_: fn(A, B, C, D, E, G, H) -> F) -> usize {
             std::mem::size_of::<F>()
         }
-        let idle = std::mem::size_of::<Idle<tokio::net::TcpStream>>();
-        let client = std::mem::size_of::<Client<tokio::net::TcpStream>>();
-        let serve = size(serve::<tokio::net::TcpStream>);
+        let idle = std::mem::size_of::<Idle<crate::lazy_tcp::LazyTcp>>();
+        let client = std::mem::size_of::<Client<crate::lazy_tcp::LazyTcp>>();
+        let serve = size(serve::<crate::lazy_tcp::LazyTcp>);
         assert!(idle <= 256, "Idle is {idle} bytes");
         assert!(serve <= 1024, "an idle connection's future is {serve} bytes");
         assert!(serve < client + idle, "the future ({serve}) holds a Client ({client})");

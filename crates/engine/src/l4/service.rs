@@ -20,9 +20,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::BytesMut;
 use switchyard_config::{Mode, Persistence, PoolId, ProxyVersion, Service};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 
+use crate::lazy_tcp::LazyTcp;
 use crate::live::Proto;
 use crate::live::{ActiveGuard, PickView};
 use crate::metrics::{Record, Timings, Upstream};
@@ -37,7 +38,7 @@ use crate::worker::{Local, Worker};
 /// HTTP/1.1 connection is handed back for its task to serve
 /// ([`crate::front::Http1`]).
 pub async fn serve_stream(
-    stream: TcpStream,
+    stream: LazyTcp,
     peer: SocketAddr,
     local: Rc<Local>,
     service: usize,
@@ -94,8 +95,14 @@ pub async fn serve_stream(
                 http1
             });
         }
-        Mode::Https => Box::pin(crate::front::serve_https(stream, client, pre, local, service, worker, refused)).await,
+        Mode::Https => {
+            // TLS works on a registered socket.
+            let Ok(stream) = stream.into_tokio() else { return None };
+            Box::pin(crate::front::serve_https(stream, client, pre, local, service, worker, refused)).await
+        }
         Mode::Tcp | Mode::TlsPassthrough => {
+            // The relays wait on both sockets from the start.
+            let Ok(stream) = stream.into_tokio() else { return None };
             // A layer-4 session is one client connection: open while it relays.
             let metrics = local.gen.services[service].clone();
             metrics.connection_opened(worker.id);
@@ -120,7 +127,7 @@ fn trusted(svc: &Service, ip: IpAddr) -> bool {
 /// the client address it carries (`None` for a LOCAL or UNKNOWN header: the
 /// socket's own peer stands) and the bytes read after it.
 pub async fn read_proxy(
-    stream: &mut TcpStream,
+    stream: &mut (impl AsyncRead + Unpin),
     timeout: Duration,
 ) -> Result<(Option<SocketAddr>, BytesMut), &'static str> {
     let mut buf = BytesMut::with_capacity(512);

@@ -49,11 +49,11 @@ impl ClientStream for TlsStream<TcpStream> {
     type Rd<'a> = ReadHalf<&'a mut TlsStream<TcpStream>>;
     type Wr<'a> = WriteHalf<&'a mut TlsStream<TcpStream>>;
 
-    fn halves(&mut self) -> (Self::Rd<'_>, Self::Wr<'_>) {
-        tokio::io::split(self)
+    fn halves(&mut self) -> io::Result<(Self::Rd<'_>, Self::Wr<'_>)> {
+        Ok(tokio::io::split(self))
     }
 
-    fn ready(&self) -> impl Future<Output = io::Result<()>> {
+    fn ready(&mut self) -> impl Future<Output = io::Result<()>> {
         let (tcp, conn) = self.get_ref();
         // rustls stops wanting to read while it holds plaintext or has seen
         // the peer's close_notify: a read then makes progress at once.

@@ -19,8 +19,6 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 use super::h2::H2Stream;
-#[cfg(test)]
-use crate::transport::ClientStream;
 use crate::transport::Sink;
 
 /// A connection to a server.
@@ -127,7 +125,7 @@ impl ServerStream {
             }
             #[cfg(test)]
             ServerStream::Memory(s) => {
-                let (r, w) = s.halves();
+                let (r, w) = (&mut s.rd, &mut s.wr);
                 (ServerRd::Piped(r), ServerWr::Piped(w))
             }
         }

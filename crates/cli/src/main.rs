@@ -1,6 +1,7 @@
 //! `switchyard`: the command line. Thin by design: parse arguments, set up
 //! logging and signals, then hand over to the config, engine and bench crates.
 
+mod alloc;
 mod backend;
 mod bench;
 mod commands;
@@ -11,13 +12,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// mimalloc instead of the system allocator: a connection's buffers and task,
-/// and each request's pipeline future, are allocated and freed on the worker
-/// that uses them, which mimalloc serves from per-thread free lists where
-/// glibc's malloc spent a fifth of the proxy's user time (bins, coalescing)
-/// on short connections. See docs/adr/0008-allocator.md.
+/// mimalloc instead of the system allocator ([`alloc`], docs/adr/0008-allocator.md).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: alloc::Allocator = alloc::Allocator;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 

@@ -111,6 +111,24 @@ fn listen(worker: &Rc<Worker>, listeners: Vec<Bound>) {
     }
 }
 
+/// Serves one accepted connection, the body of its task.
+async fn connection(
+    stream: crate::lazy_tcp::LazyTcp,
+    peer: SocketAddr,
+    local: Rc<crate::worker::Local>,
+    service: usize,
+    worker: Rc<Worker>,
+    held: Option<GateGuard>,
+) {
+    let _open = OpenGuard(worker.clone());
+    let _held = held;
+    // An HTTP/1.1 connection comes back to be served here, so its task holds
+    // only the codec's state once the steps before are done.
+    if let Some(http1) = crate::l4::serve_stream(stream, peer, local, service, worker).await {
+        http1.serve().await;
+    }
+}
+
 /// The first and the longest pause of the accept loop after a failed accept.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -169,15 +187,13 @@ async fn accept_loop(worker: Rc<Worker>, addr: SocketAddr, listener: AsyncFd<std
                 let held = limit.max_connections.map(|_| GateGuard::enter(gate));
                 worker.open.set(worker.open.get() + 1);
                 let w = worker.clone();
-                tokio::task::spawn_local(async move {
-                    let _open = OpenGuard(w.clone());
-                    let _held = held;
-                    // An HTTP/1.1 connection comes back to be served here, so its
-                    // task holds only the codec's state once the steps before are done.
-                    if let Some(http1) = crate::l4::serve_stream(stream, peer, local, service, w).await {
-                        http1.serve().await;
-                    }
-                });
+                // The connection's future is written into an allocation of its
+                // own and the task holds the pointer: tokio moves a task's
+                // future several times on its way into the task cell (and
+                // once more out of it at the end), which for a future of a
+                // kilobyte cost more than the allocation.
+                let conn = Box::write(Box::new_uninit(), connection(stream, peer, local, service, w, held));
+                tokio::task::spawn_local(Box::into_pin(conn));
             }
             Err(e) => {
                 // Out of file descriptors or memory: back off instead of spinning

@@ -66,16 +66,20 @@ pub(crate) fn validate_on_demand(cx: &mut Ctx<'_, '_>, raw: &S<RawOnDemand>) -> 
     let max_certificates = limit("max_certificates", &raw.max_certificates, DEFAULT_MAX_CERTIFICATES, 100_000);
     let max_pending = limit("max_pending", &raw.max_pending, DEFAULT_MAX_PENDING, 1_000);
     let max_orders = limit("max_orders", &raw.max_orders, DEFAULT_MAX_ORDERS as usize, 100_000);
+    let order_period = cx.duration(&raw.order_period, DEFAULT_ORDER_PERIOD);
+    let deny_for = cx.duration(&raw.deny_for, DEFAULT_DENY_FOR);
+    let ask_timeout = cx.duration(&raw.ask_timeout, DEFAULT_ASK_TIMEOUT);
+    let wait = cx.duration(&raw.wait, DEFAULT_WAIT);
     let on_demand = OnDemand {
         ask,
         allow,
         max_certificates: max_certificates.ok()?,
         max_pending: max_pending.ok()?,
         max_orders: u32::try_from(max_orders.ok()?).ok()?,
-        order_period: cx.duration(&raw.order_period, DEFAULT_ORDER_PERIOD),
-        deny_for: cx.duration(&raw.deny_for, DEFAULT_DENY_FOR),
-        ask_timeout: cx.duration(&raw.ask_timeout, DEFAULT_ASK_TIMEOUT),
-        wait: cx.duration(&raw.wait, DEFAULT_WAIT),
+        order_period,
+        deny_for,
+        ask_timeout,
+        wait,
     };
     ok.then_some(on_demand)
 }
@@ -88,7 +92,7 @@ fn ask_url(cx: &mut Ctx<'_, '_>, value: &S<String>) -> Option<String> {
     if url.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://")) {
         cx.r.error_hint(
             &value.span(),
-            format!("`{url}`: the `ask` endpoint is reached over plain HTTP"),
+            format!("`{url}`: the `ask` endpoint must be an http:// URL (switchyard asks it over plain HTTP)"),
             "run the endpoint on a local or private address and write its http:// URL",
         );
         return None;

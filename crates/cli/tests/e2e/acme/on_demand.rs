@@ -116,9 +116,9 @@ fn on_demand_issues_at_the_first_handshake_and_reuses_the_certificate() {
     let (http, https, admin) = (proxy_addr(), proxy_addr(), proxy_addr());
     let Some(pebble) = Pebble::start(http.port(), https.port(), 7_776_000) else { return };
     let origin = Origin::start("o");
-    let ask = Ask::start(&["a.shops.example", "b.shops.example"]);
+    let ask = Ask::start(&["a.shops.example", "b.shops.example", "c.shops.example"]);
     let storage = temp_dir("acme-storage");
-    let od = format!("ask = \"{}\", allow = [\"*.shops.example\"]", ask.url());
+    let od = format!("ask = \"{}\", allow = [\"*.shops.example\"], max_orders = 2", ask.url());
     let tls = on_demand_tls(&pebble, &[], &storage, &od);
     let proxy = Proxy::start(&config(http, admin, origin.addr, &[("shops", https, tls)]), http);
     let client = pebble.client(&[b"http/1.1"]);
@@ -158,6 +158,9 @@ fn on_demand_issues_at_the_first_handshake_and_reuses_the_certificate() {
     assert!(connect(https, &client, "x.y.shops.example").is_err());
     assert_eq!(ask.asked().len(), 2);
     assert_eq!(orders_at_pebble(&pebble), 2);
+    // Allowed, but `max_orders` (2 per hour) are spent: no order, the handshake refused.
+    assert!(connect_within(https, &client, "c.shops.example", HOLD).is_err());
+    assert_eq!(orders_at_pebble(&pebble), 2);
 
     // Stored privately, like the others.
     let server_dir = std::fs::read_dir(&storage)
@@ -177,11 +180,19 @@ fn on_demand_issues_at_the_first_handshake_and_reuses_the_certificate() {
     let results = "switchyard_acme_on_demand_total{service=\"shops\",result=";
     assert_eq!(sample(&m, &format!("{results}\"issued\"}}")), 2, "{m}");
     assert_eq!(sample(&m, &format!("{results}\"denied\"}}")), 2, "{m}");
+    assert_eq!(sample(&m, &format!("{results}\"limited\"}}")), 1, "{m}");
     assert_eq!(sample(&m, "switchyard_acme_on_demand_certificates{service=\"shops\"}"), 2, "{m}");
     let view = certificates(admin);
     let parent = view.iter().find(|c| c["issued_on_demand"] == false).expect("the service's entry");
     assert_eq!(parent["state"], "on-demand", "{view:?}");
     assert_eq!(parent["on_demand"]["certificates"], 2, "{view:?}");
+    let recent = parent["on_demand"]["recent"].as_array().cloned().unwrap_or_default();
+    assert!(
+        recent
+            .iter()
+            .any(|r| r["name"] == "c.shops.example" && r["reason"].as_str().is_some_and(|w| w.contains("max_orders"))),
+        "{recent:?}"
+    );
     let a = view.iter().find(|c| c["domains"][0] == "a.shops.example").expect("a.shops.example listed");
     assert_eq!((a["issued_on_demand"].clone(), a["state"].clone()), (true.into(), "valid".into()), "{a}");
     assert_eq!(a["serial"].as_str(), Some(serial_a.as_str()), "{a}");
@@ -243,6 +254,41 @@ fn on_demand_refused_names_cause_no_order_and_disturb_nothing() {
         .unwrap_or_else(|e| panic!("allowed name: {e}\n{}", logs()));
     assert_ne!(serial(&ok), "");
     assert_eq!(orders_at_pebble(&pebble), orders + 1);
+}
+
+/// A certificate issued on demand is renewed like the others (20-second
+/// certificates, profile `shortlived`): the same name is later served a new one.
+#[test]
+fn on_demand_certificates_are_renewed() {
+    let (http, https, admin) = (proxy_addr(), proxy_addr(), proxy_addr());
+    let Some(pebble) = Pebble::start(http.port(), https.port(), 20) else { return };
+    let origin = Origin::start("o");
+    let storage = temp_dir("acme-storage");
+    let tls = pebble.acme(
+        &[],
+        "http-01",
+        &storage,
+        ", profile = \"shortlived\", on_demand = { allow = [\"r.shops.example\"], wait = \"60s\" }",
+    );
+    let proxy = Proxy::start(&config(http, admin, origin.addr, &[("shops", https, tls)]), http);
+    let client = pebble.client(&[b"http/1.1"]);
+    let logs = || format!("{}\n{}", proxy.log(), pebble.log());
+    let first = connect_within(https, &client, "r.shops.example", HOLD + Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("first handshake: {e}\n{}", logs()));
+    let first = serial(&first);
+    let renewed = wait_long("a renewed certificate", Duration::from_secs(120), logs, || {
+        let s = serial(&connect(https, &client, "r.shops.example").ok()?);
+        (s != first).then_some(s)
+    });
+    assert_ne!(renewed, first);
+    let view = certificates(admin);
+    let child = view.iter().find(|c| c["domains"][0] == "r.shops.example").expect("listed");
+    assert!(child["issued"].as_u64().is_some_and(|n| n >= 2), "{child}");
+    let log = proxy.log();
+    assert!(
+        log.lines().any(|l| l.contains("ACME certificate issued and installed") && l.contains("r.shops.example")),
+        "{log}"
+    );
 }
 
 /// `switchyard check` refuses on-demand issuance without an allow check.

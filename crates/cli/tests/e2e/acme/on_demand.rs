@@ -291,6 +291,42 @@ fn on_demand_certificates_are_renewed() {
     );
 }
 
+/// By tls-alpn-01 (Pebble's http-01 port is dead): the validation handshake for
+/// the name being ordered is answered, not held behind its own order. After a
+/// restart, the stored certificate is read at the name's first handshake (the
+/// `ask` endpoint asked again), with no new order.
+#[test]
+fn on_demand_by_tls_alpn01_and_reused_after_a_restart() {
+    let (http, https, admin) = (proxy_addr(), proxy_addr(), proxy_addr());
+    let Some(pebble) = Pebble::start(dead_addr().port(), https.port(), 7_776_000) else { return };
+    let origin = Origin::start("o");
+    let ask = Ask::start(&["t.shops.example"]);
+    let storage = temp_dir("acme-storage");
+    let od = format!("ask = \"{}\", wait = \"{}s\"", ask.url(), HOLD.as_secs());
+    let tls = pebble.acme(&[], "tls-alpn-01", &storage, &format!(", on_demand = {{ {od} }}"));
+    let file =
+        write_temp("acme-on-demand", "switchyard.toml", &config(http, admin, origin.addr, &[("shops", https, tls)]));
+    let proxy = Proxy::run_file(&file, http);
+    let client = pebble.client(&[b"h2", b"http/1.1"]);
+    let logs = || format!("{}\n{}", proxy.log(), pebble.log());
+    let first = connect_within(https, &client, "t.shops.example", HOLD + Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("first handshake: {e}\n{}", logs()));
+    assert_eq!(first.conn.alpn_protocol(), Some(&b"h2"[..]));
+    let first = serial(&first);
+    assert_eq!(orders_at_pebble(&pebble), 1, "{}", pebble.log());
+    drop(proxy);
+
+    let proxy = Proxy::run_file(&file, http);
+    let again = connect_within(https, &client, "t.shops.example", HOLD + Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("after the restart: {e}\n{}", proxy.log()));
+    assert_eq!(serial(&again), first, "the stored certificate is reused");
+    assert_eq!(orders_at_pebble(&pebble), 1, "no new order\n{}", pebble.log());
+    assert_eq!(ask.asked(), ["t.shops.example", "t.shops.example"], "asked again after the restart");
+    let m = metrics(admin);
+    assert_eq!(sample(&m, "switchyard_acme_on_demand_total{service=\"shops\",result=\"loaded\"}"), 1, "{m}");
+    assert_eq!(sample(&m, "switchyard_acme_on_demand_total{service=\"shops\",result=\"issued\"}"), 0, "{m}");
+}
+
 /// `switchyard check` refuses on-demand issuance without an allow check.
 #[test]
 fn on_demand_without_an_allow_check_is_refused() {

@@ -108,6 +108,40 @@ pub struct CertificateView {
     pub issued: u64,
     /// A warning for the operator (expiring or expired, failing), if any.
     pub warning: Option<String>,
+    /// The certificate of one name, issued on demand at a first handshake.
+    #[serde(default)]
+    pub issued_on_demand: bool,
+    /// The service's on-demand issuance (`acme.on_demand`), on the
+    /// service's entry; the names issued are entries of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_demand: Option<OnDemandView>,
+}
+
+/// A service's on-demand issuance: what it holds and decided.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OnDemandView {
+    /// Names with a certificate issued on demand.
+    pub certificates: u64,
+    /// Names being decided or ordered now.
+    pub pending: u64,
+    /// Decisions since start by result: `issued`, `loaded` (from storage),
+    /// `denied` (by `allow` or `ask`), `cached` (denied a moment ago),
+    /// `invalid` (not a DNS name), `limited`, `failed`, `timeout` (a handshake
+    /// went on before its certificate was ready).
+    pub results: std::collections::BTreeMap<String, u64>,
+    /// The latest refusals (name, reason, Unix seconds), oldest first.
+    pub recent: Vec<OnDemandRefusal>,
+}
+
+/// One refused or failed on-demand name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OnDemandRefusal {
+    /// The name.
+    pub name: String,
+    /// Why (`denied: the ask endpoint answered 403`, `failed: ...`).
+    pub reason: String,
+    /// When (Unix seconds).
+    pub at: u64,
 }
 
 /// `GET /api/v1/cluster`: this node's readiness and its replication peers.

@@ -35,8 +35,8 @@ use switchyard_config::{Admin, AdminToken};
 
 pub use backend::{
     ApiError, Backend, CacheEntriesView, CacheEntryView, CacheKeyView, CachePartialView, CacheView, CertificateView,
-    ClassCounts, DatagramCounts, HealthView, HistogramView, PersistenceEntryView, PersistenceView, PoolView,
-    ReloadView, ServerOp, ServerView, ServiceView, StatsView,
+    ClassCounts, DatagramCounts, HealthView, HistogramView, OnDemandRefusal, OnDemandView, PersistenceEntryView,
+    PersistenceView, PoolView, ReloadView, ServerOp, ServerView, ServiceView, StatsView,
 };
 pub use exposition::MetricsFormat;
 pub use handlers::{

@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use switchyard_admin::backend::{
     ApiError, Backend, CacheEntriesView, CacheEntryView, CacheKeyView, CachePartialView, CacheView, CertificateView,
-    ClassCounts, ClusterView, DatagramCounts, HealthView, HistogramView, PeerView, PersistenceEntryView,
-    PersistenceView, PoolView, ReloadView, ServerOp, ServerView, ServiceView, StatsView,
+    ClassCounts, ClusterView, DatagramCounts, HealthView, HistogramView, OnDemandRefusal, OnDemandView, PeerView,
+    PersistenceEntryView, PersistenceView, PoolView, ReloadView, ServerOp, ServerView, ServiceView, StatsView,
 };
 use switchyard_admin::MetricsFormat;
 use switchyard_config::{Algorithm, Mode, Persistence};
@@ -73,11 +73,38 @@ fn unix(t: std::time::SystemTime) -> u64 {
     t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
+/// A service's certificate from ACME and the names it issued on demand.
+fn certificate_views(m: &switchyard_engine::acme::Managed) -> Vec<CertificateView> {
+    let mut views = vec![certificate_view(m)];
+    if let Some(od) = &m.on_demand {
+        views.extend(od.children().iter().map(|c| certificate_view(c)));
+    }
+    views
+}
+
+/// What a service's on-demand issuance holds and decided.
+fn on_demand_view(od: &switchyard_engine::acme::on_demand::OnDemand) -> OnDemandView {
+    let children = od.children();
+    let issued = children.iter().filter(|c| c.has_certificate()).count() as u64;
+    OnDemandView {
+        certificates: issued,
+        pending: children.len() as u64 - issued,
+        results: od.counters.all().into_iter().map(|(r, n)| (r.to_string(), n)).collect(),
+        recent: od
+            .recent()
+            .into_iter()
+            .map(|r| OnDemandRefusal { name: r.name, reason: r.reason, at: unix(r.at) })
+            .collect(),
+    }
+}
+
 /// A certificate from ACME, its state and what the operator should know.
 fn certificate_view(m: &switchyard_engine::acme::Managed) -> CertificateView {
     let status = m.status();
     let now = std::time::SystemTime::now();
     let state = match &status.current {
+        // A service whose names are all issued on demand has no certificate of its own.
+        None if m.settings.domains.is_empty() => "on-demand",
         None => "pending",
         Some(c) if c.not_after <= now => "expired",
         Some(c) if c.expiring(now) => "expiring",
@@ -104,6 +131,8 @@ fn certificate_view(m: &switchyard_engine::acme::Managed) -> CertificateView {
         last_error: status.last_error,
         issued: m.counters.issued.load(std::sync::atomic::Ordering::Relaxed),
         warning,
+        issued_on_demand: m.child,
+        on_demand: m.on_demand.as_deref().map(on_demand_view),
     }
 }
 
@@ -116,6 +145,10 @@ fn acme_row(m: &switchyard_engine::acme::Managed) -> AcmeRow {
         issued: read(&m.counters.issued),
         failed: read(&m.counters.failed),
         consecutive_failures: u64::from(status.failures),
+        on_demand: m.on_demand.as_ref().map(|od| {
+            let held = od.children().iter().filter(|c| c.has_certificate()).count() as u64;
+            (held, od.counters.all())
+        }),
     }
 }
 
@@ -428,7 +461,7 @@ impl Backend for EngineBackend {
 
     fn certificates(&self) -> Vec<CertificateView> {
         let gen = self.control.generation();
-        gen.acme.all().iter().map(|m| certificate_view(m)).collect()
+        gen.acme.all().iter().flat_map(|m| certificate_views(m)).collect()
     }
 
     fn cluster(&self) -> ClusterView {

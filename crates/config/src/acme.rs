@@ -3,7 +3,7 @@
 //!
 //! Invariants of an accepted [`Acme`]: `directory` is an `https://` URL
 //! (RFC 8555 6.1 requires HTTPS); at least one
-//! domain, each a DNS name (wildcards are refused: neither challenge type
+//! domain (none needed with `on_demand`, [`crate::on_demand`]), each a DNS name (wildcards are refused: neither challenge type
 //! switchyard answers can prove them); contacts are `mailto:` URLs; the
 //! storage path is resolved against the configuration file's directory.
 
@@ -37,8 +37,14 @@ pub(crate) fn validate_acme(cx: &mut Ctx<'_, '_>, raw: &S<RawAcme>) -> Option<Ac
             None
         }
     };
+    let on_demand = raw.on_demand.as_ref().map(|o| crate::on_demand::validate_on_demand(cx, o));
+    ok &= on_demand.as_ref().is_none_or(Option::is_some);
+    let on_demand = on_demand.flatten();
     let domains = match &raw.domains {
+        // With on-demand issuance, the configured names are optional.
+        Some(list) if raw.on_demand.is_some() && list.get_ref().is_empty() => Some(Vec::new()),
         Some(list) => domains(cx, list),
+        None if raw.on_demand.is_some() => Some(Vec::new()),
         None => {
             if !broken(&raw.broken, "domains") {
                 cx.r.error_hint(&span, "`acme` has no `domains`", "add domains = [\"www.example.com\"]");
@@ -85,6 +91,7 @@ pub(crate) fn validate_acme(cx: &mut Ctx<'_, '_>, raw: &S<RawAcme>) -> Option<Ac
         storage: storage?,
         ca_roots,
         profile,
+        on_demand,
     };
     ok.then_some(acme)
 }
@@ -145,8 +152,9 @@ fn domains(cx: &mut Ctx<'_, '_>, list: &S<Vec<S<String>>>) -> Option<Vec<String>
 }
 
 /// A DNS name of at least two labels, each 1 to 63 letters, digits or
-/// hyphens, not starting or ending with a hyphen; not an IP address.
-fn is_dns_name(name: &str) -> bool {
+/// hyphens, not starting or ending with a hyphen; not an IP address; at
+/// most 253 bytes. Expects lower case without a trailing dot.
+pub fn is_dns_name(name: &str) -> bool {
     let label = |l: &str| {
         !l.is_empty()
             && l.len() <= 63

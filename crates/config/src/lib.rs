@@ -33,6 +33,7 @@ mod diff;
 mod health;
 mod l4;
 pub mod model;
+mod on_demand;
 mod ops;
 mod pem;
 mod persistence;
@@ -47,7 +48,7 @@ mod tracing;
 mod units;
 mod validate;
 
-pub use acme::DEFAULT_STORAGE as DEFAULT_ACME_STORAGE;
+pub use acme::{is_dns_name, DEFAULT_STORAGE as DEFAULT_ACME_STORAGE};
 pub use compression::{Compression, Encoding};
 pub use diagnostic::{Diagnostic, Diagnostics, Severity};
 pub use diff::{diff, Changes, Diff, PoolChange};

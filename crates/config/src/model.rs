@@ -1017,6 +1017,37 @@ pub struct Acme {
     /// The certificate profile asked for (an ACME profiles extension name such
     /// as `"shortlived"`); `None`: the server's default.
     pub profile: Option<String>,
+    /// Certificates issued at the first handshake for a name that has none
+    /// (`on_demand`), behind an allow check; `None`: only `domains`.
+    pub on_demand: Option<OnDemand>,
+}
+
+/// On-demand issuance (`tls.acme.on_demand`): a handshake for a name that has
+/// no certificate waits while one is issued, when the name passes the allow
+/// check (`allow` and/or `ask`, at least one of them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OnDemand {
+    /// The endpoint asked `GET <ask>?domain=<name>` (only a 2xx allows);
+    /// an `http://` URL.
+    pub ask: Option<String>,
+    /// Names (lower case) and `*.suffix` patterns (one label) allowed;
+    /// empty: any name `ask` allows.
+    pub allow: Vec<String>,
+    /// On-demand certificates held at most; further names are refused.
+    pub max_certificates: usize,
+    /// Names being decided or ordered at once; further names are refused.
+    pub max_pending: usize,
+    /// New orders at most per `order_period`.
+    pub max_orders: u32,
+    /// The period of `max_orders`.
+    pub order_period: Duration,
+    /// How long a refused or failed name is answered from memory (no
+    /// second `ask`, no order).
+    pub deny_for: Duration,
+    /// How long the `ask` endpoint may take; no answer in time refuses.
+    pub ask_timeout: Duration,
+    /// How long a handshake is held while its certificate is issued.
+    pub wait: Duration,
 }
 
 /// Verification of client certificates (mTLS) on a listener.

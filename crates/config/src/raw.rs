@@ -605,6 +605,34 @@ pub struct RawAcme {
     pub ca_roots: Option<S<String>>,
     /// `profile`: the certificate profile asked for.
     pub profile: Option<S<String>>,
+    /// `on_demand`: certificates issued at the first handshake for a name.
+    pub on_demand: Option<S<RawOnDemand>>,
+    /// Keys that were written but could not be read (wrong type), or that
+    /// an unknown key probably misspells.
+    pub broken: Vec<String>,
+}
+
+/// `on_demand` of a service's `tls.acme`.
+#[derive(Debug, Clone, Default)]
+pub struct RawOnDemand {
+    /// `ask`: the `http://` URL asked whether a name may get a certificate.
+    pub ask: Option<S<String>>,
+    /// `allow`: names and `*.` patterns that may get a certificate.
+    pub allow: Option<S<Vec<S<String>>>>,
+    /// `max_certificates`: on-demand certificates held at most.
+    pub max_certificates: Option<S<i64>>,
+    /// `max_pending`: names being decided or ordered at once.
+    pub max_pending: Option<S<i64>>,
+    /// `max_orders`: new orders per `order_period`.
+    pub max_orders: Option<S<i64>>,
+    /// `order_period`: the period of `max_orders`.
+    pub order_period: Option<S<String>>,
+    /// `deny_for`: how long a refused or failed name is remembered.
+    pub deny_for: Option<S<String>>,
+    /// `ask_timeout`: how long the `ask` endpoint may take.
+    pub ask_timeout: Option<S<String>>,
+    /// `wait`: how long a handshake is held while its certificate is issued.
+    pub wait: Option<S<String>>,
     /// Keys that were written but could not be read (wrong type), or that
     /// an unknown key probably misspells.
     pub broken: Vec<String>,

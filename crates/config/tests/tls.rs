@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
+use std::time::Duration;
 
 use switchyard_config::*;
 
@@ -395,4 +396,47 @@ profile = "shortlived"
     assert_eq!(acme.challenge, AcmeChallenge::Http01);
     assert_eq!(acme.storage, Path::new(DEFAULT_ACME_STORAGE));
     assert!(acme.contact.is_empty() && acme.ca_roots.is_none() && acme.profile.is_none());
+}
+
+#[test]
+fn acme_on_demand_behind_an_allow_check() {
+    let c = https(
+        r#"[service.tls.acme]
+directory = "https://acme.example/directory"
+on_demand = { ask = "http://127.0.0.1:5555/allowed?zone=shops", allow = ["*.Shops.example.com.", "one.example.net"], max_certificates = 50, max_pending = 2, max_orders = 5, order_period = "10m", deny_for = "30s", ask_timeout = "1s", wait = "15s" }
+"#,
+    )
+    .unwrap();
+    let acme = c.services[0].tls.as_ref().unwrap().acme.clone().unwrap();
+    assert!(acme.domains.is_empty(), "names are optional with on_demand");
+    let od = acme.on_demand.unwrap();
+    assert_eq!(od.ask.as_deref(), Some("http://127.0.0.1:5555/allowed?zone=shops"));
+    assert_eq!(od.allow, ["*.shops.example.com", "one.example.net"]);
+    assert_eq!((od.max_certificates, od.max_pending, od.max_orders), (50, 2, 5));
+    assert_eq!(od.order_period, Duration::from_secs(600));
+    assert_eq!(od.deny_for, Duration::from_secs(30));
+    assert_eq!(od.ask_timeout, Duration::from_secs(1));
+    assert_eq!(od.wait, Duration::from_secs(15));
+    // Either check alone is enough; the defaults are bounded.
+    let ask_only = https(
+        r#"tls = { acme = { directory = "https://acme.example/d", domains = ["a.example.com"], on_demand = { ask = "http://ask.internal/ok" } } }"#,
+    )
+    .unwrap();
+    let od = ask_only.services[0].tls.as_ref().unwrap().acme.clone().unwrap().on_demand.unwrap();
+    assert!(od.allow.is_empty());
+    assert_eq!((od.max_certificates, od.max_pending, od.max_orders), (100, 4, 20));
+    assert_eq!(
+        (od.deny_for, od.ask_timeout, od.wait),
+        (Duration::from_secs(60), Duration::from_secs(3), Duration::from_secs(20))
+    );
+    // No allow check at all is refused, with a hint.
+    for missing in ["on_demand = {}", "on_demand = { allow = [] }", "on_demand = { wait = \"5s\" }"] {
+        let text = format!("tls = {{ acme = {{ directory = \"https://acme.example/d\", {missing} }} }}");
+        let e: String = https(&text)
+            .unwrap_err()
+            .errors()
+            .map(|d| format!("{} ({})", d.message, d.hint.clone().unwrap_or_default()))
+            .collect();
+        assert!(e.contains("`on_demand` has no allow check") && e.contains("ask ="), "{missing}: {e}");
+    }
 }

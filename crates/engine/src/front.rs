@@ -8,7 +8,9 @@
 //! - `https` services: the TLS handshake (within `client_header`), then the
 //!   codec ALPN chose: `h2`, or HTTP/1.1 for `http/1.1` or no ALPN; a
 //!   handshake that chose `acme-tls/1` (an ACME tls-alpn-01 validation) is
-//!   closed at once.
+//!   closed at once. With on-demand certificates (`acme.on_demand`), the
+//!   ClientHello is read first and the handshake held while its name's
+//!   certificate is issued ([`on_demand`]).
 //!
 //! Nothing else in the engine chooses a protocol: the codecs never hand a
 //! connection to each other.
@@ -27,6 +29,7 @@ use switchyard_http::error::Refusal;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
+use crate::acme::on_demand::{Admission, OnDemand, Phase};
 use crate::http2::PREFACE;
 use crate::lazy_tcp::LazyTcp;
 use crate::metrics::Handshake;
@@ -179,9 +182,9 @@ async fn sniff(
 /// (`pre`: bytes already read after a PROXY protocol header, the start of
 /// the ClientHello), then the codec ALPN chose.
 pub async fn serve_https(
-    stream: TcpStream,
+    mut stream: TcpStream,
     client: SocketAddr,
-    pre: BytesMut,
+    mut pre: BytesMut,
     local: Rc<Local>,
     service: usize,
     worker: Rc<Worker>,
@@ -191,13 +194,23 @@ pub async fn serve_https(
         return;
     };
     let (term, counters, wait) = (term.clone(), local.gen.tls_handshakes.clone(), svc.timeouts.client_header);
-    let local_addr = stream.local_addr().ok();
-    let accept = term.acceptor.accept_with(stream, |conn| crate::tls::feed(conn, &pre));
     let failed = |reason: &'static str, error: &dyn std::fmt::Display| {
         counters.handshake(worker.id, Handshake::Failed);
         let name = &local.gen.config.services[service].name;
         tracing::debug!(service = %name, %client, reason, %error, "TLS handshake failed: connection closed");
     };
+    if let Some(od) = &term.on_demand {
+        // The ClientHello first: its name may need a certificate issued.
+        let hello = tokio::time::timeout(wait, crate::tls::hello::read_hello(&mut stream, &mut pre)).await;
+        match hello {
+            Ok(Ok(Some(hello))) if !hello.validation => on_demand(od, hello.server_name.as_deref()).await,
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return failed("tls-handshake-failed", &e),
+            Err(_) => return failed("tls-handshake-timeout", &"no ClientHello within client_header"),
+        }
+    }
+    let local_addr = stream.local_addr().ok();
+    let accept = term.acceptor.accept_with(stream, |conn| crate::tls::feed(conn, &pre));
     let tls = match tokio::time::timeout(wait, accept).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => return failed("tls-handshake-failed", &e),
@@ -220,6 +233,19 @@ pub async fn serve_https(
         return;
     }
     crate::http::serve(tls, client, Scratch::default(), local, service, worker, transport).await;
+}
+
+/// Holds a handshake for `server_name` while its certificate is issued on
+/// demand, up to `on_demand.wait`; returns at once when there is nothing to
+/// wait for (the handshake then gets the service's certificate, or none).
+async fn on_demand(od: &OnDemand, server_name: Option<&str>) {
+    let Some(name) = server_name else { return };
+    let Admission::Wait(mut phase) = od.admit(name) else { return };
+    let waited = tokio::time::timeout(od.wait(), phase.wait_for(|p| *p != Phase::Pending)).await;
+    if waited.is_err() {
+        od.counters.count("timeout");
+        tracing::debug!(service = %od.service, name, "on-demand certificate not ready within `wait`: handshake goes on without it");
+    }
 }
 
 #[cfg(test)]

@@ -304,9 +304,10 @@ pub fn render_certificates(certs: &[CertificateView], now: std::time::SystemTime
     ]);
     for c in certs {
         let next = format!("{}{}", until(c.next_attempt), if c.ari { " (ARI)" } else { "" });
+        let mark = if c.issued_on_demand { " (on demand)" } else { "" };
         table.row(vec![
             c.service.clone(),
-            c.domains.join(","),
+            format!("{}{mark}", c.domains.join(",")),
             c.state.clone(),
             until(c.not_after),
             next,
@@ -315,6 +316,18 @@ pub fn render_certificates(certs: &[CertificateView], now: std::time::SystemTime
         ]);
     }
     let mut out = table.render();
+    for (c, od) in certs.iter().filter_map(|c| Some((c, c.on_demand.as_ref()?))) {
+        let counts: Vec<String> = od.results.iter().filter(|(_, n)| **n > 0).map(|(r, n)| format!("{r} {n}")).collect();
+        let counts = if counts.is_empty() { "none yet".to_string() } else { counts.join(", ") };
+        let _ = writeln!(
+            out,
+            "on demand: {}: {} certificate(s), {} pending; decisions: {counts}",
+            c.service, od.certificates, od.pending
+        );
+        if let Some(last) = od.recent.last() {
+            let _ = writeln!(out, "  latest refusal: {} ({})", last.name, last.reason);
+        }
+    }
     for c in certs {
         if let Some(w) = &c.warning {
             let _ = writeln!(out, "warning: {}: {w}", c.service);
@@ -359,12 +372,40 @@ mod tests {
                 failures: 2,
                 ..CertificateView::default()
             },
+            CertificateView {
+                service: "shops".into(),
+                state: "on-demand".into(),
+                on_demand: Some(crate::backend::OnDemandView {
+                    certificates: 1,
+                    pending: 0,
+                    results: [("issued".to_string(), 1), ("denied".to_string(), 3)].into_iter().collect(),
+                    recent: vec![crate::backend::OnDemandRefusal {
+                        name: "x.shops.example".into(),
+                        reason: "denied: the ask endpoint answered 403".into(),
+                        at: 1_000_000,
+                    }],
+                }),
+                ..CertificateView::default()
+            },
+            CertificateView {
+                service: "shops".into(),
+                domains: vec!["a.shops.example".into()],
+                state: "valid".into(),
+                issued_on_demand: true,
+                ..CertificateView::default()
+            },
         ];
         let text = render_certificates(&certs, now);
         assert!(text.contains("3h 00m"), "{text}");
         assert!(text.contains("1m 00s (ARI)"), "{text}");
         assert!(text.contains("warning: site: the certificate expires soon"), "{text}");
         assert!(text.lines().any(|l| l.starts_with("new") && l.contains("pending")), "{text}");
+        assert!(text.contains("a.shops.example (on demand)"), "{text}");
+        assert!(
+            text.contains("on demand: shops: 1 certificate(s), 0 pending; decisions: denied 3, issued 1"),
+            "{text}"
+        );
+        assert!(text.contains("latest refusal: x.shops.example (denied: the ask endpoint answered 403)"), "{text}");
     }
     use crate::backend::{PersistenceEntryView, ServiceView};
 

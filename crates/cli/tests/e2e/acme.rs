@@ -13,6 +13,8 @@
 
 use crate::common;
 
+mod on_demand;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
@@ -189,10 +191,16 @@ fn client_config(roots: rustls::RootCertStore, alpn: Vec<Vec<u8>>) -> ClientConf
 type Tls = StreamOwned<ClientConnection, TcpStream>;
 
 fn connect(addr: SocketAddr, config: &Arc<ClientConfig>, name: &str) -> std::io::Result<Tls> {
+    connect_within(addr, config, name, Duration::from_secs(10))
+}
+
+/// [`connect`], with each read allowed `timeout` (a handshake held while a
+/// certificate is issued takes longer).
+fn connect_within(addr: SocketAddr, config: &Arc<ClientConfig>, name: &str, timeout: Duration) -> std::io::Result<Tls> {
     let name = ServerName::try_from(name.to_string()).map_err(std::io::Error::other)?;
     let conn = ClientConnection::new(config.clone(), name).map_err(std::io::Error::other)?;
     let stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.set_read_timeout(Some(timeout))?;
     let mut tls = StreamOwned::new(conn, stream);
     while tls.conn.is_handshaking() {
         tls.conn.complete_io(&mut tls.sock)?;

@@ -23,7 +23,19 @@ const SERVER_TLS_KEYS: &[&str] = &[
     "client_auth",
     "acme",
 ];
-const ACME_KEYS: &[&str] = &["directory", "contact", "domains", "challenge", "storage", "ca_roots", "profile"];
+const ACME_KEYS: &[&str] =
+    &["directory", "contact", "domains", "challenge", "storage", "ca_roots", "profile", "on_demand"];
+const ON_DEMAND_KEYS: &[&str] = &[
+    "ask",
+    "allow",
+    "max_certificates",
+    "max_pending",
+    "max_orders",
+    "order_period",
+    "deny_for",
+    "ask_timeout",
+    "wait",
+];
 const CERT_KEY_KEYS: &[&str] = &["certificate", "key"];
 const CLIENT_AUTH_KEYS: &[&str] = &["ca", "required"];
 const HTTP2_KEYS: &[&str] = &["enabled", "max_concurrent_streams", "max_resets", "max_control_frames"];
@@ -121,7 +133,32 @@ fn read_acme(r: &mut Report<'_>, table: &DeTable<'_>) -> RawAcme {
             "storage" => raw.storage = string(r, name, value),
             "ca_roots" => raw.ca_roots = string(r, name, value),
             "profile" => raw.profile = string(r, name, value),
+            "on_demand" => raw.on_demand = table_of(r, name, value).map(|t| S::new(value.span(), read_on_demand(r, t))),
             _ => raw.broken.extend(unknown_key(r, key, ACME_KEYS, "in `acme`")),
+        }
+        if r.error_count() > errors_before {
+            raw.broken.push(name.to_string());
+        }
+    }
+    raw
+}
+
+fn read_on_demand(r: &mut Report<'_>, table: &DeTable<'_>) -> RawOnDemand {
+    let mut raw = RawOnDemand::default();
+    for (key, value) in entries(table) {
+        let name = key.get_ref().as_ref();
+        let errors_before = r.error_count();
+        match name {
+            "ask" => raw.ask = string(r, name, value),
+            "allow" => raw.allow = strings(r, name, value),
+            "max_certificates" => raw.max_certificates = integer(r, name, value),
+            "max_pending" => raw.max_pending = integer(r, name, value),
+            "max_orders" => raw.max_orders = integer(r, name, value),
+            "order_period" => raw.order_period = duration(r, name, value),
+            "deny_for" => raw.deny_for = duration(r, name, value),
+            "ask_timeout" => raw.ask_timeout = duration(r, name, value),
+            "wait" => raw.wait = duration(r, name, value),
+            _ => raw.broken.extend(unknown_key(r, key, ON_DEMAND_KEYS, "in `on_demand`")),
         }
         if r.error_count() > errors_before {
             raw.broken.push(name.to_string());

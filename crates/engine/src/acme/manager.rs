@@ -12,6 +12,11 @@
 //!
 //! A task ends when a reload retires its [`Managed`] (checked at least
 //! every second while waiting), or when the process stops.
+//!
+//! A name issued on demand has a task of its own ([`drive_on_demand`]):
+//! the `ask` endpoint first, then the stored certificate or one order; a
+//! refusal or a failed first order ends it (the name is forgotten, see
+//! [`super::on_demand`]); after that it renews like the others.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -24,6 +29,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 use tokio::sync::watch;
 
+use super::on_demand::{self, OnDemand, Phase};
 use super::order::{self, Issued};
 use super::store::{self, Paths};
 use super::{CertInfo, Challenges, Managed, Registry};
@@ -45,8 +51,11 @@ pub fn spawn(registry: Arc<Registry>, stop: watch::Receiver<bool>) -> std::io::R
 
 async fn run(registry: Arc<Registry>, mut stop: watch::Receiver<bool>) {
     loop {
-        for managed in registry.unstarted() {
-            tokio::spawn(drive(managed, registry.challenges.clone()));
+        for (managed, on_demand) in registry.unstarted() {
+            match on_demand {
+                Some(od) => tokio::spawn(drive_on_demand(managed, od, registry.challenges.clone())),
+                None => tokio::spawn(drive(managed, registry.challenges.clone())),
+            };
         }
         tokio::select! {
             _ = stop.wait_for(|stopped| *stopped) => return,
@@ -61,10 +70,67 @@ struct Current {
     leaf: CertificateDer<'static>,
 }
 
-/// Drives one managed certificate until it retires.
+/// Drives one service's certificate until it retires.
 pub async fn drive(managed: Arc<Managed>, challenges: Arc<Challenges>) {
+    if managed.settings.domains.is_empty() {
+        return; // Only names issued on demand, each driven by its own task.
+    }
     let paths = Paths::of(&managed.settings);
-    let mut current = match load(&managed, &paths) {
+    let current = stored(&managed, &paths);
+    renew(managed, challenges, paths, current, None).await;
+}
+
+/// Drives a name issued on demand: the `ask` endpoint, then the stored
+/// certificate or a new order (within `max_orders`), then renewals. A
+/// refusal or a failed first order forgets the name ([`OnDemand::refuse`]).
+pub async fn drive_on_demand(managed: Arc<Managed>, od: Arc<OnDemand>, challenges: Arc<Challenges>) {
+    let Some(name) = managed.settings.domains.first().cloned() else { return };
+    let Some(limits) = od.settings.on_demand.clone() else { return };
+    if let Some(url) = &limits.ask {
+        if let Err(why) = on_demand::ask(url, &name, limits.ask_timeout).await {
+            od.refuse(&name, "denied", why, true);
+            return;
+        }
+    }
+    if managed.retired() {
+        return;
+    }
+    let paths = Paths::of(&managed.settings);
+    let mut account = None;
+    let current = match stored(&managed, &paths) {
+        Some(current) => {
+            od.counters.count("loaded");
+            current
+        }
+        None if !od.take_order() => {
+            let why = format!("max_orders ({}) reached in the last {:?}", limits.max_orders, limits.order_period);
+            od.refuse(&name, "limited", why, true);
+            return;
+        }
+        None => match attempt(&managed, &paths, &mut account, &challenges, None).await {
+            Ok((cert, fresh)) => {
+                managed.counters.issued.fetch_add(1, Ordering::Relaxed);
+                od.counters.count("issued");
+                tracing::info!(service = %managed.service, name = %name, serial = %fresh.info.serial,
+                    not_after = %httpdate::fmt_http_date(fresh.info.not_after),
+                    "ACME certificate issued on demand and installed");
+                managed.install(cert, fresh.info.clone());
+                fresh
+            }
+            Err(e) => {
+                managed.counters.failed.fetch_add(1, Ordering::Relaxed);
+                od.refuse(&name, "failed", e, true);
+                return;
+            }
+        },
+    };
+    managed.phase.send_replace(Phase::Ready);
+    renew(managed, challenges, paths, Some(current), account).await;
+}
+
+/// The stored certificate, installed, when there is one for the domains.
+fn stored(managed: &Managed, paths: &Paths) -> Option<Current> {
+    match load(managed, paths) {
         Ok(Some((cert, current))) => {
             tracing::info!(service = %managed.service, serial = %current.info.serial,
                 "ACME certificate read from {}", paths.cert_dir.display());
@@ -76,8 +142,17 @@ pub async fn drive(managed: Arc<Managed>, challenges: Arc<Challenges>) {
             tracing::warn!(service = %managed.service, error = %e, "stored ACME certificate not used");
             None
         }
-    };
-    let mut account: Option<Account> = None;
+    }
+}
+
+/// Issues (when `current` is `None`) and renews a certificate until it retires.
+async fn renew(
+    managed: Arc<Managed>,
+    challenges: Arc<Challenges>,
+    paths: Paths,
+    mut current: Option<Current>,
+    mut account: Option<Account>,
+) {
     let mut failures = 0u32;
     loop {
         let (due, recheck, ari) = match (&current, failures) {

@@ -18,6 +18,9 @@
 //!   disk, issue when missing, renew when due (ARI's window where the server
 //!   offers RFC 9773 renewal information, else at two thirds of the
 //!   lifetime), retry failures with exponential back-off.
+//! - [`on_demand`]: certificates ordered at the first handshake for a name
+//!   (`on_demand`), behind an allow check; each such name is a [`Managed`]
+//!   of its own (a *child* of the service's), renewed like the others.
 //!
 //! http-01 answers are given by the `http` services' HTTP/1.1 codec before
 //! routing ([`Challenges::http01`]).
@@ -27,6 +30,7 @@
 //! the current certificate in place.
 
 pub mod manager;
+pub mod on_demand;
 pub mod order;
 pub mod resolve;
 pub mod store;
@@ -39,6 +43,9 @@ use std::time::SystemTime;
 use arc_swap::ArcSwapOption;
 use rustls::sign::CertifiedKey;
 use switchyard_config::Acme;
+use tokio::sync::{watch, Notify};
+
+use self::on_demand::{OnDemand, Phase};
 
 /// The path prefix of http-01 challenge requests (RFC 8555 8.3).
 pub const HTTP01_PREFIX: &str = "/.well-known/acme-challenge/";
@@ -152,10 +159,17 @@ pub struct Managed {
     retired: AtomicBool,
     /// Set once a task drives it.
     started: AtomicBool,
+    /// The names issued on demand, with `on_demand` settings.
+    pub on_demand: Option<Arc<OnDemand>>,
+    /// Whether it is one name issued on demand (a child of a service's).
+    pub child: bool,
+    /// Where a child's first certificate stands (handshakes wait on it).
+    pub(crate) phase: watch::Sender<Phase>,
 }
 
 impl Managed {
-    fn new(service: &str, settings: &Acme) -> Self {
+    fn new(service: &str, settings: &Acme, added: &Arc<Notify>) -> Self {
+        let on_demand = settings.on_demand.as_ref().map(|_| Arc::new(OnDemand::new(service, settings, added.clone())));
         Managed {
             service: service.to_string(),
             settings: settings.clone(),
@@ -164,6 +178,29 @@ impl Managed {
             counters: Counters::default(),
             retired: AtomicBool::new(false),
             started: AtomicBool::new(false),
+            on_demand,
+            child: false,
+            phase: watch::Sender::new(Phase::Pending),
+        }
+    }
+
+    /// The certificate of `name`, issued on demand for `service` with the
+    /// service's `parent` settings.
+    pub(crate) fn child(service: &str, parent: &Acme, name: &str) -> Self {
+        let settings = Acme { domains: vec![name.to_string()], on_demand: None, ..parent.clone() };
+        Managed { child: true, ..Managed::new(service, &settings, &Arc::new(Notify::new())) }
+    }
+
+    /// Marks it driven; true the first time.
+    pub(crate) fn start(&self) -> bool {
+        !self.started.swap(true, Ordering::AcqRel)
+    }
+
+    /// Stops its task, and its children's.
+    pub(crate) fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+        if let Some(od) = &self.on_demand {
+            od.retire_all();
         }
     }
 
@@ -199,8 +236,9 @@ pub struct Registry {
     /// Answers offered while an order is validated.
     pub challenges: Arc<Challenges>,
     managed: Mutex<Vec<Arc<Managed>>>,
-    /// Woken when a generation adds a certificate to manage.
-    pub(crate) added: tokio::sync::Notify,
+    /// Woken when a generation (or a handshake, on demand) adds a
+    /// certificate to manage.
+    pub(crate) added: Arc<Notify>,
 }
 
 impl Registry {
@@ -212,10 +250,10 @@ impl Registry {
             return m.clone();
         }
         for old in all.iter().filter(|m| m.service == service) {
-            old.retired.store(true, Ordering::Release);
+            old.retire();
         }
         all.retain(|m| m.service != service);
-        let m = Arc::new(Managed::new(service, settings));
+        let m = Arc::new(Managed::new(service, settings, &self.added));
         all.push(m.clone());
         self.added.notify_one();
         m
@@ -226,19 +264,26 @@ impl Registry {
     pub fn keep_only(&self, services: &[&str]) {
         let mut all = lock(&self.managed);
         for m in all.iter().filter(|m| !services.contains(&m.service.as_str())) {
-            m.retired.store(true, Ordering::Release);
+            m.retire();
         }
         all.retain(|m| !m.retired());
     }
 
-    /// Every managed certificate, in the order they were added.
+    /// Every service's managed certificate, in the order they were added
+    /// (the names issued on demand are their [`Managed::on_demand`]'s).
     pub fn all(&self) -> Vec<Arc<Managed>> {
         lock(&self.managed).clone()
     }
 
-    /// Those no task drives yet; marks them driven.
-    pub(crate) fn unstarted(&self) -> Vec<Arc<Managed>> {
-        lock(&self.managed).iter().filter(|m| !m.started.swap(true, Ordering::AcqRel)).cloned().collect()
+    /// Those no task drives yet, services' and names issued on demand
+    /// (with their service's on-demand state); marks them driven.
+    pub(crate) fn unstarted(&self) -> Vec<(Arc<Managed>, Option<Arc<OnDemand>>)> {
+        let all = self.all();
+        let mut out: Vec<_> = all.iter().filter(|m| m.start()).map(|m| (m.clone(), None)).collect();
+        for od in all.iter().filter_map(|m| m.on_demand.as_ref()) {
+            out.extend(od.unstarted().into_iter().map(|c| (c, Some(od.clone()))));
+        }
+        out
     }
 }
 
@@ -256,6 +301,7 @@ mod tests {
             storage: "/nonexistent".into(),
             ca_roots: None,
             profile: None,
+            on_demand: None,
         }
     }
 

@@ -7,7 +7,9 @@
 //! current certificate, read from the [`Managed`] at each handshake, so a
 //! renewal takes effect at the next handshake without a reload; before the
 //! first certificate is issued, there is none and the handshake is refused
-//! (rustls answers with a `handshake_failure` alert).
+//! (rustls answers with a `handshake_failure` alert). With `on_demand`, a
+//! name issued on demand gets its own certificate; any other name gets the
+//! service's (that of `domains`), or none when it has no `domains`.
 
 use std::sync::Arc;
 
@@ -42,6 +44,10 @@ impl ResolvesServerCert for AcmeResolver {
         });
         if validation {
             return self.challenges.alpn01(hello.server_name()?);
+        }
+        let on_demand = self.managed.on_demand.as_ref().zip(hello.server_name());
+        if let Some(cert) = on_demand.and_then(|(od, name)| od.certificate(name)) {
+            return Some(cert);
         }
         self.managed.cert.load_full()
     }

@@ -60,6 +60,9 @@ pub struct AcmeRow {
     pub failed: u64,
     /// Failed attempts since the last success.
     pub consecutive_failures: u64,
+    /// With `on_demand`: the names issued on demand held, and the decisions
+    /// by result ([`crate::acme::on_demand::RESULTS`]).
+    pub on_demand: Option<(u64, Vec<(&'static str, u64)>)>,
 }
 
 /// One cluster peer as seen at scrape time.
@@ -293,6 +296,15 @@ impl Scrape {
         let failing = a.iter().map(|r| ([("service", r.service.as_str())], r.consecutive_failures));
         let help = "Failed ACME attempts since the last success (retried with back-off).";
         w.family("acme_consecutive_failures", help, Type::Gauge, None, failing);
+        let held = a.iter().filter_map(|r| Some(([("service", r.service.as_str())], r.on_demand.as_ref()?.0)));
+        let help = "Certificates issued on demand (at a first handshake) held by the service.";
+        w.family("acme_on_demand_certificates", help, Type::Gauge, None, held);
+        let decisions = a
+            .iter()
+            .filter_map(|r| Some((r.service.as_str(), r.on_demand.as_ref()?)))
+            .flat_map(|(s, od)| od.1.iter().map(move |(result, n)| ([("service", s), ("result", *result)], *n)));
+        let help = "On-demand certificate decisions at handshakes by result (issued, loaded, denied, cached, invalid, limited, failed, timeout).";
+        w.family("acme_on_demand", help, Type::Counter, None, decisions);
     }
 
     fn udp(&self, w: &mut Writer) {

@@ -151,8 +151,16 @@ fn view<'a>(
                 issued: 3,
                 failed: 1,
                 consecutive_failures: 0,
+                on_demand: Some((2, vec![("issued", 2), ("denied", 7)])),
             },
-            AcmeRow { service: "new".into(), not_after: None, issued: 0, failed: 4, consecutive_failures: 4 },
+            AcmeRow {
+                service: "new".into(),
+                not_after: None,
+                issued: 0,
+                failed: 4,
+                consecutive_failures: 4,
+                on_demand: None,
+            },
         ],
     }
 }
@@ -253,6 +261,9 @@ fn check_values(s: &[Sample]) {
     assert_eq!(value(s, "switchyard_acme_orders_total", &[("service", "site"), ("result", "issued")]), 3.0);
     assert_eq!(value(s, "switchyard_acme_orders_total", &[("service", "new"), ("result", "failed")]), 4.0);
     assert_eq!(value(s, "switchyard_acme_consecutive_failures", &[("service", "new")]), 4.0);
+    assert_eq!(value(s, "switchyard_acme_on_demand_certificates", &[("service", "site")]), 2.0);
+    assert_eq!(value(s, "switchyard_acme_on_demand_total", &[("service", "site"), ("result", "denied")]), 7.0);
+    assert!(find(s, "switchyard_acme_on_demand_certificates", &[("service", "new")]).is_empty());
     assert_eq!(value(s, "switchyard_workers", &[]), 2.0);
     assert_eq!(value(s, "switchyard_config_generation", &[]), 7.0);
     assert_eq!(value(s, "switchyard_reloads_total", &[("result", "failed")]), 1.0);

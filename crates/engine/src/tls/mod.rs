@@ -17,6 +17,7 @@
 //! refuses the start or reload with a [`TlsError`], it never panics.
 
 pub mod config;
+pub mod hello;
 pub mod resolve;
 mod stream;
 #[cfg(test)]
@@ -31,6 +32,7 @@ use tokio_rustls::TlsAcceptor;
 
 pub use self::config::TlsError;
 use self::config::{keeps_resumption, Resumption};
+use crate::acme::on_demand::OnDemand;
 use crate::acme::resolve::AcmeResolver;
 use crate::acme::Registry;
 use crate::transport::Transport;
@@ -41,6 +43,8 @@ pub struct Terminator {
     resumption: Resumption,
     /// The same settings for QUIC (ALPN `h3`), when the service has `http3`.
     quic: Option<Arc<QuicServerConfig>>,
+    /// Certificates issued at the first handshake for a name (`acme.on_demand`).
+    pub(crate) on_demand: Option<Arc<OnDemand>>,
 }
 
 impl std::fmt::Debug for Terminator {
@@ -70,16 +74,15 @@ impl Terminator {
             None => Resumption::new(tls).map_err(error)?,
         };
         let h2 = service.http2.enabled;
-        let managed = tls
-            .acme
-            .as_ref()
-            .map(|settings| AcmeResolver::new(acme.managed(&service.name, settings), acme.challenges.clone()));
+        let managed = tls.acme.as_ref().map(|settings| acme.managed(&service.name, settings));
+        let on_demand = managed.as_ref().and_then(|m| m.on_demand.clone());
+        let managed = managed.map(|m| AcmeResolver::new(m, acme.challenges.clone()));
         let server = config::server_config_with(tls, h2, &resumption, managed).map_err(error)?;
         let quic = match service.http3.enabled {
             true => Some(Arc::new(config::quic_config(&server, service.http3.early_data).map_err(error)?)),
             false => None,
         };
-        Ok(Terminator { acceptor: TlsAcceptor::from(Arc::new(server)), resumption, quic })
+        Ok(Terminator { acceptor: TlsAcceptor::from(Arc::new(server)), resumption, quic, on_demand })
     }
 
     /// The QUIC TLS configuration, when the service has `http3`.

@@ -17,7 +17,8 @@ pub struct BenchArgs {
     /// A subset of tests at two sizes, one short run each (under 3 minutes).
     #[arg(long)]
     quick: bool,
-    /// Peers to measure beside switchyard, comma-separated: haproxy, nginx.
+    /// Peers to measure beside switchyard, comma-separated: haproxy, nginx, and
+    /// floor-uring (the floor on io_uring, beside the floor on epoll).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
     /// Output folder (default: bench-out/<timestamp>).

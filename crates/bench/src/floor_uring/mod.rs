@@ -416,7 +416,9 @@ impl Driver {
                     .user_data(Op::Send.token(id))
             }
             None if s.close_when_drained => return self.close(id),
-            None if s.shut_when_drained && !s.shut => {
+            // A socket whose far end has closed its side too is about to close: no
+            // shutdown first (it would run in a kernel worker, a context switch).
+            None if s.shut_when_drained && !s.shut && !s.eof => {
                 s.shut = true;
                 opcode::Shutdown::new(types::Fixed(slot), libc::SHUT_WR).build().user_data(Op::Shutdown.token(id))
             }

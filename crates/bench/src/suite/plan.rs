@@ -54,6 +54,9 @@ pub enum TargetKind {
     /// The floor: a minimal forwarder of the bench's own (`crate::floor`), the least a
     /// relay does for the test on this machine.
     Floor,
+    /// The floor on io_uring (`crate::floor_uring`), measured beside the floor on epoll
+    /// when asked for (`--peers floor-uring`).
+    FloorUring,
 }
 
 impl TargetKind {
@@ -65,16 +68,24 @@ impl TargetKind {
             TargetKind::Haproxy => "haproxy",
             TargetKind::Nginx => "nginx",
             TargetKind::Floor => "floor",
+            TargetKind::FloorUring => "floor-uring",
         }
     }
 
-    /// Parses a peer name given to `--peers`.
+    /// Parses a peer name given to `--peers` (`floor`, always measured, is accepted too).
     pub fn peer(name: &str) -> Option<TargetKind> {
         match name.trim() {
             "haproxy" => Some(TargetKind::Haproxy),
             "nginx" => Some(TargetKind::Nginx),
+            "floor" => Some(TargetKind::Floor),
+            "floor-uring" => Some(TargetKind::FloorUring),
             _ => None,
         }
+    }
+
+    /// Whether this is one of the bench's own minimal forwarders.
+    pub fn is_floor(self) -> bool {
+        matches!(self, TargetKind::Floor | TargetKind::FloorUring)
     }
 }
 

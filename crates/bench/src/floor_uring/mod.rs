@@ -126,7 +126,7 @@ impl Setup {
         let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         // SAFETY: getrlimit writes the struct it is given.
         let slots = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
-            (lim.rlim_cur as u64).min(MAX_SLOTS)
+            lim.rlim_cur.min(MAX_SLOTS)
         } else {
             1024
         };

@@ -565,6 +565,22 @@ mod tests {
     }
 
     #[test]
+    fn floor_uring_is_asked_for_as_a_peer_and_has_its_own_port() {
+        assert_eq!(TargetKind::peer("floor-uring"), Some(TargetKind::FloorUring));
+        assert_eq!(TargetKind::peer(" floor "), Some(TargetKind::Floor));
+        assert_eq!(TargetKind::FloorUring.name(), "floor-uring");
+        assert!(TargetKind::FloorUring.is_floor() && TargetKind::Floor.is_floor());
+        assert!(!TargetKind::Haproxy.is_floor());
+        let ports = crate::suite::targets::Ports::from_base(30000);
+        assert_eq!((ports.targets[&TargetKind::Floor], ports.targets[&TargetKind::FloorUring]), (30014, 30015));
+        let mut all = ports.all();
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), n, "every port once");
+    }
+
+    #[test]
     fn sizes_restrict_the_sweeps_and_keep_unsized_tests() {
         let mut p = plan(false);
         restrict_sizes(&mut p, &[128]).expect("some tests run at 128 B");

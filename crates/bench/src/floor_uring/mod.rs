@@ -19,7 +19,8 @@
 //! - **batched submission**: one `io_uring_enter` per loop turn submits every operation
 //!   the turn's completions produced and waits for the next (single issuer, deferred task
 //!   work where the kernel has them, so completions are posted only inside that call);
-//! - cancel and close of a socket go in the same batch.
+//! - closing a socket cancels its receive at once and closes its descriptor once nothing
+//!   else of it is in flight (`Driver::close`).
 //!
 //! One thread, pinned by the suite like the floor. Same invariants as the floor: every
 //! response is relayed whole and in order; an origin connection serves one client

@@ -41,9 +41,9 @@ pub enum Mode {
 }
 
 /// Longest request or response head accepted.
-const MAX_HEAD: usize = 16 * 1024;
+pub(crate) const MAX_HEAD: usize = 16 * 1024;
 /// Bytes asked of each read of a response body.
-const CHUNK: usize = 64 * 1024;
+pub(crate) const CHUNK: usize = 64 * 1024;
 
 /// Runs the floor on `listen`, relaying to `origins`, until the process is stopped.
 pub fn run(listen: SocketAddr, origins: Vec<SocketAddr>, mode: Mode) -> io::Result<()> {
@@ -189,12 +189,12 @@ async fn relay_response(origin: &mut TcpStream, client: &mut TcpStream, buf: &mu
 }
 
 /// Length of the head at the start of `buf` (through the blank line), if complete.
-fn head_end(buf: &[u8]) -> Option<usize> {
+pub(crate) fn head_end(buf: &[u8]) -> Option<usize> {
     buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
 }
 
 /// A head without its `connection` field lines.
-fn without_connection(head: &[u8]) -> Vec<u8> {
+pub(crate) fn without_connection(head: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(head.len());
     for line in head.split_inclusive(|&b| b == b'\n') {
         let name = line.split(|&b| b == b':').next().unwrap_or_default();
@@ -206,13 +206,13 @@ fn without_connection(head: &[u8]) -> Vec<u8> {
 }
 
 /// The body length (`content-length`) of a response head and whether it asks to close.
-fn framing(head: &[u8]) -> Option<(u64, bool)> {
+pub(crate) fn framing(head: &[u8]) -> Option<(u64, bool)> {
     let (length, close) = framing_of(head);
     length.map(|l| (l, close))
 }
 
 /// The `content-length` of a head, if any, and whether it asks to close.
-fn framing_of(head: &[u8]) -> (Option<u64>, bool) {
+pub(crate) fn framing_of(head: &[u8]) -> (Option<u64>, bool) {
     let mut length = None;
     let mut close = false;
     for line in head.split(|&b| b == b'\n').skip(1) {

@@ -13,8 +13,10 @@
 //! - [`suite`]: the benchmark methodology runner behind `switchyard bench`.
 //! - [`floor`]: the floor target, a minimal forwarder that is the least a relay does for
 //!   a test (`switchyard bench floor`).
+//! - [`floor_uring`]: the same floor on io_uring (`switchyard bench floor --io-uring`).
 
 pub mod floor;
+pub mod floor_uring;
 pub mod load;
 pub mod origin;
 pub mod report;

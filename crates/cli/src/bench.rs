@@ -17,7 +17,8 @@ pub struct BenchArgs {
     /// A subset of tests at two sizes, one short run each (under 3 minutes).
     #[arg(long)]
     quick: bool,
-    /// Peers to measure beside switchyard, comma-separated: haproxy, nginx.
+    /// Peers to measure beside switchyard, comma-separated: haproxy, nginx, and
+    /// floor-uring (the floor on io_uring, beside the floor on epoll).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
     /// Output folder (default: bench-out/<timestamp>).
@@ -214,6 +215,10 @@ struct FloorArgs {
     /// Origins, comma-separated, taken in turn.
     #[arg(long, value_delimiter = ',', required = true)]
     origins: Vec<std::net::SocketAddr>,
+    /// Run on io_uring instead of epoll (the `floor-uring` target): multishot accept and
+    /// receive, provided buffers, direct descriptors, one submission per loop turn.
+    #[arg(long)]
+    io_uring: bool,
 }
 
 /// Runs `switchyard bench load`.
@@ -264,6 +269,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(BenchCommand::Floor(f)) = args.command {
         use switchyard_bench::floor::{run, Mode};
         let mode = if f.mode == "l4" { Mode::L4 } else { Mode::L7 };
+        if f.io_uring {
+            return switchyard_bench::floor_uring::run(f.listen, f.origins, mode)
+                .with_context(|| format!("floor on io_uring on {}", f.listen));
+        }
         return run(f.listen, f.origins, mode).with_context(|| format!("floor on {}", f.listen));
     }
     if let Some(BenchCommand::Compare { a, b }) = args.command {
@@ -375,7 +384,21 @@ mod tests {
         ])
         .expect("parses");
         let Some(BenchCommand::Floor(f)) = cli.bench.command else { panic!("not floor") };
-        assert_eq!((f.mode.as_str(), f.origins.len()), ("l7", 2));
+        assert_eq!((f.mode.as_str(), f.origins.len(), f.io_uring), ("l7", 2, false));
+        let uring = Cli::try_parse_from([
+            "bench",
+            "floor",
+            "--io-uring",
+            "--mode",
+            "l4",
+            "--listen",
+            "127.0.0.1:9000",
+            "--origins",
+            "127.0.0.1:9001",
+        ])
+        .expect("parses");
+        let Some(BenchCommand::Floor(f)) = uring.bench.command else { panic!("not floor") };
+        assert!(f.io_uring);
         assert!(Cli::try_parse_from([
             "bench",
             "floor",

@@ -187,6 +187,10 @@ pub(crate) fn build(r: &Results) -> Vec<Block> {
          **Above floor** is a target's CPU per request minus the floor's (and their ratio): the part of its \
          cost that is its own rather than the kernel's."
             .into(),
+        "`floor-uring` (with `--peers floor-uring`) is the same floor on io_uring (multishot accept and \
+         receive, provided buffers, direct descriptors, one `io_uring_enter` per loop turn): its distance \
+         from `floor` is what the event loop alone changes (docs/adr/0011-io-uring.md)."
+            .into(),
         "**User / kernel µs** splits the proxy's CPU per request into user-space time (utime) and kernel \
          time (stime) from /proc; at small sizes on loopback most of it is the kernel's socket work."
             .into(),

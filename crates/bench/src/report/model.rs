@@ -177,11 +177,19 @@ pub(crate) fn sizes_of(r: &Results, test: TestKind) -> Vec<Option<u64>> {
 /// The name of the floor target (a minimal forwarder, see `crate::floor`).
 pub(crate) const FLOOR: &str = "floor";
 
-/// Rank of a target name: switchyard first, then the peers, the floor, the baseline last.
+/// The name of the floor on io_uring (see `crate::floor_uring`).
+pub(crate) const FLOOR_URING: &str = "floor-uring";
+
+/// Whether a target is one of the bench's own minimal forwarders (not a peer).
+pub(crate) fn is_floor(name: &str) -> bool {
+    name == FLOOR || name == FLOOR_URING
+}
+
+/// Rank of a target name: switchyard first, then the peers, the floors, the baseline last.
 fn target_rank(name: &str) -> u8 {
     match name {
         "switchyard" => 0,
-        FLOOR => 2,
+        FLOOR | FLOOR_URING => 2,
         "direct" => 3,
         _ => 1,
     }

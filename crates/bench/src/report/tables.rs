@@ -422,7 +422,7 @@ pub(crate) fn logging_cost(r: &Results) -> Table {
         "req/s with log",
     ]);
     let targets = model::targets_in_order(r);
-    for target in targets.iter().filter(|t| *t != "direct" && *t != model::FLOOR) {
+    for target in targets.iter().filter(|t| *t != "direct" && !model::is_floor(t)) {
         let plain = view(r, TestKind::L7KeepaliveRps, Some(SMALL), target);
         let logged = view(r, TestKind::L7KeepaliveAccessLog, Some(SMALL), target);
         let lead = vec![target.clone()];
@@ -465,7 +465,7 @@ pub(crate) fn http3_against_http2(r: &Results) -> Table {
         "h3 req/s",
     ]);
     let targets = model::targets_in_order(r);
-    for target in targets.iter().filter(|t| *t != "direct" && *t != model::FLOOR) {
+    for target in targets.iter().filter(|t| *t != "direct" && !model::is_floor(t)) {
         for size in model::sizes_of(r, TestKind::Http3) {
             let (h2, h3) = (view(r, TestKind::Http2Tls, size, target), view(r, TestKind::Http3, size, target));
             let lead = vec![target.clone(), fmt_size(size)];

@@ -402,6 +402,22 @@ fn cpu_is_split_and_set_beside_the_floor_with_the_system_calls() {
 }
 
 #[test]
+fn floor_uring_sits_beside_the_floor_and_is_no_peer() {
+    let mut r = sample();
+    let rps = 40_000.0 / (1.0 + SMALL as f64 / 16_384.0);
+    r.tests.push(cell(TestKind::L7KeepaliveRps, Some(SMALL), "floor-uring", measured(rps, 6.0, SMALL, false, false)));
+    let (_dir, md, _html) = written(&r);
+    let ka = md.split("### L7 keep-alive").nth(1).unwrap_or_default();
+    let row = ka.lines().find(|l| l.starts_with("| 128 B | floor-uring |")).unwrap_or_default();
+    // 6 µs against the floor's 8: its distance from the floor on epoll.
+    assert!(row.contains("| -2.0 (0.75×) |"), "{row}");
+    let at = |t: &str| ka.find(&format!("| 128 B | {t} |")).unwrap_or(usize::MAX);
+    assert!(at("nginx") < at("floor") && at("floor") < at("floor-uring") && at("floor-uring") < at("direct"));
+    // Not a peer: the summary compares switchyard with HAProxy and NGINX only.
+    assert!(!md.lines().any(|l| l.starts_with("| L7 KA RPS | 128 B | floor-uring |")), "{md}");
+}
+
+#[test]
 fn markdown_tables_have_consistent_columns() {
     let (_dir, md, _) = written(&sample());
     let mut columns: Option<usize> = None;

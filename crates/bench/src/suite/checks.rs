@@ -352,7 +352,7 @@ pub fn check(
         (_, Setup::Udp) => check_udp(addr),
         (TargetKind::Direct, _) => ok_from(addr, "/index.html?size=128", &[]).map(|_| ()),
         // The floor relays to the two `main` origins in turn, at L7 as at L4.
-        (_, Setup::L4) | (TargetKind::Floor, _) => {
+        (TargetKind::Floor | TargetKind::FloorUring, _) | (_, Setup::L4) => {
             let o = origin_of(&ok_from(addr, "/index.html?size=128", &[])?);
             ensure!(o == "main-a" || o == "main-b", "relayed to `{o}`, expected main-a or main-b");
             Ok(())

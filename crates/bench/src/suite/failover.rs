@@ -85,7 +85,9 @@ impl Observer {
                 from: 0,
                 needle: format!("127.0.0.1:{killed}"),
             },
-            TargetKind::Direct | TargetKind::Floor => bail!("the baseline and the floor have no servers to fail over"),
+            TargetKind::Direct | TargetKind::Floor | TargetKind::FloorUring => {
+                bail!("the baseline and the floor have no servers to fail over")
+            }
         })
     }
 

@@ -130,7 +130,7 @@ pub fn run(opts: &SuiteOptions) -> anyhow::Result<Results> {
         _ => support[&(k, tp.setup)].clone(),
     });
     // The floor has a row only where it can move the test's bytes.
-    cells.retain(|c| c.target != TargetKind::Floor || plan::has_floor(plan.tests[c.test].kind));
+    cells.retain(|c| !c.target.is_floor() || plan::has_floor(plan.tests[c.test].kind));
     for c in cells.iter_mut().filter(|c| plan.tests[c.test].setup == Setup::Cache && c.support == Support::Yes) {
         if let (Some(size), Some(max)) = (c.size, targets::cache_max_object(c.target)) {
             if size > max {
@@ -342,8 +342,14 @@ fn discover(opts: &SuiteOptions) -> anyhow::Result<Vec<Target>> {
         },
     ];
     for name in &opts.peers {
-        let Some(kind) = TargetKind::peer(name) else { bail!("unknown peer `{name}` (known: haproxy, nginx)") };
+        let Some(kind) = TargetKind::peer(name) else {
+            bail!("unknown peer `{name}` (known: haproxy, nginx, floor-uring)")
+        };
         if v.iter().any(|t| t.kind == kind) {
+            continue;
+        }
+        if kind == TargetKind::FloorUring {
+            v.push(floor_uring_target(opts, &sw));
             continue;
         }
         let (program, version) = match procs::which(kind.name()) {
@@ -364,11 +370,32 @@ fn discover(opts: &SuiteOptions) -> anyhow::Result<Vec<Target>> {
     Ok(v)
 }
 
+/// The floor on io_uring as a target: not supported, with the kernel's reason, where
+/// io_uring cannot run it (probed in this process, on the kernel the target would use).
+fn floor_uring_target(opts: &SuiteOptions, sw: &str) -> Target {
+    let (program, version) = match crate::floor_uring::probe() {
+        Ok(setup) => (
+            Ok(opts.switchyard_bin.clone()),
+            format!("minimal forwarder on io_uring, `switchyard bench floor --io-uring` ({sw}; {setup})"),
+        ),
+        Err(e) => {
+            eprintln!("bench: floor-uring: {e}: its cells are reported as not supported");
+            (Err(e.to_string()), "not supported here".into())
+        }
+    };
+    Target { kind: TargetKind::FloorUring, program, version, configs: Vec::new() }
+}
+
 /// Writes the target's configuration for `setup` and says whether it can be measured.
 fn configure(t: &mut Target, setup: Setup, env: &targets::Env, out: &Path) -> Support {
     match (t.kind, setup) {
         (TargetKind::Direct, _) | (TargetKind::Floor, Setup::L7 | Setup::L4) => return Support::Yes,
-        (TargetKind::Floor, _) => return Support::No("the floor moves HTTP/1.1 and TCP bytes only".into()),
+        (TargetKind::FloorUring, Setup::L7 | Setup::L4) => {
+            return t.program.as_ref().map_or_else(|why| Support::No(why.clone()), |_| Support::Yes)
+        }
+        (TargetKind::Floor | TargetKind::FloorUring, _) => {
+            return Support::No("the floor moves HTTP/1.1 and TCP bytes only".into())
+        }
         _ => {}
     }
     let program = match &t.program {
@@ -442,13 +469,18 @@ fn start(
                 file.display().to_string(),
             ]
         }
-        TargetKind::Floor => {
+        TargetKind::Floor | TargetKind::FloorUring => {
             let mode = if setup == Setup::L4 { "l4" } else { "l7" };
             let main: Vec<String> = ports.origins[..2].iter().map(|p| format!("127.0.0.1:{p}")).collect();
-            let listen = format!("127.0.0.1:{}", ports.target_port(TargetKind::Floor, setup));
-            ["bench", "floor", "--mode", mode, "--listen", &listen, "--origins", &main.join(",")]
-                .map(String::from)
-                .to_vec()
+            let listen = format!("127.0.0.1:{}", ports.target_port(t.kind, setup));
+            let mut args: Vec<String> =
+                ["bench", "floor", "--mode", mode, "--listen", &listen, "--origins", &main.join(",")]
+                    .map(String::from)
+                    .to_vec();
+            if t.kind == TargetKind::FloorUring {
+                args.push("--io-uring".into());
+            }
+            args
         }
         TargetKind::Direct => return Ok(None),
     };

@@ -54,6 +54,9 @@ pub enum TargetKind {
     /// The floor: a minimal forwarder of the bench's own (`crate::floor`), the least a
     /// relay does for the test on this machine.
     Floor,
+    /// The floor on io_uring (`crate::floor_uring`), measured beside the floor on epoll
+    /// when asked for (`--peers floor-uring`).
+    FloorUring,
 }
 
 impl TargetKind {
@@ -65,16 +68,24 @@ impl TargetKind {
             TargetKind::Haproxy => "haproxy",
             TargetKind::Nginx => "nginx",
             TargetKind::Floor => "floor",
+            TargetKind::FloorUring => "floor-uring",
         }
     }
 
-    /// Parses a peer name given to `--peers`.
+    /// Parses a peer name given to `--peers` (`floor`, always measured, is accepted too).
     pub fn peer(name: &str) -> Option<TargetKind> {
         match name.trim() {
             "haproxy" => Some(TargetKind::Haproxy),
             "nginx" => Some(TargetKind::Nginx),
+            "floor" => Some(TargetKind::Floor),
+            "floor-uring" => Some(TargetKind::FloorUring),
             _ => None,
         }
+    }
+
+    /// Whether this is one of the bench's own minimal forwarders.
+    pub fn is_floor(self) -> bool {
+        matches!(self, TargetKind::Floor | TargetKind::FloorUring)
     }
 }
 
@@ -551,6 +562,22 @@ mod tests {
 
     fn all_yes(_: TargetKind, _: &TestPlan) -> Support {
         Support::Yes
+    }
+
+    #[test]
+    fn floor_uring_is_asked_for_as_a_peer_and_has_its_own_port() {
+        assert_eq!(TargetKind::peer("floor-uring"), Some(TargetKind::FloorUring));
+        assert_eq!(TargetKind::peer(" floor "), Some(TargetKind::Floor));
+        assert_eq!(TargetKind::FloorUring.name(), "floor-uring");
+        assert!(TargetKind::FloorUring.is_floor() && TargetKind::Floor.is_floor());
+        assert!(!TargetKind::Haproxy.is_floor());
+        let ports = crate::suite::targets::Ports::from_base(30000);
+        assert_eq!((ports.targets[&TargetKind::Floor], ports.targets[&TargetKind::FloorUring]), (30014, 30015));
+        let mut all = ports.all();
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), n, "every port once");
     }
 
     #[test]

@@ -37,12 +37,12 @@ pub struct Ports {
 
 impl Ports {
     /// Ports from `base`: origins base+1..3, echo base+4, targets base+11.. (the floor
-    /// base+14), failover origins base+21.. (two per proxy), switchyard's admin base+31.
+    /// base+14, the floor on io_uring base+15), failover origins base+21.. (two per proxy), switchyard's admin base+31.
     pub fn from_base(base: u16) -> Ports {
         let proxies = [TargetKind::Switchyard, TargetKind::Haproxy, TargetKind::Nginx];
         let targets = proxies
             .into_iter()
-            .chain([TargetKind::Floor])
+            .chain([TargetKind::Floor, TargetKind::FloorUring])
             .enumerate()
             .map(|(i, t)| (t, base + 11 + i as u16))
             .collect();

@@ -297,7 +297,7 @@ fn check_tls(addr: SocketAddr, http2: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs of the h2c and HTTP/3 checks after one in which no request completed or failed.
+/// Runs of the TLS, h2c and HTTP/3 checks after one in which no request completed or failed.
 const STREAM_CHECK_RETRIES: usize = 10;
 
 /// A few h2c (prior knowledge) requests through the load generator, every one answered.

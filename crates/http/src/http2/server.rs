@@ -159,6 +159,7 @@ pub struct Server {
     counts: Counts,
     /// A window grew since the driver last asked ([`Server::take_window_opened`]).
     window_opened: bool,
+    handshaken: bool,
 }
 
 impl Server {
@@ -187,6 +188,7 @@ impl Server {
             reset_by_us: VecDeque::new(),
             counts: Counts::default(),
             window_opened: false,
+            handshaken: false,
         };
         let list = u32::try_from(cfg.max_header_list).unwrap_or(u32::MAX);
         frame::write_settings(
@@ -226,6 +228,11 @@ impl Server {
     /// Streams open (or half-closed) now.
     pub fn open_streams(&self) -> usize {
         self.streams.len()
+    }
+
+    /// The client's preface and first SETTINGS arrived.
+    pub fn handshaken(&self) -> bool {
+        self.handshaken
     }
 
     /// The connection failed or was shut: no more input is taken.
@@ -310,6 +317,7 @@ impl Server {
                 return Err(err(code::PROTOCOL_ERROR, "the first frame is not SETTINGS"));
             }
             self.phase = Phase::Open;
+            self.handshaken = true;
         }
         if let Some(p) = &self.pending {
             if head.kind != kind::CONTINUATION || head.stream != p.stream {

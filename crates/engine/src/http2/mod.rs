@@ -89,6 +89,19 @@ pub(crate) async fn serve<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
     serve_with(io, conn, local, service, worker, transport, &pre).await;
 }
 
+/// Serves an HTTP/2 connection from its first byte (the preface unread).
+#[cfg(test)]
+pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
+    io: IO,
+    conn: Conn,
+    local: Rc<Local>,
+    service: usize,
+    worker: Rc<Worker>,
+    transport: Transport,
+) {
+    serve_with(io, conn, local, service, worker, transport, &[]).await;
+}
+
 /// Facts about a client connection handed over to HTTP/2.
 pub(crate) struct Conn {
     /// The client's address (after a PROXY protocol header).

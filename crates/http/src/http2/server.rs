@@ -37,7 +37,7 @@ const DEFAULT_WINDOW: i64 = 65_535;
 /// Most CONTINUATION frames after one HEADERS frame.
 const MAX_CONTINUATIONS: usize = 64;
 /// Streams reset by us remembered, so frames the client sent before it saw
-/// the reset are dropped quietly.
+/// the reset are dropped quietly (and as many closed streams).
 const RESET_MEMORY: usize = 64;
 
 /// What the server advertises and enforces.
@@ -156,6 +156,9 @@ pub struct Server {
     /// GOAWAY sent: streams above this id are refused.
     going_away: Option<u32>,
     reset_by_us: VecDeque<u32>,
+    /// Streams that ended (both sides, or reset by the client), remembered
+    /// so a HEADERS frame on one is told from one below the last id.
+    closed: VecDeque<u32>,
     counts: Counts,
     /// A window grew since the driver last asked ([`Server::take_window_opened`]).
     window_opened: bool,
@@ -186,6 +189,7 @@ impl Server {
             trailers: (Vec::new(), Vec::new()),
             going_away: None,
             reset_by_us: VecDeque::new(),
+            closed: VecDeque::new(),
             counts: Counts::default(),
             window_opened: false,
             handshaken: false,
@@ -456,13 +460,20 @@ impl Server {
             return self.trailers(stream, end_stream, error, block, on);
         }
         if self.was_used(stream) {
-            // A stream that is closed (or was never opened below the last):
-            // decoded for HPACK's sake, then refused as RFC 9113 5.1 says.
+            if self.closed.contains(&stream) {
+                // A stream that ended (RFC 9113 5.1, "closed").
+                return Err(err(code::STREAM_CLOSED, "HEADERS on a closed stream"));
+            }
+            if !self.reset_by_us.contains(&stream) {
+                // Never opened, and below the last: 5.1.1.
+                return Err(err(code::PROTOCOL_ERROR, "stream id lower than the last"));
+            }
+            // A stream we reset: the client may not know yet. Decoded for
+            // HPACK's sake, then ignored.
             let mut request = std::mem::take(&mut self.request);
             let decoded = self.decode(block, &mut request.buf, &mut request.fields);
             self.request = request;
             decoded?;
-            self.reset(stream, code::STREAM_CLOSED, on);
             return Ok(());
         }
         if stream.is_multiple_of(2) {
@@ -613,6 +624,7 @@ impl Server {
         }
         let code = u32::from_be_bytes(c);
         if let Some(s) = self.streams.remove(&head.stream) {
+            remember(&mut self.closed, head.stream);
             if s.announced {
                 on(Event::Reset { stream: head.stream, code, by_peer: true });
             }
@@ -901,6 +913,7 @@ impl Server {
     fn forget_if_closed(&mut self, stream: u32) {
         if self.streams.get(&stream).is_some_and(|s| !s.send_open && !s.recv_open) {
             self.streams.remove(&stream);
+            remember(&mut self.closed, stream);
         }
     }
 
@@ -937,11 +950,16 @@ impl Server {
     }
 
     fn remember_reset(&mut self, stream: u32) {
-        if self.reset_by_us.len() == RESET_MEMORY {
-            self.reset_by_us.pop_front();
-        }
-        self.reset_by_us.push_back(stream);
+        remember(&mut self.reset_by_us, stream);
     }
+}
+
+/// Keeps `stream` among the last [`RESET_MEMORY`] of a kind.
+fn remember(list: &mut VecDeque<u32>, stream: u32) {
+    if list.len() == RESET_MEMORY {
+        list.pop_front();
+    }
+    list.push_back(stream);
 }
 
 fn err(code: u32, reason: &'static str) -> ConnError {

@@ -409,12 +409,22 @@ fn stream_ids_and_states_are_checked() {
     // Even id: connection error.
     let mut s = open();
     assert_eq!(feed(&mut s, &get(2)).0.map_err(|e| e.code), Err(code::PROTOCOL_ERROR));
-    // A lower id than the last: refused on the stream (it may have been used).
+    // A lower id than the last, never used: a connection error.
     let mut s = open();
     push(&mut s, &get(5));
-    let (r, ev) = feed(&mut s, &get(3));
-    assert!(r.is_ok() && ev.is_empty());
-    assert_eq!(resets(&sent(&mut s)), [(3, code::STREAM_CLOSED)]);
+    assert_eq!(feed(&mut s, &get(3)).0.map_err(|e| e.code), Err(code::PROTOCOL_ERROR));
+    // HEADERS on a stream that ended: STREAM_CLOSED, for the connection.
+    let mut s = open();
+    push(&mut s, &get(1));
+    assert!(s.send_head(1, 204, [], true));
+    assert_eq!(feed(&mut s, &get(1)).0.map_err(|e| e.code), Err(code::STREAM_CLOSED));
+    // On a stream we reset: ignored (the client may not have seen the reset).
+    let mut s = open();
+    push(&mut s, &frame(kind::HEADERS, flag::END_HEADERS, 1, &block(POST)));
+    s.send_reset(1, code::CANCEL);
+    assert!(
+        push(&mut s, &frame(kind::HEADERS, flag::END_HEADERS | flag::END_STREAM, 1, &block(&[("x", "y")]))).is_empty()
+    );
     // DATA, RST_STREAM, WINDOW_UPDATE on an idle stream: connection errors.
     for f in [
         frame(kind::DATA, 0, 9, b"x"),

@@ -19,7 +19,8 @@
 //! (`limits.max_header_bytes`: 431 on the stream; a block or an HPACK bomb
 //! far beyond it, or a CONTINUATION flood, ends the connection with GOAWAY
 //! ENHANCE_YOUR_CALM) and every RFC 9113 rule. On top, more than
-//! `http2.max_resets` client resets within [`RESET_WINDOW`] close the
+//! `http2.max_resets` client resets (and streams reset for the client's
+//! errors) within [`RESET_WINDOW`] close the
 //! connection with GOAWAY(ENHANCE_YOUR_CALM) — the rapid-reset defence — and
 //! more than `http2.max_control_frames` PING, SETTINGS and empty frames
 //! within [`flood::WINDOW`] end it at once, without GOAWAY (a flooding client
@@ -35,7 +36,6 @@ pub mod flood;
 mod stream;
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -51,7 +51,7 @@ use self::stream::{Ended, Slot};
 use crate::transport::Transport;
 use crate::worker::{Local, Worker};
 use switchyard_http::http2::frame::code;
-use switchyard_http::http2::server::{self, Event, Server};
+use switchyard_http::http2::server::{self, Event, Server, StreamMap};
 use switchyard_http::parse::{Field, Framing};
 
 /// The client connection preface of HTTP/2 (RFC 9113 3.4).
@@ -114,7 +114,7 @@ pub(crate) struct Conn {
 /// share (one task: a `RefCell`, borrowed briefly, never across an await).
 pub(super) struct Wire {
     codec: Server,
-    slots: HashMap<u32, Slot>,
+    slots: StreamMap<Slot>,
 }
 
 /// What every stream of a connection shares.
@@ -221,7 +221,7 @@ pub(crate) async fn serve_with<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
         transport: Transport { http2: true, ..transport },
         serving: RefCell::new((local, service)),
         name,
-        wire: RefCell::new(Wire { codec, slots: HashMap::new() }),
+        wire: RefCell::new(Wire { codec, slots: StreamMap::default() }),
     });
     let mut rbuf = vec![0u8; READ_BUF.max(pre.len())];
     rbuf[..pre.len()].copy_from_slice(pre);
@@ -466,7 +466,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                 return Ok(());
             }
         }
-        if peer_resets > 0 && (0..peer_resets).any(|_| self.resets.record(now, RESET_WINDOW)) {
+        // The client's resets, and the streams reset for its errors (as
+        // `h2` counted its local error resets), within one limit.
+        let resets = peer_resets + counts.stream_errors;
+        if resets > 0 && (0..resets).any(|_| self.resets.record(now, RESET_WINDOW)) {
             // GOAWAY first; the connection ends once it is written.
             self.go_away(code::ENHANCE_YOUR_CALM);
             self.closing = Some(End::Refused("rapid-reset"));
@@ -486,7 +489,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
 /// `released`: body bytes of streams no longer served, whose room goes back).
 fn on_event(
     event: Event<'_>,
-    slots: &mut HashMap<u32, Slot>,
+    slots: &mut StreamMap<Slot>,
     shared: &Shared,
     started: &mut Vec<(u32, crate::worker::Scratch, switchyard_http::parse::RequestHead)>,
     released: &mut Vec<(u32, usize)>,

@@ -23,6 +23,7 @@
 //! for the driver, which owns the clock, to judge.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use super::frame::{self, code, flag, kind, setting, Head, HEADER_LEN, MAX_WINDOW, MIN_MAX_FRAME_SIZE};
 use super::head::{self, Request};
@@ -39,6 +40,30 @@ const MAX_CONTINUATIONS: usize = 64;
 /// Streams reset by us remembered, so frames the client sent before it saw
 /// the reset are dropped quietly (and as many closed streams).
 const RESET_MEMORY: usize = 64;
+
+/// Hashes a stream id with one multiplication: ids are few (at most
+/// `max_streams` live) and the client cannot make many collide.
+#[derive(Default)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u32(&mut self, id: u32) {
+        self.0 = u64::from(id).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// A map keyed by stream id.
+pub type StreamMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
 
 /// What the server advertises and enforces.
 #[derive(Debug, Clone, Copy)]
@@ -90,6 +115,9 @@ pub struct Counts {
     /// Frames that carry nothing: DATA without payload or END_STREAM,
     /// CONTINUATION without payload.
     pub empty: u32,
+    /// Streams reset for the client's errors (malformed requests, window
+    /// overruns...): like its own resets, they cost work for nothing.
+    pub stream_errors: u32,
 }
 
 #[derive(Debug)]
@@ -139,7 +167,7 @@ pub struct Server {
     out: Vec<u8>,
     /// Bytes of `out` already written out by the driver.
     out_at: usize,
-    streams: HashMap<u32, Stream>,
+    streams: StreamMap<Stream>,
     /// The highest stream the client opened.
     last_stream: u32,
     recv_window: i64,
@@ -176,7 +204,7 @@ impl Server {
             encoder: Encoder::default(),
             out: Vec::with_capacity(1024),
             out_at: 0,
-            streams: HashMap::new(),
+            streams: StreamMap::default(),
             last_stream: 0,
             recv_window: DEFAULT_WINDOW,
             send_window: DEFAULT_WINDOW,
@@ -919,6 +947,7 @@ impl Server {
 
     /// A stream error: RST_STREAM, and an event if the driver knew the stream.
     fn reset(&mut self, stream: u32, code: u32, on: &mut dyn FnMut(Event<'_>)) {
+        self.counts.stream_errors += 1;
         if let Some(s) = self.streams.remove(&stream) {
             if s.announced {
                 on(Event::Reset { stream, code, by_peer: false });
@@ -930,6 +959,9 @@ impl Server {
 
     /// A stream error on a stream the driver does not know (or not yet).
     fn refuse(&mut self, stream: u32, code: u32) {
+        if code != code::REFUSED_STREAM {
+            self.counts.stream_errors += 1;
+        }
         self.streams.remove(&stream);
         frame::write_reset(&mut self.out, stream, code);
         self.remember_reset(stream);

@@ -603,13 +603,15 @@ fn control_frames_are_answered_and_counted() {
         out.iter().map(|(h, p)| (h.kind, h.flags, p.clone())).collect::<Vec<_>>(),
         [(kind::PING, flag::ACK, b"12345678".to_vec()), (kind::SETTINGS, flag::ACK, vec![])]
     );
-    assert_eq!(s.take_counts(), Counts { control: 2, empty: 0 });
+    assert_eq!(s.take_counts(), Counts { control: 2, empty: 0, stream_errors: 0 });
     push(&mut s, &frame(kind::HEADERS, flag::END_HEADERS, 1, &block(POST)));
     for _ in 0..3 {
         push(&mut s, &frame(kind::DATA, 0, 1, &[]));
     }
-    assert_eq!(s.take_counts(), Counts { control: 0, empty: 3 });
+    assert_eq!(s.take_counts(), Counts { control: 0, empty: 3, stream_errors: 0 });
     assert_eq!(s.take_counts(), Counts::default());
+    push(&mut s, &frame(kind::HEADERS, flag::END_HEADERS | flag::END_STREAM, 3, &block(&with(GET, &[("X", "y")]))));
+    assert_eq!(s.take_counts().stream_errors, 1, "a malformed request counts");
 }
 
 #[test]

@@ -237,6 +237,7 @@ pub(crate) async fn serve_with<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
         going_away: false,
         closing: None,
         fresh: true,
+        unflushed: false,
         idle_since: now,
     };
     let started = now;
@@ -311,6 +312,8 @@ struct Driver<IO> {
     closing: Option<End>,
     /// Bytes handed over with the connection (the preface) are still to decode.
     fresh: bool,
+    /// Written bytes the transport (TLS) still holds.
+    unflushed: bool,
     idle_since: Instant,
 }
 
@@ -345,7 +348,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                 Poll::Ready(Err(())) => return Poll::Ready(End::Failed("write failed")),
                 Poll::Pending => {}
             }
-            let flushed = self.shared.wire.borrow().codec.output().is_empty();
+            let flushed = !self.unflushed && self.shared.wire.borrow().codec.output().is_empty();
             if flushed {
                 if let Some(end) = self.closing.take() {
                     return Poll::Ready(end);
@@ -415,17 +418,23 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                     self.shared.wire.borrow_mut().codec.written(n);
                     wrote = true;
                 }
-                Poll::Pending if wrote => break,
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => break,
+            }
+        }
+        if wrote || self.unflushed {
+            // TLS keeps what the socket did not take yet: it goes out now,
+            // or when the socket is writable again.
+            match Pin::new(&mut self.io).poll_flush(cx) {
+                Poll::Ready(Ok(())) => self.unflushed = false,
+                Poll::Ready(Err(_)) => return Poll::Ready(Err(())),
+                Poll::Pending => self.unflushed = true,
             }
         }
         if wrote {
-            // TLS keeps what it could not write yet: it goes out now.
-            if let Poll::Ready(Err(_)) = Pin::new(&mut self.io).poll_flush(cx) {
-                return Poll::Ready(Err(()));
-            }
+            Poll::Ready(Ok(true))
+        } else {
+            Poll::Pending
         }
-        Poll::Ready(Ok(wrote))
     }
 
     /// The codec takes the bytes read; its events start, feed and reset

@@ -16,7 +16,7 @@
 //! Bounds, whatever the client sends: a header block (HEADERS and its
 //! CONTINUATION frames) of at most [`Config::max_header_list`] + 16 KiB and
 //! 64 frames, a decoded header list over the limit answered with 431 on its
-//! stream and over twice the limit (an HPACK bomb) with GOAWAY
+//! stream and over four times the limit (an HPACK bomb) with GOAWAY
 //! ENHANCE_YOUR_CALM, at most [`Config::max_streams`] open streams
 //! (REFUSED_STREAM beyond), windows that never exceed 2^31 − 1. Floods of
 //! control frames and of empty frames are counted ([`Server::take_counts`])

@@ -44,8 +44,8 @@ pub enum Error {
     BadSizeUpdate,
     /// Invalid Huffman code (padding, EOS).
     Huffman,
-    /// The header list grew past twice its limit (plus 16 KiB): decoding
-    /// stopped; an HPACK bomb, not a request.
+    /// The header list grew past four times its limit: decoding stopped; an
+    /// HPACK bomb, not a request.
     ListTooLarge,
 }
 
@@ -220,7 +220,7 @@ impl Decoder {
 
 /// Where decoding gives up on a header list (see [`Error::ListTooLarge`]).
 fn hard_limit(max_list: usize) -> usize {
-    max_list.saturating_mul(2).saturating_add(16 * 1024)
+    max_list.saturating_mul(4)
 }
 
 /// The encoding side of one connection.

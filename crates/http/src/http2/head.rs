@@ -37,6 +37,8 @@ pub struct Request {
     pub scheme: Option<Range<usize>>,
     /// The client's `content-length`, which the DATA frames must add up to.
     pub content_length: Option<u64>,
+    /// The decoded field list's allocation, kept for the next request.
+    spare: Vec<Field>,
 }
 
 impl Request {
@@ -129,6 +131,8 @@ impl Pseudo {
 /// reads; `end_stream`: the HEADERS frame ended the stream.
 pub fn request(req: &mut Request, end_stream: bool) -> Result<(), Malformed> {
     let decoded = std::mem::take(&mut req.fields);
+    let mut fields = std::mem::take(&mut req.spare);
+    fields.clear();
     let mut pseudo = Pseudo::default();
     let mut regular = false;
     let mut host: Option<Range<usize>> = None;
@@ -145,7 +149,6 @@ pub fn request(req: &mut Request, end_stream: bool) -> Result<(), Malformed> {
         upgrade: None,
         te_trailers: false,
     };
-    let mut fields = Vec::with_capacity(decoded.len() + 1);
     for f in &decoded {
         let (name, value) = (&req.buf[f.name.clone()], &req.buf[f.value.clone()]);
         if name.first() == Some(&b':') {
@@ -241,6 +244,7 @@ pub fn request(req: &mut Request, end_stream: bool) -> Result<(), Malformed> {
     req.scheme = pseudo.scheme;
     req.head = Some(head);
     req.fields = fields;
+    req.spare = decoded;
     Ok(())
 }
 

@@ -847,14 +847,22 @@ impl Server {
     }
 
     fn encode_fields<'f>(&mut self, fields: impl IntoIterator<Item = (&'f [u8], &'f [u8])>) {
-        let mut lower = Vec::new();
+        // Names from HTTP/1.1 servers come capitalized: lowercased on the
+        // stack when short (almost all are), else in a vector.
+        let mut short = [0u8; 64];
+        let mut long = Vec::new();
         for (name, value) in fields {
-            let name = if name.iter().any(u8::is_ascii_uppercase) {
-                lower.clear();
-                lower.extend(name.iter().map(u8::to_ascii_lowercase));
-                &lower[..]
-            } else {
+            let name = if !name.iter().any(u8::is_ascii_uppercase) {
                 name
+            } else if name.len() <= short.len() {
+                let lower = &mut short[..name.len()];
+                lower.copy_from_slice(name);
+                lower.make_ascii_lowercase();
+                &*lower
+            } else {
+                long.clear();
+                long.extend(name.iter().map(u8::to_ascii_lowercase));
+                &long[..]
             };
             if head::connection_specific(name) || name == b"te" || name.is_empty() {
                 continue;

@@ -85,7 +85,7 @@ struct Client<S> {
     fields: Vec<Field>,
     /// A head decoded before the pipeline started (an HTTP/2 stream's),
     /// which the read-head phase takes instead of parsing `buf`.
-    decoded: Option<RequestHead>,
+    decoded: Option<Box<RequestHead>>,
     /// Head sent towards the server or client, rebuilt per message.
     out: Vec<u8>,
     /// Header positions of the current response head.
@@ -522,7 +522,7 @@ async fn read_head<S: ClientStream>(
         if client.fields.len() > limits.max_fields {
             return Err(ProxyError::new(Kind::HeaderTooLarge));
         }
-        return Ok(Some(head));
+        return Ok(Some(*head));
     }
     loop {
         if !client.buf.is_empty() {

@@ -81,7 +81,7 @@ impl Slot {
 pub(super) async fn serve(id: u32, mut scratch: Scratch, head: RequestHead, conn: Rc<Shared>) -> Ended {
     let head_request = &scratch.buf[head.method.clone()] == b"HEAD";
     let chunked = head.framing == Framing::Chunked;
-    scratch.head = Some(head);
+    scratch.head = Some(Box::new(head));
     let resets = Rc::new(Resets::default());
     let out = Rc::new(RefCell::new(Out { id, state: State::Head(BytesMut::new()), head_request, conn: conn.clone() }));
     let client = H2Client {

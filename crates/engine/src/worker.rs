@@ -74,6 +74,11 @@ pub struct Scratch {
     pub(crate) meta: Vec<u8>,
     /// The key a header-keyed stick table is updated with.
     pub(crate) stick_key: Vec<u8>,
+    /// A request head already decoded (an HTTP/2 stream's): its bytes are
+    /// `buf`, its fields `fields`; the read-head phase takes it as it is.
+    /// Boxed: the set (and each connection's state) stays as small as it was
+    /// for HTTP/1.1, which never uses it.
+    pub(crate) head: Option<Box<switchyard_http::parse::RequestHead>>,
 }
 
 /// The worker's spare scratch sets. A burst of requests leaves as many sets

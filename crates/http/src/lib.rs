@@ -6,6 +6,7 @@
 //!   they arrived in (no allocation per field), versions, body framing, and
 //!   the strict HTTP/1.1 head parser.
 //! - [`chunked`]: the chunked transfer coding scanner.
+//! - [`http2`]: HTTP/2 frames, HPACK, and the server side of a connection.
 //! - [`rewrite`]: the heads sent on (hop-by-hop removal, forwarding headers,
 //!   rule edits) and the proxy's own responses.
 //! - [`route`]: rule evaluation over a request view.
@@ -20,6 +21,7 @@ pub mod cache_policy;
 pub mod chunked;
 pub mod compress;
 pub mod error;
+pub mod http2;
 pub mod parse;
 pub mod rewrite;
 pub mod route;

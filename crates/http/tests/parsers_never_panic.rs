@@ -104,3 +104,52 @@ proptest! {
         }
     }
 }
+
+/// Frames of any type, flags and stream with small random payloads (HPACK
+/// blocks among them, mostly valid), after a valid preface and SETTINGS.
+fn h2_like() -> impl Strategy<Value = Vec<u8>> {
+    let frame = (
+        0u8..11,
+        any::<u8>(),
+        prop::sample::select(vec![0u32, 1, 2, 3, 5, 0x7fff_ffff]),
+        prop::collection::vec(any::<u8>(), 0..40),
+    );
+    let request = Just(vec![0x82u8, 0x86, 0x84, 0x41, 0x01, b'x']);
+    let frames = prop::collection::vec(
+        prop_oneof![frame.prop_map(|(k, f, s, p)| (k, f, s, p)), request.prop_map(|b| (1u8, 0x4u8, 1u32, b)),],
+        0..12,
+    );
+    frames.prop_map(|frames| {
+        let mut v = switchyard_http::http2::server::PREFACE.to_vec();
+        v.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+        for (kind, flags, stream, payload) in frames {
+            let len = u32::try_from(payload.len()).unwrap_or(0).to_be_bytes();
+            v.extend_from_slice(&[len[1], len[2], len[3], kind, flags]);
+            v.extend_from_slice(&stream.to_be_bytes());
+            v.extend_from_slice(&payload);
+        }
+        v
+    })
+}
+
+proptest! {
+    #[test]
+    fn the_http2_server_takes_any_frames(bytes in h2_like(), split in 1usize..64) {
+        use switchyard_http::http2::server::{Config, Server};
+        let cfg = Config { max_streams: 2, max_header_list: 256, stream_window: 100, connection_window: 200 };
+        let mut s = Server::new(cfg);
+        let mut pending = Vec::new();
+        for piece in bytes.chunks(split) {
+            pending.extend_from_slice(piece);
+            match s.recv(&pending, &mut |_| {}) {
+                Ok(n) => { pending.drain(..n); }
+                Err(_) => break,
+            }
+            let _ = s.send_head(1, 200, [(&b"x"[..], &b"y"[..])], false);
+            let _ = s.send_data(1, b"body", false);
+            s.release(1, 4);
+            let out = s.output().len();
+            s.written(out);
+        }
+    }
+}

@@ -83,6 +83,9 @@ struct Client<S> {
     buf: BytesMut,
     /// Header positions of the current request head.
     fields: Vec<Field>,
+    /// A head decoded before the pipeline started (an HTTP/2 stream's),
+    /// which the read-head phase takes instead of parsing `buf`.
+    decoded: Option<Box<RequestHead>>,
     /// Head sent towards the server or client, rebuilt per message.
     out: Vec<u8>,
     /// Header positions of the current response head.
@@ -183,12 +186,13 @@ impl<S> Idle<S> {
     /// The connection's state while busy; `scratch` holds bytes already
     /// read, or is empty (lent from the worker's pool when bytes arrive).
     fn busy(self, scratch: Scratch) -> Client<S> {
-        let Scratch { buf, fields, resp_fields, out, host, line, meta, stick_key } = scratch;
+        let Scratch { buf, fields, resp_fields, out, host, line, meta, stick_key, head } = scratch;
         Client {
             stream: self.stream,
             peer: self.peer,
             buf,
             fields,
+            decoded: head,
             resp_fields,
             out,
             host,
@@ -490,6 +494,7 @@ fn stash<S>(client: &mut Client<S>, worker: &Worker) {
         line: std::mem::take(&mut client.line),
         meta: std::mem::take(&mut client.meta),
         stick_key: std::mem::take(&mut client.stick_key),
+        head: None,
     };
     if s.buf.capacity() <= SCRATCH_KEEP && s.out.capacity() <= SCRATCH_KEEP {
         s.buf.clear();
@@ -513,6 +518,17 @@ async fn read_head<S: ClientStream>(
     let wait = if first { t.client_header } else { t.client_idle };
     let mut deadline = tokio::time::Instant::now() + wait;
     let mut started = !client.buf.is_empty();
+    if let Some(head) = client.decoded.take() {
+        // An HTTP/2 stream's head, decoded by the connection into `buf` and
+        // `fields`: the limits the parser would apply, applied.
+        if head.target.len() > service.limits.max_uri_bytes {
+            return Err(ProxyError::new(Kind::UriTooLong));
+        }
+        if client.fields.len() > limits.max_fields {
+            return Err(ProxyError::new(Kind::HeaderTooLarge));
+        }
+        return Ok(Some(*head));
+    }
     loop {
         if !client.buf.is_empty() {
             // A request line still incomplete past the URI limit is refused

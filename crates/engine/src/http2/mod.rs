@@ -1,53 +1,61 @@
 //! HTTP/2 towards clients: cleartext with prior knowledge (h2c, sniffed by
-//! the HTTP/1.1 pipeline's read-head phase) and over TLS after ALPN `h2`
-//! ([`serve`]).
+//! [`crate::front`]) and over TLS after ALPN `h2` ([`serve`]).
+//!
+//! The protocol is switchyard's own sans-io codec
+//! ([`switchyard_http::http2::server`]): this module is its tokio driver.
+//! The connection's task reads the client's bytes into one buffer, hands
+//! them to the codec, turns its events into streams, runs the streams, and
+//! writes what the codec queued — every frame of a turn in one write.
 //!
 //! There is one request pipeline. Each HTTP/2 stream is served by
-//! [`crate::http::serve`] inside the connection's task (no task per stream;
-//! every ready stream finishes before the connection writes, so responses
-//! done together leave in one write), the stream itself being the
-//! pipeline's client connection ([`stream`]): routing, persistence,
-//! caching, rewriting, picking, forwarding and logging behave exactly as for
-//! HTTP/1.1.
+//! [`crate::http::serve`] inside the connection's task (no task per stream),
+//! the stream itself being the pipeline's client connection ([`stream`]):
+//! routing, persistence, caching, rewriting, picking, forwarding and logging
+//! behave exactly as for HTTP/1.1. The request head reaches the pipeline
+//! decoded (buffer and field ranges), not as text.
 //!
-//! Protections, per connection: the `h2` crate enforces
-//! `max_concurrent_streams`, the header list limit (`limits.max_header_bytes`,
-//! which also bounds CONTINUATION floods) and its own limits on streams reset
-//! before they were accepted and on streams reset for protocol errors. On top,
-//! more than `http2.max_resets` client resets within [`RESET_WINDOW`] close
-//! the connection with GOAWAY(ENHANCE_YOUR_CALM) — the rapid-reset defence —
-//! and more than `http2.max_control_frames` PING and SETTINGS frames within
-//! [`flood::WINDOW`] end it at once ([`flood`]).
-//! A connection with no open stream for `client_idle`, or on a draining
-//! worker, gets a graceful GOAWAY: streams in flight finish.
+//! Protections, per connection: the codec enforces
+//! `max_concurrent_streams` (REFUSED_STREAM beyond), the header list limit
+//! (`limits.max_header_bytes`: 431 on the stream; a block or an HPACK bomb
+//! far beyond it, or a CONTINUATION flood, ends the connection with GOAWAY
+//! ENHANCE_YOUR_CALM) and every RFC 9113 rule. On top, more than
+//! `http2.max_resets` client resets (and streams reset for the client's
+//! errors) within [`RESET_WINDOW`] close the
+//! connection with GOAWAY(ENHANCE_YOUR_CALM) — the rapid-reset defence — and
+//! more than `http2.max_control_frames` PING, SETTINGS and empty frames
+//! within [`flood::WINDOW`] end it at once, without GOAWAY (a flooding client
+//! may not read it). Output waiting for a client that does not read stops
+//! the reading. A connection with no open stream for `client_idle` (or
+//! without its preface and SETTINGS within `client_header`), or on a
+//! draining worker, gets a graceful GOAWAY: streams in flight finish.
 //!
 //! Invariants: no peer input can panic this code; a misbehaving connection
 //! closes only itself.
 
 pub mod flood;
-pub mod io;
 mod stream;
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use h2::Reason;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-use self::flood::Inspect;
-use self::io::Prefixed;
-use self::stream::Ended;
+use self::stream::{Ended, Slot};
 use crate::transport::Transport;
 use crate::worker::{Local, Worker};
+use switchyard_http::http2::frame::code;
+use switchyard_http::http2::server::{self, Event, Server, StreamMap};
+use switchyard_http::parse::{Field, Framing};
 
 /// The client connection preface of HTTP/2 (RFC 9113 3.4).
-pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub const PREFACE: &[u8; 24] = server::PREFACE;
 /// The window within which client stream resets are counted.
 pub const RESET_WINDOW: Duration = Duration::from_secs(10);
 
@@ -56,10 +64,12 @@ pub const RESET_WINDOW: Duration = Duration::from_secs(10);
 const STREAM_WINDOW: u32 = 256 * 1024;
 /// Flow-control window of the whole connection.
 const CONNECTION_WINDOW: u32 = 1024 * 1024;
-/// Response bytes buffered per stream before the pipeline waits for the client.
-const SEND_BUFFER: usize = 64 * 1024;
-/// Streams the client resets before they are accepted, pending at once.
-const PENDING_ACCEPT_RESETS: usize = 20;
+/// The read buffer: a whole frame of the largest size we accept fits.
+const READ_BUF: usize = 32 * 1024;
+/// Output held for a client that does not read, beyond which reading stops.
+const MAX_OUTPUT: usize = 256 * 1024;
+/// Rounds of a turn before the task yields to others.
+const ROUNDS: usize = 16;
 
 /// Serves one HTTP/2 client connection until it closes, fails, idles out or
 /// the worker drains. `pre` holds bytes already read from `io` (the preface
@@ -76,7 +86,20 @@ pub(crate) async fn serve<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
     transport: Transport,
     pre: BytesMut,
 ) {
-    run(Prefixed::new(pre, io), conn, local, service, worker, transport).await;
+    serve_with(io, conn, local, service, worker, transport, &pre).await;
+}
+
+/// Serves an HTTP/2 connection from its first byte (the preface unread).
+#[cfg(test)]
+pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
+    io: IO,
+    conn: Conn,
+    local: Rc<Local>,
+    service: usize,
+    worker: Rc<Worker>,
+    transport: Transport,
+) {
+    serve_with(io, conn, local, service, worker, transport, &[]).await;
 }
 
 /// Facts about a client connection handed over to HTTP/2.
@@ -85,6 +108,13 @@ pub(crate) struct Conn {
     pub peer: SocketAddr,
     /// The address the client connected to, when known.
     pub local_addr: Option<SocketAddr>,
+}
+
+/// The codec and the streams' slots: what the connection and its streams
+/// share (one task: a `RefCell`, borrowed briefly, never across an await).
+pub(super) struct Wire {
+    codec: Server,
+    slots: StreamMap<Slot>,
 }
 
 /// What every stream of a connection shares.
@@ -96,42 +126,10 @@ pub(super) struct Shared {
     /// The generation and service index new streams are served on.
     serving: RefCell<(Rc<Local>, usize)>,
     name: String,
-    /// Streams in progress, and since when none has been.
-    open: Cell<usize>,
-    idle_since: Cell<Instant>,
-    resets: Tally,
-    /// Turns of the connection (each poll of it writes the frames streams
-    /// queued, as far as the socket takes them), and the streams waiting for
-    /// the next one ([`Shared::written`]).
-    turns: Cell<u64>,
-    turn_waiters: RefCell<Vec<std::task::Waker>>,
+    wire: RefCell<Wire>,
 }
 
 impl Shared {
-    /// Resolves once the connection has had a turn after this call: the
-    /// frames a stream queued before it have been written (as far as the
-    /// socket took them). A stream that resets after a cut response waits
-    /// for it, or the reset would drop what the client was already sent.
-    async fn written(&self) {
-        let start = self.turns.get();
-        std::future::poll_fn(|cx| {
-            if self.turns.get() != start {
-                return Poll::Ready(());
-            }
-            self.turn_waiters.borrow_mut().push(cx.waker().clone());
-            Poll::Pending
-        })
-        .await;
-    }
-
-    /// Counts a turn of the connection and wakes the streams waiting for one.
-    fn turned(&self) {
-        self.turns.set(self.turns.get().wrapping_add(1));
-        for waker in self.turn_waiters.borrow_mut().drain(..) {
-            waker.wake();
-        }
-    }
-
     /// The generation and service a new stream runs on: the worker's
     /// current one when the service still exists there.
     fn current(&self) -> (Rc<Local>, usize) {
@@ -143,6 +141,17 @@ impl Shared {
             }
         }
         serving.clone()
+    }
+
+    /// A stream's pipeline is done: its slot goes, unread body bytes give
+    /// their room back, and a request still being sent is stopped
+    /// (RST_STREAM NO_ERROR after a complete response, RFC 9113 8.1).
+    fn close_stream(&self, id: u32) {
+        let mut wire = self.wire.borrow_mut();
+        if let Some(slot) = wire.slots.remove(&id) {
+            wire.codec.release(id, slot.body.len());
+        }
+        wire.codec.send_reset(id, code::NO_ERROR);
     }
 }
 
@@ -182,14 +191,15 @@ impl Tally {
     }
 }
 
-/// Serves an HTTP/2 connection whose preface (if already read) is in `io`'s prefix.
-pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
+/// Serves an HTTP/2 connection; `pre` holds its first bytes, already read.
+pub(crate) async fn serve_with<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
     io: IO,
     conn: Conn,
     local: Rc<Local>,
     service: usize,
     worker: Rc<Worker>,
     transport: Transport,
+    pre: &[u8],
 ) {
     let Some(svc) = local.gen.config.services.get(service) else {
         return;
@@ -198,31 +208,12 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
     let metrics = local.gen.services[service].clone();
     metrics.connection_opened(worker.id);
     let _closed = crate::http::ConnectionGuard::new(&metrics, worker.id);
-    let mut builder = h2::server::Builder::new();
-    builder
-        .max_concurrent_streams(settings.max_concurrent_streams)
-        .max_header_list_size(u32::try_from(svc.limits.max_header_bytes).unwrap_or(u32::MAX))
-        .initial_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW)
-        .max_send_buffer_size(SEND_BUFFER)
-        .max_pending_accept_reset_streams(PENDING_ACCEPT_RESETS)
-        .max_local_error_reset_streams(Some(settings.max_resets as usize));
-    let (io, flooded) = Inspect::new(io, settings.max_control_frames);
-    let handshake = tokio::time::timeout(timeouts.client_header, builder.handshake::<_, Bytes>(io)).await;
-    let mut h2 = match handshake {
-        Ok(Ok(h2)) => h2,
-        Ok(Err(_)) if flooded.get() => {
-            let reason = "control-frame-flood";
-            tracing::warn!(service = %name, client = %conn.peer, reason, "HTTP/2 connection closed");
-            metrics.connection_refused(worker.id, reason);
-            return;
-        }
-        Ok(Err(e)) => {
-            tracing::debug!(service = %name, client = %conn.peer, error = %e, "HTTP/2 handshake failed");
-            return;
-        }
-        Err(_) => return,
-    };
+    let codec = Server::new(server::Config {
+        max_streams: settings.max_concurrent_streams,
+        max_header_list: svc.limits.max_header_bytes,
+        stream_window: STREAM_WINDOW,
+        connection_window: CONNECTION_WINDOW,
+    });
     let shared = Rc::new(Shared {
         peer: conn.peer,
         local_addr: conn.local_addr,
@@ -230,80 +221,352 @@ pub(crate) async fn run<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
         transport: Transport { http2: true, ..transport },
         serving: RefCell::new((local, service)),
         name,
-        open: Cell::new(0),
-        idle_since: Cell::new(Instant::now()),
-        resets: Tally::new(settings.max_resets, Instant::now()),
-        turns: Cell::new(0),
-        turn_waiters: RefCell::new(Vec::new()),
+        wire: RefCell::new(Wire { codec, slots: StreamMap::default() }),
     });
-    let mut going_away = false;
-    let mut calmed = false;
-    // The streams run inside this task: a stream's progress and the frames it
-    // queued are written in the same turn, without a task of its own to spawn,
-    // schedule and wake. Each stream is polled only when it was woken, and a
-    // stream that ends returns to this loop, which looks at the reset tally
-    // and the idle clock again: no wake-up of its own is needed for either.
-    let mut streams = FuturesUnordered::new();
+    let mut rbuf = vec![0u8; READ_BUF.max(pre.len())];
+    rbuf[..pre.len()].copy_from_slice(pre);
+    let now = Instant::now();
+    let mut driver = Driver {
+        io,
+        shared: shared.clone(),
+        rbuf,
+        filled: pre.len(),
+        streams: FuturesUnordered::new(),
+        resets: Tally::new(settings.max_resets, now),
+        control: Tally::new(settings.max_control_frames, now),
+        going_away: false,
+        closing: None,
+        fresh: true,
+        unflushed: false,
+        idle_since: now,
+    };
+    let started = now;
     // The generation whose services were last looked at: a reload that
     // removed the service is noticed once, not looked up every turn.
     let mut seen_gen = shared.serving.borrow().0.gen.number;
     loop {
-        if !going_away && (worker.draining.get() || removed(&worker, &shared.name, &mut seen_gen)) {
-            h2.graceful_shutdown();
-            going_away = true;
+        if !driver.going_away && (worker.draining.get() || removed(&worker, &shared.name, &mut seen_gen)) {
+            driver.go_away(code::NO_ERROR);
         }
-        if !calmed && shared.resets.tripped() {
-            tracing::warn!(service = %shared.name, client = %shared.peer, reason = "rapid-reset", "HTTP/2 connection closed");
-            metrics.connection_refused(worker.id, "rapid-reset");
-            h2.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
-            (calmed, going_away) = (true, true);
-        }
-        let idle = shared.open.get() == 0 && !going_away;
-        let idle_at = shared.idle_since.get() + timeouts.client_idle;
-        // In this order, and no further once one is ready: while frames come
-        // in or streams make progress, the waits for the worker's events and
-        // the idle timer are not even set up (each would register, then
-        // unregister, a waiter per turn). The accept queue cannot starve the
-        // streams: `h2` accepts at most `max_concurrent_streams` at a time.
+        let idle = driver.streams.is_empty() && !driver.going_away;
+        let idle_at = if driver.handshaken() {
+            driver.idle_since + timeouts.client_idle
+        } else {
+            started + timeouts.client_header
+        };
+        // The turn first, and no further once it ends: while frames come in
+        // or streams make progress, the waits for the worker's events and the
+        // idle timer are not even set up.
         tokio::select! {
             biased;
-            accepted = std::future::poll_fn(|cx| {
-                let polled = h2.poll_accept(cx);
-                shared.turned();
-                polled
-            }) => match accepted {
-                Some(Ok((req, respond))) => {
-                    shared.open.set(shared.open.get() + 1);
-                    streams.push(stream(req, respond, shared.clone()));
+            end = std::future::poll_fn(|cx| driver.poll_turn(cx)) => {
+                match end {
+                    End::Closed => {}
+                    End::Failed(why) => {
+                        tracing::debug!(service = %shared.name, client = %shared.peer, error = why, "HTTP/2 connection error");
+                    }
+                    End::Refused(reason) => {
+                        tracing::warn!(service = %shared.name, client = %shared.peer, reason, "HTTP/2 connection closed");
+                        metrics.connection_refused(worker.id, reason);
+                    }
                 }
-                Some(Err(_)) if flooded.get() => {
-                    let reason = "control-frame-flood";
-                    tracing::warn!(service = %shared.name, client = %shared.peer, reason, "HTTP/2 connection closed");
-                    metrics.connection_refused(worker.id, reason);
-                    break;
-                }
-                Some(Err(e)) => {
-                    tracing::debug!(service = %shared.name, client = %shared.peer, error = %e, "HTTP/2 connection error");
-                    break;
-                }
-                None => break,
-            },
-            Some(()) = streams.next(), if !streams.is_empty() => {
-                // Every other stream that is ready finishes before the
-                // connection is polled again: responses done in one turn leave
-                // in one write instead of a write each.
-                std::future::poll_fn(|cx| {
-                    while let Poll::Ready(Some(())) = streams.poll_next_unpin(cx) {}
-                    Poll::Ready(())
-                })
-                .await;
+                break;
             }
             () = worker.drain.notified() => {}
             () = worker.reloaded.notified() => {}
             // Lazy: the timer is made only when the branch is polled (idle).
             () = async { tokio::time::sleep_until(idle_at).await }, if idle => {
-                h2.graceful_shutdown();
-                going_away = true;
+                if !driver.handshaken() {
+                    break;
+                }
+                driver.go_away(code::NO_ERROR);
+            }
+        }
+    }
+    driver.shutdown().await;
+}
+
+/// How a connection ended.
+enum End {
+    /// Closed by the client, or after a graceful GOAWAY once idle.
+    Closed,
+    /// An I/O or protocol error (GOAWAY sent when it was a protocol error).
+    Failed(&'static str),
+    /// Cut by a defence: the reason for the log and metrics.
+    Refused(&'static str),
+}
+
+/// The connection's task: socket, codec, streams.
+struct Driver<IO> {
+    io: IO,
+    shared: Rc<Shared>,
+    /// Bytes read and not yet taken by the codec: `rbuf[..filled]`.
+    rbuf: Vec<u8>,
+    filled: usize,
+    streams: FuturesUnordered<Pin<Box<dyn std::future::Future<Output = Ended>>>>,
+    resets: Tally,
+    control: Tally,
+    /// GOAWAY went out: the connection ends once its streams are done.
+    going_away: bool,
+    /// The connection ends, for this reason, once its output (a GOAWAY) is written.
+    closing: Option<End>,
+    /// Bytes handed over with the connection (the preface) are still to decode.
+    fresh: bool,
+    /// Written bytes the transport (TLS) still holds.
+    unflushed: bool,
+    idle_since: Instant,
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
+    fn handshaken(&self) -> bool {
+        self.shared.wire.borrow().codec.handshaken()
+    }
+
+    fn go_away(&mut self, code: u32) {
+        self.shared.wire.borrow_mut().codec.go_away(code);
+        self.going_away = true;
+    }
+
+    /// One turn: read and decode what arrived, run the streams that are
+    /// ready, write what was queued; again while anything moved.
+    fn poll_turn(&mut self, cx: &mut Context<'_>) -> Poll<End> {
+        for _ in 0..ROUNDS {
+            let mut moved = match self.poll_input(cx) {
+                Poll::Ready(Ok(())) => true,
+                Poll::Ready(Err(end)) => return Poll::Ready(end),
+                Poll::Pending => false,
+            };
+            let had = !self.streams.is_empty();
+            while let Poll::Ready(Some(_ended)) = self.streams.poll_next_unpin(cx) {
+                moved = true;
+            }
+            if had && self.streams.is_empty() {
+                self.idle_since = Instant::now();
+            }
+            match self.poll_output(cx) {
+                Poll::Ready(Ok(wrote)) => moved |= wrote,
+                Poll::Ready(Err(())) => return Poll::Ready(End::Failed("write failed")),
+                Poll::Pending => {}
+            }
+            let flushed = !self.unflushed && self.shared.wire.borrow().codec.output().is_empty();
+            if flushed {
+                if let Some(end) = self.closing.take() {
+                    return Poll::Ready(end);
+                }
+                if self.going_away && self.streams.is_empty() {
+                    return Poll::Ready(End::Closed);
+                }
+            }
+            if !moved {
+                return Poll::Pending;
+            }
+        }
+        // Others' turn: this connection comes back at once.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// Reads what the socket has and hands it to the codec. `Ok`: something
+    /// was decoded; `Pending`: nothing to read (or reading is held back).
+    fn poll_input(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), End>> {
+        if self.closing.is_some() {
+            return Poll::Pending;
+        }
+        if std::mem::take(&mut self.fresh) && self.filled > 0 {
+            self.decode()?;
+            return Poll::Ready(Ok(()));
+        }
+        if self.shared.wire.borrow().codec.output().len() > MAX_OUTPUT {
+            // A client that does not read what it asked for gets no more read.
+            return Poll::Pending;
+        }
+        if self.filled == self.rbuf.len() {
+            // Cannot happen: the codec refuses a frame larger than the buffer first.
+            return Poll::Ready(Err(End::Failed("read buffer full")));
+        }
+        let mut buf = ReadBuf::new(&mut self.rbuf[self.filled..]);
+        match Pin::new(&mut self.io).poll_read(cx, &mut buf) {
+            Poll::Ready(Ok(())) => {
+                let n = buf.filled().len();
+                if n == 0 {
+                    return Poll::Ready(Err(End::Closed));
+                }
+                self.filled += n;
+                self.decode()?;
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(_)) => Poll::Ready(Err(End::Failed("read failed"))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Writes what the codec queued. `Ok(true)`: something was written.
+    fn poll_output(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, ()>> {
+        let mut wrote = false;
+        loop {
+            let polled = {
+                let wire = self.shared.wire.borrow();
+                let out = wire.codec.output();
+                if out.is_empty() {
+                    break;
+                }
+                Pin::new(&mut self.io).poll_write(cx, out)
+            };
+            match polled {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Err(())),
+                Poll::Ready(Ok(n)) => {
+                    self.shared.wire.borrow_mut().codec.written(n);
+                    wrote = true;
+                }
+                Poll::Pending => break,
+            }
+        }
+        if wrote || self.unflushed {
+            // TLS keeps what the socket did not take yet: it goes out now,
+            // or when the socket is writable again.
+            match Pin::new(&mut self.io).poll_flush(cx) {
+                Poll::Ready(Ok(())) => self.unflushed = false,
+                Poll::Ready(Err(_)) => return Poll::Ready(Err(())),
+                Poll::Pending => self.unflushed = true,
+            }
+        }
+        if wrote {
+            Poll::Ready(Ok(true))
+        } else {
+            Poll::Pending
+        }
+    }
+
+    /// The codec takes the bytes read; its events start, feed and reset
+    /// streams; the defences count what it saw.
+    fn decode(&mut self) -> Result<(), End> {
+        let shared = self.shared.clone();
+        let mut started = Vec::new();
+        let mut peer_resets = 0u32;
+        let result = {
+            let mut wire = shared.wire.borrow_mut();
+            let Wire { codec, slots } = &mut *wire;
+            let mut released = Vec::new();
+            let result = codec.recv(&self.rbuf[..self.filled], &mut |event| {
+                on_event(event, slots, &shared, &mut started, &mut released, &mut peer_resets);
+            });
+            for (stream, n) in released {
+                codec.release(stream, n);
+            }
+            wake_writers(&mut wire);
+            result
+        };
+        for (id, scratch, head) in started {
+            self.streams.push(Box::pin(stream::serve(id, scratch, head, shared.clone())));
+        }
+        let counts = shared.wire.borrow_mut().codec.take_counts();
+        let now = Instant::now();
+        let frames = counts.control + counts.empty;
+        if frames > 0 && (0..frames).any(|_| self.control.record(now, flood::WINDOW)) {
+            return Err(End::Refused("control-frame-flood"));
+        }
+        match result {
+            Ok(used) => {
+                self.rbuf.copy_within(used..self.filled, 0);
+                self.filled -= used;
+            }
+            Err(e) => {
+                self.closing = Some(End::Failed(e.reason));
+                return Ok(());
+            }
+        }
+        // The client's resets, and the streams reset for its errors (as
+        // `h2` counted its local error resets), within one limit.
+        let resets = peer_resets + counts.stream_errors;
+        if resets > 0 && (0..resets).any(|_| self.resets.record(now, RESET_WINDOW)) {
+            // GOAWAY first; the connection ends once it is written.
+            self.go_away(code::ENHANCE_YOUR_CALM);
+            self.closing = Some(End::Refused("rapid-reset"));
+        }
+        Ok(())
+    }
+
+    /// After the last turn: the streams' pipelines end, the socket closes.
+    async fn shutdown(mut self) {
+        self.streams.clear();
+        self.shared.wire.borrow_mut().slots.clear();
+        let _ = tokio::time::timeout(Duration::from_secs(1), tokio::io::AsyncWriteExt::shutdown(&mut self.io)).await;
+    }
+}
+
+/// One event of the codec, for the streams (`started`: requests to serve;
+/// `released`: body bytes of streams no longer served, whose room goes back).
+fn on_event(
+    event: Event<'_>,
+    slots: &mut StreamMap<Slot>,
+    shared: &Shared,
+    started: &mut Vec<(u32, crate::worker::Scratch, switchyard_http::parse::RequestHead)>,
+    released: &mut Vec<(u32, usize)>,
+    peer_resets: &mut u32,
+) {
+    match event {
+        Event::Request { stream, request, end_stream } => {
+            let Some(head) = request.head.as_ref() else { return };
+            // The worker's pooled working memory, as an HTTP/1.1 connection
+            // gets it: the pipeline gives it back when the stream is done.
+            let mut scratch = shared.worker.lend_scratch();
+            scratch.buf.extend_from_slice(&request.buf);
+            scratch.fields.clear();
+            scratch.fields.extend_from_slice(&request.fields);
+            let mut head = head.clone();
+            if head.framing == Framing::Chunked {
+                // A body of unknown length reaches the pipeline in chunked
+                // coding, which it relays verbatim: its head says so.
+                let at = scratch.buf.len();
+                scratch.buf.extend_from_slice(b"transfer-encodingchunked");
+                scratch.fields.push(Field { name: at..at + 17, value: at + 17..at + 24 });
+            }
+            head.len = scratch.buf.len();
+            // One stream, one request.
+            head.connection.close = true;
+            slots.insert(stream, Slot { end: end_stream, ..Slot::default() });
+            started.push((stream, scratch, head));
+        }
+        Event::Data { stream, data, end_stream } => match slots.get_mut(&stream) {
+            Some(slot) => {
+                slot.body.extend_from_slice(data);
+                slot.end |= end_stream;
+                slot.wake();
+            }
+            None => released.push((stream, data.len())),
+        },
+        Event::Trailers { stream, buf, fields } => {
+            if let Some(slot) = slots.get_mut(&stream) {
+                for f in fields {
+                    let name = &buf[f.name.clone()];
+                    if crate::translate::data::may_trail(name) {
+                        slot.trailers.extend_from_slice(name);
+                        slot.trailers.extend_from_slice(b": ");
+                        slot.trailers.extend_from_slice(&buf[f.value.clone()]);
+                        slot.trailers.extend_from_slice(b"\r\n");
+                    }
+                }
+                slot.end = true;
+                slot.wake();
+            }
+        }
+        Event::Reset { stream, code, by_peer } => {
+            if let Some(slot) = slots.get_mut(&stream) {
+                slot.reset = Some((code, by_peer));
+                slot.wake();
+                *peer_resets += u32::from(by_peer);
+            }
+        }
+        Event::GoAway { .. } => {}
+    }
+}
+
+/// Wakes every stream waiting for room once the client's windows grew.
+fn wake_writers(wire: &mut Wire) {
+    if wire.codec.take_window_opened() {
+        for slot in wire.slots.values_mut() {
+            if let Some(w) = slot.writer.take() {
+                w.wake();
             }
         }
     }
@@ -318,19 +581,6 @@ fn removed(worker: &Worker, name: &str, seen: &mut u64) -> bool {
     }
     *seen = now.gen.number;
     now.gen.service_index(name).is_none()
-}
-
-/// One stream: the pipeline, then the connection's bookkeeping.
-async fn stream(req: http::Request<h2::RecvStream>, respond: h2::server::SendResponse<Bytes>, shared: Rc<Shared>) {
-    let ended = stream::serve(req, respond, shared.clone()).await;
-    if ended == Ended::PeerReset {
-        // The connection's loop looks at the tally when this stream returns to it.
-        shared.resets.record(Instant::now(), RESET_WINDOW);
-    }
-    shared.open.set(shared.open.get().saturating_sub(1));
-    if shared.open.get() == 0 {
-        shared.idle_since.set(Instant::now());
-    }
 }
 
 #[cfg(test)]

@@ -1,22 +1,25 @@
 //! One HTTP/2 stream served by the pipeline, inside its connection's task.
 //!
 //! The stream is the pipeline's client connection ([`H2Client`], a
-//! [`ClientStream`]): its request head is written as HTTP/1.1 into the
-//! scratch buffer the read-head phase parses ([`head::request_head`]), its
-//! DATA frames are read as the body ([`Inbound`]), and what the pipeline
-//! writes back — a response head, then its body — goes out as HEADERS (1xx
-//! as informational HEADERS), DATA frames and trailers ([`Out`], then
-//! [`Outbound`]). Every phase (route, persistence, cache, rewrite, pick,
-//! forward, compress, log) is the pipeline's, unchanged; there is no pipe
-//! and no task of its own.
+//! [`ClientStream`]): its request head arrives decoded (the connection's
+//! codec wrote it into the stream's scratch buffer as a `RequestHead` with
+//! field ranges: no text, no re-parse), its DATA frames are read as the body
+//! ([`Rd`], in chunked coding with the trailers as trailer section when the
+//! length is unknown), and what the pipeline writes back — a response head,
+//! then its body — goes out as HEADERS (1xx as informational HEADERS), DATA
+//! frames and trailers ([`Out`]) through the codec, straight into the
+//! connection's output. Every phase (route, persistence, cache, rewrite,
+//! pick, forward, compress, log) is the pipeline's, unchanged; there is no
+//! pipe and no task of its own.
 //!
-//! Resets: the stream's future watches for the client's RST_STREAM while the
-//! pipeline runs, and drops the pipeline when it comes (a server stream it
-//! opened is reset with the client's code, [`Resets::by_client`]), without
-//! a failure log line per reset stream — a reset flood would become a log
-//! flood. A response the pipeline could not finish resets the stream: with
-//! the code it asked for ([`Resets::to_client`]: a server's own, or
-//! REFUSED_STREAM before any response), else INTERNAL_ERROR.
+//! Resets: the stream's future watches its slot for the client's
+//! RST_STREAM while the pipeline runs and drops the pipeline when it comes
+//! (after noting the code in [`Resets::by_client`], which a server stream
+//! the pipeline opened passes on). A response the pipeline could not finish
+//! resets the stream: with the code it asked for ([`Resets::to_client`]: a
+//! server's own, or REFUSED_STREAM before any response), else
+//! INTERNAL_ERROR. Frames leave in the order they were queued, so a reset
+//! never overtakes the DATA it follows.
 
 use std::cell::RefCell;
 use std::io;
@@ -24,16 +27,16 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-use bytes::{Bytes, BytesMut};
-use h2::server::SendResponse;
-use h2::{Reason, RecvStream};
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::Shared;
-use crate::translate::data::{peer_reset, Inbound, Outbound};
-use crate::translate::head::{self, RequestBody};
+use crate::translate::data::{chunk, may_trail};
 use crate::transport::{Resets, Sink, StreamClient};
-use switchyard_http::parse::{self, Field, Framing};
+use crate::worker::Scratch;
+use switchyard_http::chunked::ChunkedScanner;
+use switchyard_http::http2::frame::code;
+use switchyard_http::parse::{self, Field, Framing, RequestHead};
 
 /// Largest response head the pipeline writes.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
@@ -49,38 +52,47 @@ pub(super) enum Ended {
     Failed,
 }
 
-/// Serves one stream: the request through the pipeline, the response back.
-pub(super) async fn serve(req: http::Request<RecvStream>, mut respond: SendResponse<Bytes>, conn: Rc<Shared>) -> Ended {
-    let (parts, body) = req.into_parts();
-    let head_request = parts.method == http::Method::HEAD;
-    // The worker's pooled working memory, as an HTTP/1.1 connection gets it:
-    // the pipeline gives it back when the stream is done.
-    let mut scratch = conn.worker.lend_scratch();
-    let framing = match head::request_head(&parts, body.is_end_stream(), &mut scratch.buf) {
-        Ok(framing) => framing,
-        Err(_) => {
-            respond.send_reset(Reason::PROTOCOL_ERROR);
-            return Ended::Failed;
+/// What the connection keeps for a stream its pipeline reads and writes.
+#[derive(Default)]
+pub(super) struct Slot {
+    /// Request body bytes received and not yet read.
+    pub body: BytesMut,
+    /// The client ended its side (END_STREAM, or trailers).
+    pub end: bool,
+    /// The request's trailers, as an HTTP/1.1 trailer section's fields.
+    pub trailers: Vec<u8>,
+    /// The stream was reset: the code, and whether by the client.
+    pub reset: Option<(u32, bool)>,
+    pub reader: Option<std::task::Waker>,
+    pub writer: Option<std::task::Waker>,
+    pub watcher: Option<std::task::Waker>,
+}
+
+impl Slot {
+    /// Wakes whoever waits on the stream.
+    pub fn wake(&mut self) {
+        for w in [self.reader.take(), self.writer.take(), self.watcher.take()].into_iter().flatten() {
+            w.wake();
         }
-    };
-    drop(parts);
-    let inbound = match framing {
-        RequestBody::None => Inbound::empty(Bytes::new()),
-        RequestBody::Length => Inbound::new(body, false, Bytes::new()),
-        RequestBody::Chunked => Inbound::new(body, true, Bytes::new()),
-    };
+    }
+}
+
+/// Serves stream `id`, whose decoded request is in `scratch` (`head`).
+pub(super) async fn serve(id: u32, mut scratch: Scratch, head: RequestHead, conn: Rc<Shared>) -> Ended {
+    let head_request = &scratch.buf[head.method.clone()] == b"HEAD";
+    let chunked = head.framing == Framing::Chunked;
+    scratch.head = Some(Box::new(head));
     let resets = Rc::new(Resets::default());
-    let out = Rc::new(RefCell::new(Out { state: State::Head { respond, buf: BytesMut::new() }, head_request }));
+    let out = Rc::new(RefCell::new(Out { id, state: State::Head(BytesMut::new()), head_request, conn: conn.clone() }));
     let client = H2Client {
-        rd: Rd { body: inbound, resets: resets.clone() },
-        wr: Wr { out: out.clone(), resets: resets.clone() },
+        rd: Rd { id, conn: conn.clone(), chunked, pending: Bytes::new(), done: false, resets: resets.clone() },
+        wr: Wr { out: out.clone() },
         local: conn.local_addr,
         resets: resets.clone(),
     };
     let (local, service) = conn.current();
     // Boxed: the pipeline's future is large, and a stream's future is moved
-    // into the connection's set of streams before it starts; unboxed, every
-    // stream would copy the pipeline's room on the way in.
+    // into the connection's set of streams before it starts.
     let pipeline = Box::pin(crate::http::serve(
         client,
         conn.peer,
@@ -90,35 +102,41 @@ pub(super) async fn serve(req: http::Request<RecvStream>, mut respond: SendRespo
         conn.worker.clone(),
         conn.transport.clone(),
     ));
-    let reset = std::future::poll_fn(|cx| {
-        if resets.by_client.get().is_some() {
-            return Poll::Ready(());
-        }
-        match out.borrow_mut().poll_reset(cx) {
-            Poll::Ready(Some(code)) => {
-                resets.by_client.set(Some(code));
-                Poll::Ready(())
-            }
-            Poll::Ready(None) | Poll::Pending => Poll::Pending,
-        }
-    });
+    let reset = std::future::poll_fn(|cx| watch(&conn, id, &resets, cx));
     let peer_reset = tokio::select! {
         biased;
         () = reset => true,
         () = pipeline => false,
     };
-    // The pipeline is dropped by now: a server stream it opened has seen the client's code.
-    if peer_reset {
-        return Ended::PeerReset;
-    }
-    if matches!(&out.borrow().state, State::Body(body) if !body.is_ended()) {
-        // A response cut short: a reset drops the stream's frames not yet
-        // written, so the connection first takes a turn to write what the
-        // client was sent.
-        conn.written().await;
-    }
-    let ended = out.borrow_mut().finish(&resets);
+    let ended = if peer_reset {
+        Ended::PeerReset
+    } else {
+        let finishing = std::future::poll_fn(|cx| out.borrow_mut().finish(&resets, cx));
+        let reset = std::future::poll_fn(|cx| watch(&conn, id, &resets, cx));
+        tokio::select! {
+            biased;
+            () = reset => Ended::PeerReset,
+            ended = finishing => ended,
+        }
+    };
+    conn.close_stream(id);
     ended
+}
+
+/// Ready once the client reset stream `id` (its code noted for the pipeline).
+fn watch(conn: &Shared, id: u32, resets: &Resets, cx: &mut Context<'_>) -> Poll<()> {
+    let mut wire = conn.wire.borrow_mut();
+    match wire.slots.get_mut(&id) {
+        Some(Slot { reset: Some((code, true)), .. }) => {
+            resets.by_client.set(Some(*code));
+            Poll::Ready(())
+        }
+        Some(slot) => {
+            slot.watcher = Some(cx.waker().clone());
+            Poll::Pending
+        }
+        None => Poll::Pending,
+    }
 }
 
 /// The pipeline's client connection over one HTTP/2 stream.
@@ -126,128 +144,300 @@ pub(crate) type H2Client = StreamClient<Rd, Wr>;
 
 /// The request body of the stream.
 pub(crate) struct Rd {
-    body: Inbound,
+    id: u32,
+    conn: Rc<Shared>,
+    /// The length is unknown: the body is read in chunked coding.
+    chunked: bool,
+    /// Bytes ready for the reader.
+    pending: Bytes,
+    done: bool,
     resets: Rc<Resets>,
 }
 
-/// The response side of the stream, shared with the stream's task (which
-/// watches it for resets and finishes it after the pipeline).
+impl AsyncRead for Rd {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if !this.pending.is_empty() {
+                let n = this.pending.len().min(buf.remaining());
+                buf.put_slice(&this.pending[..n]);
+                this.pending.advance(n);
+                return Poll::Ready(Ok(()));
+            }
+            if this.done {
+                return Poll::Ready(Ok(()));
+            }
+            let mut wire = this.conn.wire.borrow_mut();
+            let wire = &mut *wire;
+            let Some(slot) = wire.slots.get_mut(&this.id) else {
+                return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
+            };
+            if let Some((code, by_peer)) = slot.reset {
+                if by_peer {
+                    // The stream's future ends the pipeline (woken here),
+                    // which therefore never sees the error.
+                    this.resets.by_client.set(Some(code));
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, "stream error")));
+            }
+            if !slot.body.is_empty() {
+                let data = slot.body.split().freeze();
+                wire.codec.release(this.id, data.len());
+                this.pending = if this.chunked { chunk(&data) } else { data };
+                continue;
+            }
+            if slot.end {
+                this.done = true;
+                if this.chunked {
+                    let mut end = BytesMut::with_capacity(5 + slot.trailers.len());
+                    end.extend_from_slice(b"0\r\n");
+                    end.extend_from_slice(&slot.trailers);
+                    end.extend_from_slice(b"\r\n");
+                    this.pending = end.freeze();
+                }
+                continue;
+            }
+            slot.reader = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+    }
+}
+
+/// The response side of the stream, shared with the stream's future (which
+/// finishes it after the pipeline).
 pub(crate) struct Wr {
     out: Rc<RefCell<Out>>,
-    resets: Rc<Resets>,
 }
 
 /// The response as it goes out.
 struct Out {
+    id: u32,
     state: State,
     head_request: bool,
+    conn: Rc<Shared>,
 }
 
 enum State {
     /// Reading the response head the pipeline writes.
-    Head { respond: SendResponse<Bytes>, buf: BytesMut },
+    Head(BytesMut),
     /// Sending its body.
-    Body(Outbound),
+    Body(Body),
     /// Complete (or reset).
     Done,
+}
+
+/// A response body in HTTP/1.1 form, its framing removed, sent as DATA.
+struct Body {
+    /// Payload bytes still to come, for a body with a length.
+    remaining: Option<u64>,
+    /// The chunked coding being removed, for a chunked body.
+    chunked: Option<ChunkedScanner>,
+    /// Payload taken and not yet sent (the client's window was short): at
+    /// most one write's.
+    held: Vec<u8>,
+    /// The body is complete once `held` is sent: END_STREAM then, or the
+    /// trailers.
+    complete: bool,
+    /// The trailers to end with (name, value pairs in one buffer).
+    trailers: Option<(Vec<u8>, Vec<Field>)>,
+    /// END_STREAM went out.
+    ended: bool,
+}
+
+impl Body {
+    fn new(framing: Framing) -> Body {
+        let remaining = match framing {
+            Framing::Length(n) => Some(n),
+            _ => None,
+        };
+        let chunked = (framing == Framing::Chunked).then(ChunkedScanner::collecting_trailers);
+        Body { remaining, chunked, held: Vec::new(), complete: remaining == Some(0), trailers: None, ended: false }
+    }
+
+    /// Whether the body is delimited by the end of its connection.
+    fn ends_with_close(&self) -> bool {
+        self.remaining.is_none() && self.chunked.is_none()
+    }
+
+    /// Removes the framing from `data`; returns the bytes of `data` that
+    /// belonged to the body.
+    fn take(&mut self, data: &[u8]) -> io::Result<usize> {
+        if self.complete {
+            return if data.is_empty() { Ok(0) } else { Err(invalid("bytes after the end of the response")) };
+        }
+        if let Some(scanner) = self.chunked.as_mut() {
+            let held = &mut self.held;
+            let consumed = scanner.scan_with(data, |run| held.extend_from_slice(&data[run])).map_err(invalid)?;
+            if scanner.is_done() {
+                self.complete = true;
+                let mut buf = Vec::new();
+                let mut fields = Vec::new();
+                for (name, value) in scanner.trailers() {
+                    if may_trail(name) {
+                        let n = buf.len();
+                        buf.extend_from_slice(name);
+                        let v = buf.len();
+                        buf.extend_from_slice(value);
+                        fields.push(Field { name: n..v, value: v..buf.len() });
+                    }
+                }
+                if !fields.is_empty() {
+                    self.trailers = Some((buf, fields));
+                }
+            }
+            return Ok(consumed);
+        }
+        let n = match self.remaining.as_mut() {
+            Some(left) => {
+                let n = data.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+                *left -= n as u64;
+                n
+            }
+            None => data.len(),
+        };
+        self.held.extend_from_slice(&data[..n]);
+        self.complete = self.remaining == Some(0);
+        Ok(n)
+    }
 }
 
 impl Out {
     fn poll_write(&mut self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         match &mut self.state {
-            State::Head { buf, .. } => {
+            State::Head(buf) => {
                 if buf.len() + data.len() > MAX_RESPONSE_HEAD {
                     return Poll::Ready(Err(invalid("response head too large")));
                 }
                 buf.extend_from_slice(data);
                 Poll::Ready(self.head().map(|()| data.len()))
             }
-            State::Body(body) => body.poll_write(cx, data),
+            State::Body(_) => {
+                match self.flush(cx) {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => return Poll::Pending,
+                }
+                let State::Body(body) = &mut self.state else { return Poll::Ready(Ok(0)) };
+                let n = body.take(data)?;
+                // Sent as far as the window allows; the rest waits in `held`.
+                if let Poll::Ready(Err(e)) = self.flush(cx) {
+                    return Poll::Ready(Err(e));
+                }
+                Poll::Ready(Ok(n))
+            }
             State::Done if data.is_empty() => Poll::Ready(Ok(0)),
             State::Done => Poll::Ready(Err(invalid("bytes after the end of the response"))),
         }
     }
 
     /// Sends the response head once it is complete (interim ones as they
-    /// come), and the body bytes written with it.
+    /// come), and takes the body bytes written with it.
     fn head(&mut self) -> io::Result<()> {
-        let State::Head { respond, buf } = &mut self.state else {
+        let State::Head(buf) = &mut self.state else {
             return Ok(());
         };
-        let mut fields: Vec<Field> = Vec::with_capacity(head::HEAD_FIELDS);
-        // Each head's bytes are split off and frozen: its fields' values are
-        // slices of them, not copies.
+        let conn = self.conn.clone();
+        let mut fields: Vec<Field> = Vec::with_capacity(crate::translate::head::HEAD_FIELDS);
         let head = loop {
             match parse::parse_response(buf, MAX_RESPONSE_HEAD, &mut fields) {
                 Ok(None) => return Ok(()),
                 Ok(Some(head)) if (100..200).contains(&head.status) && head.status != 101 => {
                     // `100 Continue` for `expect: 100-continue`, 103 Early Hints...
-                    let bytes = buf.split_to(head.len).freeze();
-                    if let Ok(interim) = head::response_head(&bytes, &head, &fields) {
-                        let _ = respond.send_informational(interim);
-                    }
+                    let pairs = fields.iter().map(|f| (&buf[f.name.clone()], &buf[f.value.clone()]));
+                    conn.wire.borrow_mut().codec.send_head(self.id, head.status, pairs, false);
+                    buf.advance(head.len);
                 }
                 Ok(Some(head)) if head.status >= 200 => break head,
                 // The pipeline writes only heads it parsed itself.
                 Ok(Some(_)) | Err(_) => return Err(invalid("unexpected response head")),
             }
         };
-        let bytes = buf.split_to(head.len).freeze();
-        let response = head::response_head(&bytes, &head, &fields).map_err(invalid)?;
         let framing =
             if parse::response_has_body(self.head_request, head.status) { head.framing } else { Framing::Empty };
         let empty = matches!(framing, Framing::Length(0) | Framing::Empty);
-        let send = respond.send_response(response, empty).map_err(|e| io::Error::other(e.to_string()))?;
+        let pairs = fields.iter().map(|f| (&buf[f.name.clone()], &buf[f.value.clone()]));
+        if !conn.wire.borrow_mut().codec.send_head(self.id, head.status, pairs, empty) {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        buf.advance(head.len);
         let rest = std::mem::take(buf);
         if empty {
             self.state = State::Done;
             return Ok(());
         }
-        let mut body = Outbound::new(send, framing);
-        // Body bytes written together with the head are sent without waiting
-        // for the window (h2 buffers them: at most this one write).
+        let mut body = Body::new(framing);
+        // Body bytes written together with the head are taken without
+        // waiting for the window (held: at most this one write).
         let mut at = 0;
-        while at < rest.len() && !body.is_ended() {
-            at += body.write_now(&rest[at..])?;
+        while at < rest.len() && !body.complete {
+            at += body.take(&rest[at..])?;
         }
         self.state = State::Body(body);
+        let _ = self.flush(&mut Context::from_waker(std::task::Waker::noop()));
         Ok(())
     }
 
-    /// The client's reset code, once it reset the stream; `None` when the
-    /// stream failed with its connection (the connection's loop ends it).
-    fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<Option<u32>> {
-        let polled = match &mut self.state {
-            State::Head { respond, .. } => respond.poll_reset(cx),
-            State::Body(body) if !body.is_ended() => body.stream().poll_reset(cx),
-            State::Body(_) | State::Done => return Poll::Pending,
-        };
-        match polled {
-            Poll::Ready(Ok(reason)) => Poll::Ready(Some(u32::from(reason))),
-            Poll::Ready(Err(e)) => Poll::Ready(peer_reset(&e)),
-            Poll::Pending => Poll::Pending,
+    /// Sends what the body holds as the windows allow, then its end once it
+    /// is complete. Ready once nothing is held.
+    fn flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let State::Body(body) = &mut self.state else { return Poll::Ready(Ok(())) };
+        let mut wire = self.conn.wire.borrow_mut();
+        let wire = &mut *wire;
+        let end_now = body.complete && body.trailers.is_none();
+        if !body.held.is_empty() || (end_now && !body.ended) {
+            let Some(n) = wire.codec.send_data(self.id, &body.held, end_now) else {
+                return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+            };
+            body.held.drain(..n);
+            if !body.held.is_empty() {
+                match wire.slots.get_mut(&self.id) {
+                    Some(slot) => slot.writer = Some(cx.waker().clone()),
+                    None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+                }
+                return Poll::Pending;
+            }
+            body.ended = end_now;
         }
+        if body.complete && !body.ended {
+            if let Some((buf, fields)) = body.trailers.take() {
+                let pairs = fields.iter().map(|f| (&buf[f.name.clone()], &buf[f.value.clone()]));
+                if !wire.codec.send_trailers(self.id, pairs) {
+                    return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+                }
+                body.ended = true;
+            }
+        }
+        if body.ended {
+            self.state = State::Done;
+        }
+        Poll::Ready(Ok(()))
     }
 
-    /// After the pipeline: a response it did not finish resets the stream.
-    fn finish(&mut self, resets: &Resets) -> Ended {
-        let code = resets.to_client.get().map_or(Reason::INTERNAL_ERROR, Reason::from);
+    /// After the pipeline: what is held goes out; a response it did not
+    /// finish resets the stream.
+    fn finish(&mut self, resets: &Resets, cx: &mut Context<'_>) -> Poll<Ended> {
+        let reset_code = resets.to_client.get().unwrap_or(code::INTERNAL_ERROR);
+        if let State::Body(body) = &mut self.state {
+            if !body.complete && resets.to_client.get().is_none() && body.ends_with_close() {
+                // A body delimited by the end of the server's connection.
+                body.complete = true;
+            }
+            if body.complete {
+                return match self.flush(cx) {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(Ok(())) => Poll::Ready(Ended::Done),
+                    Poll::Ready(Err(_)) => Poll::Ready(Ended::Failed),
+                };
+            }
+        }
         match std::mem::replace(&mut self.state, State::Done) {
-            State::Head { mut respond, .. } => {
-                respond.send_reset(code);
-                Ended::Failed
+            State::Done => Poll::Ready(Ended::Done),
+            State::Head(_) | State::Body(_) => {
+                self.conn.wire.borrow_mut().codec.send_reset(self.id, reset_code);
+                Poll::Ready(Ended::Failed)
             }
-            State::Body(mut body) if !body.is_ended() => {
-                if resets.to_client.get().is_none() && body.ends_with_close() {
-                    // A body delimited by the end of the server's connection.
-                    body.end();
-                    return Ended::Done;
-                }
-                body.reset(code);
-                Ended::Failed
-            }
-            State::Body(body) if body.error().is_some() => Ended::Failed,
-            State::Body(_) | State::Done => Ended::Done,
         }
     }
 }
@@ -256,39 +446,9 @@ fn invalid(why: &'static str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, why)
 }
 
-/// A failed read or write whose cause is the client's reset: the stream's
-/// task ends the pipeline (woken here), which therefore never sees the error.
-fn parked_on_reset<T>(resets: &Resets, error: Option<&h2::Error>, cx: &mut Context<'_>) -> Option<Poll<T>> {
-    let code = peer_reset(error?)?;
-    resets.by_client.set(Some(code));
-    cx.waker().wake_by_ref();
-    Some(Poll::Pending)
-}
-
-impl AsyncRead for Rd {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        match this.body.poll_read(cx, buf) {
-            Poll::Ready(Err(e)) => parked_on_reset(&this.resets, this.body.error(), cx).unwrap_or(Poll::Ready(Err(e))),
-            other => other,
-        }
-    }
-}
-
 impl AsyncWrite for Wr {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let mut out = this.out.borrow_mut();
-        match out.poll_write(cx, data) {
-            Poll::Ready(Err(e)) => {
-                let error = match &out.state {
-                    State::Body(body) => body.error(),
-                    _ => None,
-                };
-                parked_on_reset(&this.resets, error, cx).unwrap_or(Poll::Ready(Err(e)))
-            }
-            other => other,
-        }
+        self.out.borrow_mut().poll_write(cx, data)
     }
 
     fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -27,11 +27,6 @@ use tokio::io::ReadBuf;
 use switchyard_http::chunked::ChunkedScanner;
 use switchyard_http::parse::Framing;
 
-/// The RST_STREAM code a peer reset a stream with, when `e` says it did.
-pub(crate) fn peer_reset(e: &h2::Error) -> Option<u32> {
-    (e.is_reset() && e.is_remote()).then(|| e.reason().map_or(u32::from(Reason::CANCEL), u32::from))
-}
-
 /// An I/O error standing for an HTTP/2 one (kept by its owner for the log).
 fn io_error(e: &h2::Error) -> io::Error {
     io::Error::new(io::ErrorKind::ConnectionAborted, e.to_string())
@@ -230,11 +225,6 @@ impl Outbound {
         self.error.as_ref()
     }
 
-    /// The stream, to watch for or send a reset.
-    pub(crate) fn stream(&mut self) -> &mut SendStream<Bytes> {
-        &mut self.send
-    }
-
     /// Takes what it can of `data` once the peer's window has room.
     pub(crate) fn poll_write(&mut self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         if !self.ended && !data.is_empty() {
@@ -249,19 +239,6 @@ impl Outbound {
     /// buffers the payload until the window opens).
     pub(crate) fn write_now(&mut self, data: &[u8]) -> io::Result<usize> {
         self.take(data)
-    }
-
-    /// Whether the body is delimited by the end of its connection (no
-    /// length, not chunked).
-    pub(crate) fn ends_with_close(&self) -> bool {
-        self.remaining.is_none() && self.chunked.is_none()
-    }
-
-    /// Ends a body delimited by the end of its connection: END_STREAM.
-    pub(crate) fn end(&mut self) {
-        if !self.ended {
-            self.data(Bytes::new(), true);
-        }
     }
 
     /// Resets the stream with `code` unless the body went out whole.

@@ -239,6 +239,13 @@ impl Sink for LazyTcp {
     }
 }
 
+impl From<TcpStream> for LazyTcp {
+    /// A connection already registered (the layer-4 passthrough's, after its peek).
+    fn from(stream: TcpStream) -> Self {
+        LazyTcp(State::Polled(stream))
+    }
+}
+
 impl ClientStream for LazyTcp {
     type Rd<'a> = ReadHalf<'a>;
     type Wr<'a> = WriteHalf<'a>;

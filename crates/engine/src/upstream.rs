@@ -225,6 +225,63 @@ pub async fn connect_tcp_from(
     }
 }
 
+/// Opens a TCP connection to `addr` by `deadline` and writes the start of
+/// `first` on it (layer 4: the PROXY header and the client's first bytes);
+/// returns the stream and how many bytes of `first` went out (the caller
+/// writes the rest). The first write confirms the connect: a connection the
+/// server refused or that timed out fails it, so no `getsockopt(SO_ERROR)`
+/// is needed, as in HAProxy. With nothing to send (a server-speaks-first
+/// protocol), the connect is confirmed by `SO_ERROR` once writable. Every
+/// failure here is retryable: no byte reached the server.
+pub async fn connect_tcp_sending(
+    bind: Option<Bind>,
+    addr: SocketAddr,
+    deadline: tokio::time::Instant,
+    first: &[u8],
+) -> Result<(TcpStream, usize), ProxyError> {
+    let socket = match bind {
+        None => socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM.nonblocking(),
+            Some(socket2::Protocol::TCP),
+        ),
+        Some(bind) => bind.raw_socket(addr).inspect_err(|e| {
+            tracing::warn!(source = %bind.ip, server = %addr, error = %e, "cannot bind the pool's source address");
+        }),
+    };
+    let stream = socket.and_then(|s| start_connect(s, addr)).map_err(|_| ProxyError::retryable(Kind::ConnectFailed))?;
+    match tokio::time::timeout_at(deadline, first_write(&stream, first)).await {
+        Err(_) => Err(ProxyError::retryable(Kind::ConnectTimeout)),
+        Ok(Err(_)) => Err(ProxyError::retryable(Kind::ConnectFailed)),
+        Ok(Ok(n)) => Ok((stream, n)),
+    }
+}
+
+/// A non-blocking `connect` on `socket` (Nagle off first: heads and small
+/// bodies go out in one segment), registered with the event loop.
+fn start_connect(socket: socket2::Socket, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let _ = socket.set_tcp_nodelay(true);
+    match socket.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    TcpStream::from_std(socket.into())
+}
+
+/// Waits until the connecting `stream` is writable, then writes what of
+/// `first` the socket takes (or, with nothing to write, reads `SO_ERROR`).
+async fn first_write(stream: &TcpStream, first: &[u8]) -> std::io::Result<usize> {
+    loop {
+        stream.writable().await?;
+        let written = if first.is_empty() { stream.take_error()?.map_or(Ok(0), Err) } else { stream.try_write(first) };
+        match written {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            done => return done,
+        }
+    }
+}
+
 /// The source address of one new server connection: a pool's [`Source`]
 /// made concrete for one client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,6 +307,11 @@ impl Bind {
     /// The port is the kernel's choice. A client of one address family and
     /// a server of the other cannot be joined transparently: refused here.
     fn socket(self, server: SocketAddr) -> std::io::Result<TcpSocket> {
+        self.raw_socket(server).map(|s| TcpSocket::from_std_stream(s.into()))
+    }
+
+    /// A non-blocking TCP socket bound to this source for `server`.
+    fn raw_socket(self, server: SocketAddr) -> std::io::Result<socket2::Socket> {
         let ip = match self.ip {
             IpAddr::V6(v6) if server.is_ipv4() => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
             ip => ip,
@@ -268,7 +330,7 @@ impl Bind {
             }
         }
         socket.bind(&SocketAddr::new(ip, 0).into())?;
-        Ok(TcpSocket::from_std_stream(socket.into()))
+        Ok(socket)
     }
 }
 

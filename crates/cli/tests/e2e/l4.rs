@@ -119,6 +119,42 @@ fn half_close_lets_the_server_answer_after_the_client_finished_sending() {
     assert_eq!(digest(&reply), digest(&pattern(8 << 20, 1 << 20)));
 }
 
+/// The client's first bytes are read before the server's connect and sent
+/// with it (that send confirms the connect): they arrive whole when the
+/// first server tried refuses, also when the client half-closes at once; a
+/// client that waits for its server to speak first is served past a refusing
+/// server too.
+#[test]
+fn first_bytes_go_out_with_the_connect_even_past_a_refusing_server() {
+    let (echoing, greeting) = (tcp_server("127.0.0.1:0", echo), tcp_named(b'g'));
+    let (listen, listen_quiet) = (proxy_addr(), proxy_addr());
+    let config = tcp_service(listen, &[dead_addr(), echoing], "", "")
+        + &format!("\n[[service]]\nname = \"quiet\"\nmode = \"tcp\"\nlisten = \"{listen_quiet}\"\npool = \"q\"\n")
+        + &format!(
+            "\n[[pool]]\nname = \"q\"\nservers = [{{ address = \"{}\" }}, {{ address = \"{greeting}\" }}]\n",
+            dead_addr()
+        );
+    let _proxy = Proxy::start(&config, listen);
+    for round in 0..4u64 {
+        let msg = pattern(100 + round as usize, round);
+        let mut stream = TcpStream::connect(listen).expect("connect");
+        stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        stream.write_all(&msg).expect("send");
+        if round % 2 == 0 {
+            stream.shutdown(Shutdown::Write).expect("half-close");
+        }
+        let mut back = vec![0; msg.len()];
+        stream.read_exact(&mut back).expect("echo");
+        assert_eq!(back, msg, "round {round}: the first bytes came back whole");
+
+        let mut quiet = TcpStream::connect(listen_quiet).expect("connect");
+        quiet.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        let mut name = [0u8; 1];
+        quiet.read_exact(&mut name).expect("the server speaks first");
+        assert_eq!(name[0], b'g', "round {round}");
+    }
+}
+
 #[test]
 fn a_full_service_refuses_or_makes_new_connections_wait() {
     let server = tcp_server("127.0.0.1:0", echo);

@@ -101,15 +101,22 @@ pub async fn serve_stream(
             Box::pin(crate::front::serve_https(stream, client, pre, local, service, worker, refused)).await
         }
         Mode::Tcp | Mode::TlsPassthrough => {
-            // The relays wait on both sockets from the start.
-            let Ok(stream) = stream.into_tokio() else { return None };
             // A layer-4 session is one client connection: open while it relays.
             let metrics = local.gen.services[service].clone();
             metrics.connection_opened(worker.id);
             let _closed = crate::http::ConnectionGuard::new(&metrics, worker.id);
             if svc.mode == Mode::Tcp {
+                let mut pre = pre;
+                let mut stream = stream;
+                if let Err(reset) = first_bytes(&mut stream, &mut pre) {
+                    let reason = if reset { "client-reset" } else { "client-error" };
+                    record(&local, service, &worker, client, None, Some(reason), Instant::now(), 0, 0);
+                    return None;
+                }
                 Box::pin(relay_to_pool(stream, client, pre, &local, service, &worker, None, None)).await
             } else {
+                // The passthrough waits for the ClientHello on a registered socket.
+                let Ok(stream) = stream.into_tokio() else { return None };
                 Box::pin(passthrough(stream, client, pre, &local, service, &worker)).await
             }
         }
@@ -182,6 +189,7 @@ async fn passthrough(
     };
     let route = name.as_deref().and_then(|n| svc.sni_routes.iter().find(|r| sni::sni_matches(&r.pattern, n)));
     let pool = route.map(|r| r.pool);
+    let stream = LazyTcp::from(stream);
     relay_to_pool(stream, client, pre, local, service, worker, pool, name.as_deref().map(str::as_bytes)).await;
 }
 
@@ -207,13 +215,30 @@ async fn peek_rdp_cookie(stream: &mut TcpStream, pre: &mut BytesMut, timeout: Du
     }
 }
 
+/// Reads what the client has already sent into `pre` (one `recv`, no
+/// waiting, no epoll registration): the bytes then go out with the server's
+/// connect and confirm it. Nothing there yet (`WouldBlock`) or the end of
+/// the client's stream is fine (the relay sees that end again); a reset or
+/// other error ends the connection here (`Err(true)` for a reset).
+fn first_bytes(stream: &mut LazyTcp, pre: &mut BytesMut) -> Result<(), bool> {
+    pre.reserve(FIRST_READ);
+    match stream.try_read_buf(pre) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+        Err(e) => Err(matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted)),
+    }
+}
+
+/// Room for the client's first bytes, read before the server's connect.
+const FIRST_READ: usize = 16 * 1024;
+
 /// Connects to a server of `pool` (else the service's default pool), sends
 /// the PROXY header if the pool asks for one and the bytes already read, then
 /// relays both ways. A server refusing the connection moves on to the next.
 /// `name` is the ClientHello's server name of a `tls-passthrough` connection.
 #[allow(clippy::too_many_arguments)]
 async fn relay_to_pool(
-    mut stream: TcpStream,
+    mut stream: LazyTcp,
     client: SocketAddr,
     mut pre: BytesMut,
     local: &Rc<Local>,
@@ -232,7 +257,8 @@ async fn relay_to_pool(
     let persistence = local.gen.persistence.get(pool.0).and_then(Option::as_ref);
     let stick_key = match &cfg.persistence {
         Some(Persistence::RdpCookie(_)) if persistence.is_some() => {
-            peek_rdp_cookie(&mut stream, &mut pre, svc.timeouts.client_header).await
+            let Ok(registered) = stream.registered() else { return };
+            peek_rdp_cookie(registered, &mut pre, svc.timeouts.client_header).await
         }
         Some(Persistence::Sni(_)) => name.map(<[u8]>::to_vec),
         _ => None,
@@ -240,6 +266,7 @@ async fn relay_to_pool(
     let sticky = persistence.and_then(|p| p.lookup_with(client.ip(), stick_key.as_deref(), worker.clock.get()));
     let key = upstream::hash_key(&cfg.hash_key, client.ip(), b"", None);
     let mut tried = 0u64;
+    let mut head: Option<Vec<u8>> = None;
     for _ in 0..cfg.servers.len().max(1) {
         let picked = match sticky.filter(|&s| live.takes_sticky(cfg, s, tried)) {
             Some(s) => Some(s),
@@ -253,7 +280,10 @@ async fn relay_to_pool(
         let addr = cfg.servers[server].addr;
         let deadline = tokio::time::Instant::now() + svc.timeouts.connect;
         let bind = upstream::Bind::of(cfg.source, client.ip());
-        let mut conn = match upstream::connect_tcp_from(bind, addr, deadline).await {
+        // The PROXY header and the client's first bytes go out with the
+        // connect, in one send that confirms it (no SO_ERROR read).
+        let head = head.get_or_insert_with(|| first_message(cfg.send_proxy, client, &stream, &pre));
+        let (mut conn, sent) = match upstream::connect_tcp_sending(bind, addr, deadline, head).await {
             Ok(conn) => {
                 live.servers[server].observe(cfg.passive.as_ref(), true, "");
                 conn
@@ -271,31 +301,40 @@ async fn relay_to_pool(
         if let Some(p) = persistence {
             p.learn_with(client.ip(), stick_key.as_deref(), server, sticky, worker.clock.get());
         }
-        let mut head = Vec::new();
-        match cfg.send_proxy {
-            Some(ProxyVersion::V1) => proxy_protocol::encode_v1(client, local_addr(&stream), &mut head),
-            Some(ProxyVersion::V2) => {
-                let _ = proxy_protocol::encode_v2(client, local_addr(&stream), &mut head, &[]);
-            }
-            None => {}
-        }
-        head.extend_from_slice(&pre);
-        if !head.is_empty() && conn.write_all(&head).await.is_err() {
+        if sent < head.len() && conn.write_all(&head[sent..]).await.is_err() {
             record(local, service, worker, client, Some((pool, server)), Some("server-closed"), started, 0, 0);
             return;
         }
+        // The client joins the event loop once its server is there.
+        let Ok(stream) = stream.into_tokio() else {
+            record(local, service, worker, client, Some((pool, server)), Some("internal-error"), started, 0, 0);
+            return;
+        };
         let opts = RelayOptions { zero_copy: svc.l4.zero_copy, idle: svc.l4.idle_timeout, ..RelayOptions::default() };
         let out = relay::relay(stream, conn, opts).await;
         let reason = (out.end != relay::End::Closed).then(|| out.end.reason());
-        let bytes_in = out.client_to_server.saturating_sub(head.len() as u64) + pre.len() as u64;
+        let bytes_in = out.client_to_server + pre.len() as u64;
         record(local, service, worker, client, Some((pool, server)), reason, started, bytes_in, out.server_to_client);
         return;
     }
     record(local, service, worker, client, None, Some("no-server"), started, pre.len() as u64, 0);
 }
 
-fn local_addr(stream: &TcpStream) -> SocketAddr {
-    stream.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+/// What a server connection of a `tcp` pool starts with: the PROXY header
+/// when the pool sends one, then the client bytes already read.
+fn first_message(send_proxy: Option<ProxyVersion>, client: SocketAddr, stream: &LazyTcp, pre: &[u8]) -> Vec<u8> {
+    use crate::transport::ClientStream;
+    let local = || stream.local().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let mut head = Vec::with_capacity(pre.len() + if send_proxy.is_some() { 108 } else { 0 });
+    match send_proxy {
+        Some(ProxyVersion::V1) => proxy_protocol::encode_v1(client, local(), &mut head),
+        Some(ProxyVersion::V2) => {
+            let _ = proxy_protocol::encode_v2(client, local(), &mut head, &[]);
+        }
+        None => {}
+    }
+    head.extend_from_slice(pre);
+    head
 }
 
 /// The log phase of a layer-4 session: one record for the whole connection.

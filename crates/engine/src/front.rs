@@ -140,13 +140,7 @@ async fn sniff(
                 Some(false) => {}
             }
         }
-        let lent = scratch.buf.capacity() == 0;
-        if lent {
-            *scratch = worker.scratch.take();
-        }
-        if scratch.buf.capacity() - scratch.buf.len() < PREFACE.len() {
-            scratch.buf.reserve(FIRST_READ);
-        }
+        let lent = make_room(scratch, worker);
         match stream.try_read_buf(&mut scratch.buf) {
             Ok(0) => return None,
             Ok(_) => continue,
@@ -162,12 +156,7 @@ async fn sniff(
             },
             () = worker.drain.notified() => return None,
         }
-        if scratch.buf.capacity() == 0 {
-            *scratch = worker.scratch.take();
-        }
-        if scratch.buf.capacity() - scratch.buf.len() < PREFACE.len() {
-            scratch.buf.reserve(FIRST_READ);
-        }
+        make_room(scratch, worker);
         // The awaited read, not a try: on a short read it clears the
         // socket's readiness, so the codec's next wait for readability waits
         // for new bytes instead of returning at once.
@@ -176,6 +165,19 @@ async fn sniff(
             _ => return None,
         }
     }
+}
+
+/// Room for a read in `scratch`: a set lent from the worker's pool when the
+/// connection has none (`true`), and at least a preface's length free.
+fn make_room(scratch: &mut Scratch, worker: &Worker) -> bool {
+    let lent = scratch.buf.capacity() == 0;
+    if lent {
+        *scratch = worker.scratch.take();
+    }
+    if scratch.buf.capacity() - scratch.buf.len() < PREFACE.len() {
+        scratch.buf.reserve(FIRST_READ);
+    }
+    lent
 }
 
 /// Serves an accepted connection of an `https` service: the TLS handshake

@@ -84,12 +84,11 @@ impl LazyTcp {
     /// The connection registered with the event loop (registering it now if
     /// it is not yet).
     pub fn registered(&mut self) -> io::Result<&mut TcpStream> {
-        if let State::Bare(_) = self.0 {
-            let State::Bare(bare) = std::mem::replace(&mut self.0, State::Gone) else {
-                unreachable!("matched just above")
-            };
-            self.0 = State::Polled(TcpStream::from_std(bare)?);
-        }
+        // `Gone` while registering: a failed registration closes the socket.
+        self.0 = match std::mem::replace(&mut self.0, State::Gone) {
+            State::Bare(bare) => State::Polled(TcpStream::from_std(bare)?),
+            other => other,
+        };
         match &mut self.0 {
             State::Polled(s) => Ok(s),
             _ => Err(gone()),

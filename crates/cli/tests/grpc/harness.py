@@ -109,15 +109,26 @@ class Probe:
         context.abort(FAIL_CODE, FAIL_MESSAGE)
 
     def hang(self, request, context):
-        """Sends one message, then waits (up to 30 s) for the call to end; records how."""
+        """Sends one message, then waits (up to 30 s) for the call to end; records how.
+
+        The end is recorded by a termination callback, not only after the wait: grpcio
+        stops iterating a response generator whose call ended while a message was being
+        sent, so a cancel that arrives before the send of "started" has completed would
+        otherwise leave no record at all. The first record wins: a call that outlived the
+        wait stays "timed out" even though its termination follows."""
         self.count("Hang")
         token = request.decode()
+        context.add_callback(lambda: self.record(token, "ended"))
         yield b"started"
         deadline = time.monotonic() + 30
         while context.is_active() and time.monotonic() < deadline:
             time.sleep(0.02)
+        self.record(token, "ended" if not context.is_active() else "timed out")
+
+    def record(self, token, outcome):
+        """Records how a `Hang` call ended, unless it already was."""
         with self.lock:
-            self.outcomes[token] = "ended" if not context.is_active() else "timed out"
+            self.outcomes.setdefault(token, outcome)
 
     def outcome(self, request, context):
         """How the `Hang` call with this token ended ("" while it has not)."""

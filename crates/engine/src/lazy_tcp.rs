@@ -22,7 +22,6 @@
 //! - A bare read writes only into the unfilled part of the caller's buffer
 //!   and marks as filled exactly the bytes the kernel wrote.
 
-use std::future::Future;
 use std::io::{self, IoSlice, Write as _};
 use std::net::{Shutdown, SocketAddr};
 use std::os::fd::AsFd;
@@ -253,9 +252,8 @@ impl ClientStream for LazyTcp {
         Ok(self.registered()?.split())
     }
 
-    fn ready(&mut self) -> impl Future<Output = io::Result<()>> {
-        let registered = self.registered();
-        async move { registered?.readable().await }
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.registered()?.poll_read_ready(cx)
     }
 
     fn local(&self) -> io::Result<SocketAddr> {

@@ -17,6 +17,7 @@ pub mod health;
 pub mod http;
 pub mod http2;
 pub mod http3;
+pub mod idle;
 pub mod l4;
 pub mod lazy_tcp;
 pub mod live;

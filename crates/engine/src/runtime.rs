@@ -47,6 +47,7 @@ pub fn run(start: WorkerStart) {
         let worker = Rc::new(Worker::new(id, generation));
         listen(&worker, listeners);
         tokio::task::spawn_local(sweep_idle(worker.clone()));
+        tokio::task::spawn_local(crate::idle::expire(worker.clone()));
         loop {
             tokio::select! {
                 _ = stop.wait_for(|stopped| *stopped) => break,
@@ -112,19 +113,28 @@ fn listen(worker: &Rc<Worker>, listeners: Vec<Bound>) {
 }
 
 /// Serves one accepted connection, the body of its task.
-async fn connection(
+///
+/// The steps before an HTTP/1.1 connection's first request (PROXY header,
+/// protection, the codec's choice), and a whole connection of another kind,
+/// run in a boxed future that is freed when it ends: an HTTP/1.1 connection
+/// comes back to be served here, so an idle keep-alive connection's task
+/// holds only the codec's state. Not an `async fn`: its arguments would
+/// keep their own room in the future beside the states built from them.
+fn connection(
     stream: crate::lazy_tcp::LazyTcp,
     peer: SocketAddr,
     local: Rc<crate::worker::Local>,
     service: usize,
     worker: Rc<Worker>,
     held: Option<GateGuard>,
-) {
-    let _open = OpenGuard(worker.clone());
-    let _held = held;
-    // An HTTP/1.1 connection comes back to be served here, so its task holds
-    // only the codec's state once the steps before are done.
-    if let Some(http1) = crate::l4::serve_stream(stream, peer, local, service, worker).await {
+) -> impl std::future::Future<Output = ()> {
+    let open = OpenGuard(worker.clone());
+    let before = Box::pin(crate::l4::serve_stream(stream, peer, local, service, worker));
+    async move {
+        let (_open, _held) = (open, held);
+        // Not `if let`: its scrutinee would stay in the future while the
+        // connection is served.
+        let Some(http1) = before.await else { return };
         http1.serve().await;
     }
 }

@@ -77,9 +77,16 @@ pub trait ClientStream: AsyncRead + AsyncWrite + Sink + Unpin {
     /// cannot ([`crate::lazy_tcp::LazyTcp`]).
     fn halves(&mut self) -> io::Result<(Self::Rd<'_>, Self::Wr<'_>)>;
 
-    /// Resolves when a read would make progress (data, end of stream or an
-    /// error), without reading.
-    fn ready(&mut self) -> impl Future<Output = io::Result<()>>;
+    /// Ready when a read would make progress (data, end of stream or an
+    /// error), without reading; else the task is woken when it would. Keeps
+    /// no waiter of its own (the socket's registration holds the waker), so
+    /// an idle connection's wait costs no memory for it.
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+
+    /// Resolves when a read would make progress ([`ClientStream::poll_ready`]).
+    fn ready(&mut self) -> impl Future<Output = io::Result<()>> {
+        std::future::poll_fn(move |cx| self.poll_ready(cx))
+    }
 
     /// The local address the client connected to.
     fn local(&self) -> io::Result<SocketAddr>;
@@ -119,8 +126,8 @@ impl ClientStream for TcpStream {
         Ok(self.split())
     }
 
-    fn ready(&mut self) -> impl Future<Output = io::Result<()>> {
-        self.readable()
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_read_ready(cx)
     }
 
     fn local(&self) -> io::Result<SocketAddr> {
@@ -227,8 +234,8 @@ impl<R: AsyncRead + Unpin, W: Sink> ClientStream for StreamClient<R, W> {
         Ok((&mut self.rd, &mut self.wr))
     }
 
-    fn ready(&mut self) -> impl Future<Output = io::Result<()>> {
-        std::future::ready(Ok(()))
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
     }
 
     fn local(&self) -> io::Result<SocketAddr> {

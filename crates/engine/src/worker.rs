@@ -226,6 +226,8 @@ pub struct Worker {
     pub reloaded: Notify,
     /// Client connections currently open on this worker.
     pub open: Cell<usize>,
+    /// Client connections waiting for their next request, with their deadlines.
+    pub idle: crate::idle::Table,
     /// Request working memory lent to connections while they have a request in progress.
     pub scratch: ScratchPool,
     /// A coarse clock (refreshed every second) for idle-connection ages, so
@@ -244,6 +246,7 @@ impl Worker {
             drain: Notify::new(),
             reloaded: Notify::new(),
             open: Cell::new(0),
+            idle: crate::idle::Table::default(),
             clock: Cell::new(Instant::now()),
             scratch: ScratchPool::default(),
             seed,

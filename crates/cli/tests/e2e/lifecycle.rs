@@ -1,5 +1,6 @@
-//! The proxy's life and its streams: graceful drain on SIGTERM, an IPv6 listener,
-//! upstream keep-alive, and large bodies streamed in bounded memory in both directions.
+//! The proxy's life and its streams: graceful drain on SIGTERM, idle keep-alive
+//! connections closed at `client_idle` and by a drain, an IPv6 listener, upstream
+//! keep-alive, and large bodies streamed in bounded memory in both directions.
 
 use crate::common;
 
@@ -46,6 +47,40 @@ fn sigterm_drains_requests_in_flight_then_exits_0() {
     let status = proxy.wait_exit(PATIENCE).expect("switchyard exits after the drain");
     assert!(status.success(), "exit status {status}:\n{}", proxy.log());
     assert!(TcpStream::connect_timeout(&listen, Duration::from_millis(500)).is_err(), "listener closed after exit");
+}
+
+/// Idle keep-alive connections wait in their worker's table (`crate::idle` of the
+/// engine), not on timers of their own: a connection used again within `client_idle` is
+/// served, one left idle for `client_idle` is closed, and a drain closes idle connections
+/// at once rather than at their deadlines.
+#[test]
+fn idle_keep_alive_connections_close_at_client_idle_and_at_a_drain() {
+    let origin = Origin::start("origin");
+    let listen = proxy_addr();
+    let config = simple_config(listen, &[origin.addr], "timeouts = { client_idle = \"2s\" }");
+    let mut proxy = Proxy::start(&config, listen);
+    let mut idle = proxy.connect();
+    assert_eq!(idle.get("/").status, 200);
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(idle.get("/").status, 200, "a connection used again within client_idle is served");
+    common::wait_for("the idle connection to close at client_idle", || idle.is_closed().then_some(()));
+
+    // Many idle connections, a long way from their deadline: the drain closes them all.
+    // A drain that waited for idle connections would outlast each read below (PATIENCE).
+    let config = simple_config(listen, &[origin.addr], "timeouts = { client_idle = \"600s\" }")
+        .replace("drain_timeout = \"5s\"", "drain_timeout = \"600s\"");
+    drop(proxy);
+    proxy = Proxy::start(&config, listen);
+    let mut waiting: Vec<_> = (0..50).map(|_| proxy.connect()).collect();
+    for c in &mut waiting {
+        assert_eq!(c.get("/").status, 200);
+    }
+    proxy.sigterm();
+    for (i, c) in waiting.iter_mut().enumerate() {
+        assert!(c.is_closed(), "idle connection {i} must be closed by the drain");
+    }
+    let status = proxy.wait_exit(PATIENCE).expect("switchyard exits after the drain");
+    assert!(status.success(), "exit status {status}:\n{}", proxy.log());
 }
 
 #[test]

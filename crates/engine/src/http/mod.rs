@@ -259,7 +259,6 @@ pub fn serve<S: ClientStream + 'static>(
     worker: Rc<Worker>,
     transport: Transport,
 ) -> impl std::future::Future<Output = ()> + 'static {
-    let name = local.gen.config.services.get(service).map(|s| s.name.clone());
     let ip = client_ip(peer);
     let mut idle = Some(Idle { stream, peer, ip, ip_text: ip_text(ip), local, service, worker: worker.id, transport });
     // Boxed while it waits for the first busy period: the future keeps a
@@ -268,7 +267,7 @@ pub fn serve<S: ClientStream + 'static>(
     async move {
         // `idle` is kept where it lies, taken only to be moved into the busy
         // future and put back: a local copy would give it a second place.
-        let (Some(name), Some(conn)) = (name.as_deref(), idle.as_ref()) else {
+        let Some(conn) = idle.as_ref().filter(|c| c.service < c.local.gen.config.services.len()) else {
             return;
         };
         let metrics = conn.local.gen.services[conn.service].clone();
@@ -282,14 +281,14 @@ pub fn serve<S: ClientStream + 'static>(
         loop {
             let Some(conn) = idle.as_mut() else { return };
             let held = pre.as_ref().is_some_and(|s| !s.buf.is_empty());
-            if !held && !wait_idle(conn, &worker, name, first).await {
+            if !held && !wait_idle(conn, &worker, first).await {
                 break;
             }
             let Some(conn) = idle.take() else { return };
             let scratch = pre.take().map_or_else(Scratch::default, |s| *s);
             // Written into its allocation, not built here and moved there:
             // a busy future is kilobytes, most of them not yet in use.
-            let period = Box::write(Box::new_uninit(), busy(conn, scratch, &worker, name, first));
+            let period = Box::write(Box::new_uninit(), busy(conn, scratch, &worker, first));
             let (conn, open) = Box::into_pin(period).await;
             idle = Some(conn);
             first = false;
@@ -306,15 +305,9 @@ pub fn serve<S: ClientStream + 'static>(
 /// Serves the requests whose bytes have arrived, until the connection would
 /// wait for more (`true`) or must close (`false`); the scratch set is back
 /// in the worker's pool either way.
-async fn busy<S: ClientStream>(
-    conn: Idle<S>,
-    scratch: Scratch,
-    worker: &Rc<Worker>,
-    name: &str,
-    first: bool,
-) -> (Idle<S>, bool) {
+async fn busy<S: ClientStream>(conn: Idle<S>, scratch: Scratch, worker: &Rc<Worker>, first: bool) -> (Idle<S>, bool) {
     let mut client = conn.busy(scratch);
-    let open = requests(&mut client, worker, name, first).await;
+    let open = requests(&mut client, worker, first).await;
     if !open {
         // Unread bytes of a closing connection are dropped with it.
         client.buf.clear();
@@ -325,29 +318,31 @@ async fn busy<S: ClientStream>(
 
 /// Waits for the first bytes of the next request without holding any buffer
 /// (`client_header` for the connection's first request, `client_idle` after
-/// one). `false`: close instead — the wait ran out, the peer closed or
-/// failed, the worker is draining, or a reload removed the service.
-async fn wait_idle<S: ClientStream>(idle: &mut Idle<S>, worker: &Worker, name: &str, first: bool) -> bool {
-    let t = &idle.local.gen.config.services[idle.service].timeouts;
+/// one), in the worker's table of idle connections ([`crate::idle`]: no
+/// timer or notification of its own). `false`: close instead — the wait ran
+/// out, the peer closed or failed, the worker is draining, or a reload
+/// removed the service.
+fn wait_idle<'a, S: ClientStream>(
+    idle: &'a mut Idle<S>,
+    worker: &'a Worker,
+    first: bool,
+) -> crate::idle::Wait<'a, S, impl FnMut() -> bool + Unpin + 'a> {
+    let (local, service) = (&idle.local, idle.service);
+    let t = &local.gen.config.services[service].timeouts;
     let deadline = tokio::time::Instant::now() + if first { t.client_header } else { t.client_idle };
-    loop {
-        if worker.draining.get() || worker.local().gen.service_index(name).is_none() {
-            return false;
-        }
-        let ready = tokio::select! {
-            r = timeout_at(deadline, idle.stream.ready()) => r,
-            () = worker.drain.notified() => return false,
-            () = worker.reloaded.notified() => continue,
-        };
-        return matches!(ready, Ok(Ok(())));
-    }
+    // A reload wakes every idle connection: it may stay if its service does.
+    let still = move || {
+        let now = worker.local();
+        now.gen.number == local.gen.number || now.gen.service_index(&local.gen.config.services[service].name).is_some()
+    };
+    crate::idle::Wait::new(&mut idle.stream, worker, deadline, still)
 }
 
 /// Serves requests on the connection until it closes, fails, is no longer
 /// kept alive, the worker drains, its one request is done (a stream of a
 /// multiplexed connection) (`false`), or no byte of a next request is left
 /// to read (`true`: the connection waits idle in [`serve`]).
-async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, name: &str, first: bool) -> bool {
+async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, first: bool) -> bool {
     let mut first = first;
     loop {
         // Phases 1 and 2: read and parse the head.
@@ -370,7 +365,7 @@ async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, 
         if now.gen.number != client.local.gen.number {
             // A service removed by a reload while this request was arriving
             // still serves it from the generation the connection belongs to.
-            if let Some(i) = now.gen.service_index(name) {
+            if let Some(i) = now.gen.service_index(&client.local.gen.config.services[client.service].name) {
                 (client.local, client.service) = (now, i);
             }
         }
@@ -1830,7 +1825,8 @@ mod tests {
 
     /// An idle keep-alive connection's task is the `serve` future (its steps
     /// before the first request run in boxed futures, `front::Http1`): what
-    /// it holds between requests is `Idle` and the wait, not a `Client`.
+    /// it holds between requests is `Idle` and the wait (an entry in the
+    /// worker's `idle::Table`, no timer of its own), not a `Client`.
     /// Bounds with room for compiler changes (a test build's sizes; release
     /// ones are smaller), so that a state put back inline fails here rather
     /// than as memory per connection in the bench.
@@ -1844,7 +1840,7 @@ mod tests {
         let client = std::mem::size_of::<Client<crate::lazy_tcp::LazyTcp>>();
         let serve = size(serve::<crate::lazy_tcp::LazyTcp>);
         assert!(idle <= 256, "Idle is {idle} bytes");
-        assert!(serve <= 1024, "an idle connection's future is {serve} bytes");
+        assert!(serve <= 512, "an idle connection's future is {serve} bytes");
         assert!(serve < client + idle, "the future ({serve}) holds a Client ({client})");
     }
 }

@@ -282,8 +282,8 @@ async fn relay_to_pool(
         let bind = upstream::Bind::of(cfg.source, client.ip());
         // The PROXY header and the client's first bytes go out with the
         // connect, in one send that confirms it (no SO_ERROR read).
-        let head = head.get_or_insert_with(|| first_message(cfg.send_proxy, client, &stream, &pre));
-        let (mut conn, sent) = match upstream::connect_tcp_sending(bind, addr, deadline, head).await {
+        let message = head.get_or_insert_with(|| first_message(cfg.send_proxy, client, &stream, &pre));
+        let (mut conn, sent) = match upstream::connect_tcp_sending(bind, addr, deadline, message).await {
             Ok(conn) => {
                 live.servers[server].observe(cfg.passive.as_ref(), true, "");
                 conn
@@ -301,7 +301,7 @@ async fn relay_to_pool(
         if let Some(p) = persistence {
             p.learn_with(client.ip(), stick_key.as_deref(), server, sticky, worker.clock.get());
         }
-        if sent < head.len() && conn.write_all(&head[sent..]).await.is_err() {
+        if sent < message.len() && conn.write_all(&message[sent..]).await.is_err() {
             record(local, service, worker, client, Some((pool, server)), Some("server-closed"), started, 0, 0);
             return;
         }
@@ -311,9 +311,13 @@ async fn relay_to_pool(
             return;
         };
         let opts = RelayOptions { zero_copy: svc.l4.zero_copy, idle: svc.l4.idle_timeout, ..RelayOptions::default() };
+        // The first bytes are out: their buffers (a first read's room) are
+        // freed before the relay, which an idle connection may wait in for long.
+        let first = pre.len() as u64;
+        drop((pre, head));
         let out = relay::relay(stream, conn, opts).await;
         let reason = (out.end != relay::End::Closed).then(|| out.end.reason());
-        let bytes_in = out.client_to_server + pre.len() as u64;
+        let bytes_in = out.client_to_server + first;
         record(local, service, worker, client, Some((pool, server)), reason, started, bytes_in, out.server_to_client);
         return;
     }

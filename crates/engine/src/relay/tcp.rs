@@ -500,6 +500,11 @@ impl Buffer {
             }
             Ok(())
         });
+        if self.buf.is_empty() && self.buf.capacity() == self.size {
+            // Nothing came (the socket was empty after all, or at its end):
+            // an idle direction holds no buffer.
+            spare::give_back(std::mem::take(&mut self.buf));
+        }
         match (read, tried) {
             (Some(0), _) => Ok(Fill::Eof),
             (Some(_), _) if then_eof => Ok(Fill::MovedThenEof),

@@ -6,9 +6,9 @@
 //! once while rustls holds decrypted bytes (or the peer's close), else when
 //! the socket is.
 
-use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncWriteExt, ReadHalf, WriteHalf};
@@ -53,18 +53,14 @@ impl ClientStream for TlsStream<TcpStream> {
         Ok(tokio::io::split(self))
     }
 
-    fn ready(&mut self) -> impl Future<Output = io::Result<()>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let (tcp, conn) = self.get_ref();
         // rustls stops wanting to read while it holds plaintext or has seen
         // the peer's close_notify: a read then makes progress at once.
-        let buffered = !conn.wants_read();
-        async move {
-            if buffered {
-                Ok(())
-            } else {
-                tcp.readable().await
-            }
+        if !conn.wants_read() {
+            return Poll::Ready(Ok(()));
         }
+        tcp.poll_read_ready(cx)
     }
 
     fn local(&self) -> io::Result<SocketAddr> {

@@ -35,6 +35,7 @@ use crate::translate::data::{chunk, may_trail};
 use crate::transport::{Resets, Sink, StreamClient};
 use crate::worker::Scratch;
 use switchyard_http::chunked::ChunkedScanner;
+use switchyard_http::head_writer::FieldList;
 use switchyard_http::http2::frame::code;
 use switchyard_http::parse::{self, Field, Framing, RequestHead};
 
@@ -332,8 +333,10 @@ impl Out {
         }
     }
 
-    /// Sends the response head once it is complete (interim ones as they
-    /// come), and takes the body bytes written with it.
+    /// A response head the pipeline wrote as HTTP/1.1 bytes (its own
+    /// answers and errors, cache hits): parsed once it is complete (interim
+    /// ones as they come) and sent, the body bytes written with it taken.
+    /// Relayed responses come as a header list instead ([`Out::send_fields`]).
     fn head(&mut self) -> io::Result<()> {
         let State::Head(buf) = &mut self.state else {
             return Ok(());
@@ -354,15 +357,37 @@ impl Out {
                 Ok(Some(_)) | Err(_) => return Err(invalid("unexpected response head")),
             }
         };
-        let framing =
-            if parse::response_has_body(self.head_request, head.status) { head.framing } else { Framing::Empty };
-        let empty = matches!(framing, Framing::Length(0) | Framing::Empty);
         let pairs = fields.iter().map(|f| (&buf[f.name.clone()], &buf[f.value.clone()]));
-        if !conn.wire.borrow_mut().codec.send_head(self.id, head.status, pairs, empty) {
-            return Err(io::ErrorKind::BrokenPipe.into());
-        }
+        let empty = send_final(&conn, self.id, self.head_request, head.status, head.framing, pairs)?;
         buf.advance(head.len);
         let rest = std::mem::take(buf);
+        self.begin_body(empty, head.framing, &rest)
+    }
+
+    /// Sends a head the pipeline wrote as a header list: an interim one as
+    /// it is, a final one with the body to follow.
+    fn send_fields(&mut self, list: &FieldList) -> io::Result<()> {
+        match &self.state {
+            // Not after bytes of a head written as text.
+            State::Head(buf) if buf.is_empty() => {}
+            _ => return Err(invalid("unexpected response head")),
+        }
+        let status = list.status();
+        if (100..200).contains(&status) {
+            // A 1xx never ends the stream (101 has no meaning in HTTP/2).
+            if status == 101 {
+                return Err(invalid("unexpected response head"));
+            }
+            self.conn.wire.borrow_mut().codec.send_head(self.id, status, list.pairs(), false);
+            return Ok(());
+        }
+        let empty = send_final(&self.conn, self.id, self.head_request, status, list.framing(), list.pairs())?;
+        self.begin_body(empty, list.framing(), &[])
+    }
+
+    /// After the final head: the body in `framing` (nothing when `empty`),
+    /// starting with the bytes `rest` written together with the head.
+    fn begin_body(&mut self, empty: bool, framing: Framing, rest: &[u8]) -> io::Result<()> {
         if empty {
             self.state = State::Done;
             return Ok(());
@@ -442,6 +467,24 @@ impl Out {
     }
 }
 
+/// Sends stream `id`'s final head (HEADERS, with END_STREAM when no body
+/// follows); true when none does.
+fn send_final<'f>(
+    conn: &Shared,
+    id: u32,
+    head_request: bool,
+    status: u16,
+    framing: Framing,
+    pairs: impl Iterator<Item = (&'f [u8], &'f [u8])>,
+) -> io::Result<bool> {
+    let framing = if parse::response_has_body(head_request, status) { framing } else { Framing::Empty };
+    let empty = matches!(framing, Framing::Length(0) | Framing::Empty);
+    if !conn.wire.borrow_mut().codec.send_head(id, status, pairs, empty) {
+        return Err(io::ErrorKind::BrokenPipe.into());
+    }
+    Ok(empty)
+}
+
 fn invalid(why: &'static str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, why)
 }
@@ -470,5 +513,13 @@ impl Sink for Wr {
 
     fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
         crate::transport::write_two_now(self, a, b)
+    }
+
+    fn takes_fields(&self) -> bool {
+        true
+    }
+
+    fn send_fields(&self, head: &FieldList) -> io::Result<()> {
+        self.out.borrow_mut().send_fields(head)
     }
 }

@@ -439,15 +439,55 @@ async fn refuse<S: ClientStream>(
     let body = format!("{status} {}\n", switchyard_http::error::reason_phrase(status));
     let body = if info.head_method { "" } else { body.as_str() };
     let connection = Connection { keep_alive: info.version == Version::Http10, ..Connection::default() };
-    rewrite::local_response(&mut client.out, status, None, "text/plain", body.as_bytes(), connection);
-    add_retry_after(&mut client.out, &error);
-    let port = alt_svc(client, service);
-    add_alt_svc(&mut client.out, port);
-    let ok = write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();
-    client.trace.bytes_out = client.out.len() as u64;
+    let own = Own { status, location: None, content_type: "text/plain", body: body.as_bytes(), connection };
+    let (ok, bytes_out) = send_own(client, service, own, Some(&error)).await;
+    client.trace.bytes_out = bytes_out;
     client.trace.body_out = body.len() as u64;
     log(client, service, status, Some(&error), started);
     ok
+}
+
+/// A response of the proxy's own (a rule's answer, an error, a refusal).
+struct Own<'a> {
+    status: u16,
+    location: Option<&'a str>,
+    content_type: &'a str,
+    body: &'a [u8],
+    connection: Connection,
+}
+
+/// Sends a response of the proxy's own through the client's head writer —
+/// `retry-after` for an `error` that has one, `alt-svc` where HTTP/3 is
+/// advertised — then its body. Whether all was written, and the bytes the
+/// access log counts (head as HTTP/1.1 text, and body).
+async fn send_own<S: ClientStream>(
+    client: &mut Client<S>,
+    service: &Service,
+    own: Own<'_>,
+    error: Option<&ProxyError>,
+) -> (bool, u64) {
+    let port = alt_svc(client, service);
+    let idle = service.timeouts.client_idle;
+    if client.stream.takes_fields() {
+        let mut list = FieldList::default();
+        let body =
+            rewrite::write_local_head(&mut list, own.status, own.location, own.content_type, own.body, own.connection);
+        if let Some(secs) = error.and_then(ProxyError::retry_after) {
+            list.append(b"retry-after", itoa::Buffer::new().format(secs).as_bytes());
+        }
+        if let Some(port) = port {
+            list.alt_svc(port);
+        }
+        let ok = client.stream.send_fields(&list).is_ok() && write_all(&mut client.stream, body, idle).await.is_ok();
+        return (ok, (list.text_len() + body.len()) as u64);
+    }
+    rewrite::local_response(&mut client.out, own.status, own.location, own.content_type, own.body, own.connection);
+    if let Some(error) = error {
+        add_retry_after(&mut client.out, error);
+    }
+    add_alt_svc(&mut client.out, port);
+    let ok = write_all(&mut client.stream, &client.out, idle).await.is_ok();
+    (ok, client.out.len() as u64)
 }
 
 /// Adds `Retry-After` to a local response head for an error that has one.
@@ -1752,11 +1792,10 @@ async fn answer<S: ClientStream>(
     let connection =
         Connection { close: !keep, keep_alive: keep && info.version == Version::Http10, ..Connection::default() };
     let body = if info.head_method { &b""[..] } else { reply.body };
-    rewrite::local_response(&mut client.out, reply.status, reply.location, reply.content_type, body, connection);
-    let port = alt_svc(client, service);
-    add_alt_svc(&mut client.out, port);
-    let ok = write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();
-    client.trace.bytes_out = client.out.len() as u64;
+    let own =
+        Own { status: reply.status, location: reply.location, content_type: reply.content_type, body, connection };
+    let (ok, bytes_out) = send_own(client, service, own, None).await;
+    client.trace.bytes_out = bytes_out;
     client.trace.body_out = body.len() as u64;
     log(client, service, reply.status, None, started);
     keep && ok
@@ -1768,12 +1807,10 @@ async fn fail<S: ClientStream>(client: &mut Client<S>, service: &Service, error:
     if let Some(status) = error.status() {
         let body = format!("{status} {}\n", switchyard_http::error::reason_phrase(status));
         let close = Connection { close: true, ..Connection::default() };
-        rewrite::local_response(&mut client.out, status, None, "text/plain", body.as_bytes(), close);
-        add_retry_after(&mut client.out, error);
-        let port = alt_svc(client, service);
-        add_alt_svc(&mut client.out, port);
-        if write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok() {
-            client.trace.bytes_out = client.out.len() as u64;
+        let own = Own { status, location: None, content_type: "text/plain", body: body.as_bytes(), connection: close };
+        let (ok, bytes_out) = send_own(client, service, own, Some(error)).await;
+        if ok {
+            client.trace.bytes_out = bytes_out;
             client.trace.body_out = body.len() as u64;
         }
     }

@@ -13,7 +13,9 @@
 //! 4. **request rewrite**: hop-by-hop removal, forwarding headers, edits ([`rewrite_request`])
 //! 5. **pick server**: persistent server or balancer, connection limits, retries ([`forward`])
 //! 6. **forward**: head and streamed body to the server ([`exchange`])
-//! 7. **response rewrite**: hop-by-hop removal, edits, connection handling ([`rewrite::response_head`])
+//! 7. **response rewrite**: hop-by-hop removal, edits, connection handling, written by
+//!    the client's head writer — HTTP/1.1 bytes, or a header list for an HTTP/2
+//!    stream ([`write_head`], [`rewrite::write_response_head`], [`send_own`])
 //! 8. **compress**: whether the body is encoded on its way, and the head edits
 //!    that go with it ([`compress::decide`], [`compress::rewrite_head`])
 //! 9. **stream response**: body relayed to the client ([`body::relay`]), through

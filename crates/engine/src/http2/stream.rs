@@ -8,7 +8,11 @@
 //! length is unknown), and what the pipeline writes back — a response head,
 //! then its body — goes out as HEADERS (1xx as informational HEADERS), DATA
 //! frames and trailers ([`Out`]) through the codec, straight into the
-//! connection's output. Every phase (route, persistence, cache, rewrite,
+//! connection's output. The head comes as a header list from the pipeline's
+//! HTTP/2 head writer ([`FieldList`], taken by [`Sink::send_fields`]):
+//! connection-specific fields already left out, HPACK-encoded without a
+//! parse. Only the heads the pipeline still writes as HTTP/1.1 bytes (cache
+//! hits, responses the cache copies) are parsed here first. Every phase (route, persistence, cache, rewrite,
 //! pick, forward, compress, log) is the pipeline's, unchanged; there is no
 //! pipe and no task of its own.
 //!

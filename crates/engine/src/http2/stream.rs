@@ -294,17 +294,24 @@ impl Body {
             }
             return Ok(consumed);
         }
+        let n = self.count(data.len());
+        self.held.extend_from_slice(&data[..n]);
+        Ok(n)
+    }
+
+    /// For a body with a length or one that ends with the connection: how
+    /// many of `len` bytes written belong to the body, counted as taken.
+    fn count(&mut self, len: usize) -> usize {
         let n = match self.remaining.as_mut() {
             Some(left) => {
-                let n = data.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+                let n = len.min(usize::try_from(*left).unwrap_or(usize::MAX));
                 *left -= n as u64;
                 n
             }
-            None => data.len(),
+            None => len,
         };
-        self.held.extend_from_slice(&data[..n]);
         self.complete = self.remaining == Some(0);
-        Ok(n)
+        n
     }
 }
 
@@ -325,6 +332,9 @@ impl Out {
                     Poll::Pending => return Poll::Pending,
                 }
                 let State::Body(body) = &mut self.state else { return Poll::Ready(Ok(0)) };
+                if body.chunked.is_none() && !body.complete {
+                    return self.send_now(cx, data);
+                }
                 let n = body.take(data)?;
                 // Sent as far as the window allows; the rest waits in `held`.
                 if let Poll::Ready(Err(e)) = self.flush(cx) {
@@ -406,6 +416,31 @@ impl Out {
         self.state = State::Body(body);
         let _ = self.flush(&mut Context::from_waker(std::task::Waker::noop()));
         Ok(())
+    }
+
+    /// Sends the payload bytes of `data` (a body with a length, or one
+    /// ended by the connection; nothing held) straight into DATA frames as far
+    /// as the windows allow, copying only the rest aside: a large body is
+    /// copied once on its way to the connection's output, not twice.
+    fn send_now(&mut self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let State::Body(body) = &mut self.state else { return Poll::Ready(Ok(0)) };
+        let n = body.count(data.len());
+        let end = body.complete;
+        let sent = self.conn.wire.borrow_mut().codec.send_data(self.id, &data[..n], end);
+        let Some(sent) = sent else {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        };
+        if sent == n && end {
+            body.ended = true;
+            self.state = State::Done;
+        } else if sent < n {
+            body.held.extend_from_slice(&data[sent..n]);
+            // Waits for the window (the waker noted), or sends what opened since.
+            if let Poll::Ready(Err(e)) = self.flush(cx) {
+                return Poll::Ready(Err(e));
+            }
+        }
+        Poll::Ready(Ok(n))
     }
 
     /// Sends what the body holds as the windows allow, then its end once it

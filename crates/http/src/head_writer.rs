@@ -161,6 +161,11 @@ impl Default for FieldList {
 }
 
 impl FieldList {
+    /// An empty list with room for `fields` fields of `bytes` bytes in all.
+    pub fn with_capacity(bytes: usize, fields: usize) -> Self {
+        FieldList { buf: Vec::with_capacity(bytes), fields: Vec::with_capacity(fields), ..FieldList::default() }
+    }
+
     /// The status.
     pub fn status(&self) -> u16 {
         self.status

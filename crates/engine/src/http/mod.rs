@@ -1672,7 +1672,8 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
     };
     // The head in the client's form: a header list for an HTTP/2 stream,
     // HTTP/1.1 bytes in `out` for the others.
-    let mut list = client.takes_fields().then(FieldList::default);
+    // Room for the server's fields and a few added, so the list grows no more.
+    let mut list = client.takes_fields().then(|| FieldList::with_capacity(head.len + 256, response.fields.len() + 6));
     let head_len = match list.as_mut() {
         Some(list) => {
             write_head(list, &buf[..head.len], &head, response.fields, routed, edits);

@@ -183,8 +183,9 @@ impl FieldList {
         self.fields.iter().map(|f| (&self.buf[f.name.clone()], &self.buf[f.value.clone()]))
     }
 
-    /// The size of the same head written as HTTP/1.1 (status line, fields,
-    /// empty line): what the access log counts for it.
+    /// The size of the same head written as HTTP/1.1 (status line with the
+    /// standard reason phrase, fields, empty line): what the access log
+    /// counts for it.
     pub fn text_len(&self) -> usize {
         let fields: usize = self.fields.iter().map(|f| f.name.len() + f.value.len() + 4).sum();
         let reason = reason_phrase(self.status).len();

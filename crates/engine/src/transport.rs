@@ -158,7 +158,7 @@ pub trait Sink: AsyncWrite + Unpin {
     /// Sends a response head (interim or final) as a header list, where
     /// [`Sink::takes_fields`]: the body, if any, follows as written bytes in
     /// the framing the list says. Others refuse.
-    fn send_fields(&self, _head: &FieldList) -> io::Result<()> {
+    fn send_fields(&mut self, _head: &FieldList) -> io::Result<()> {
         Err(io::ErrorKind::Unsupported.into())
     }
 }
@@ -211,7 +211,7 @@ where
         self.wr.takes_fields()
     }
 
-    fn send_fields(&self, head: &FieldList) -> io::Result<()> {
+    fn send_fields(&mut self, head: &FieldList) -> io::Result<()> {
         self.wr.send_fields(head)
     }
 }
@@ -280,7 +280,7 @@ impl<T: Sink + ?Sized> Sink for &mut T {
         (**self).takes_fields()
     }
 
-    fn send_fields(&self, head: &FieldList) -> io::Result<()> {
+    fn send_fields(&mut self, head: &FieldList) -> io::Result<()> {
         (**self).send_fields(head)
     }
 }

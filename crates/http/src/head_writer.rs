@@ -192,6 +192,21 @@ impl FieldList {
         "HTTP/1.1 200 \r\n".len() + reason + fields + 2
     }
 
+    /// Writes the same head as HTTP/1.1 text into `out` (the standard
+    /// reason phrase; `transfer-encoding: chunked` when the body follows in
+    /// chunked coding): for a copy kept as HTTP/1.1, such as the cache's.
+    pub fn write_text(&self, out: &mut Vec<u8>) {
+        let mut w = Http1Head::new(out);
+        w.start(self.status, b"");
+        for (name, value) in self.pairs() {
+            w.field(name, value);
+        }
+        if self.framing == Framing::Chunked {
+            w.field(b"transfer-encoding", b"chunked");
+        }
+        w.end();
+    }
+
     fn push(&mut self, name: &[u8], value: &[u8]) -> Range<usize> {
         let n = self.buf.len();
         self.buf.extend_from_slice(name);

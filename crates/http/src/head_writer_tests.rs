@@ -330,6 +330,12 @@ fn the_http2_writer_lists_the_same_head_without_connection_fields() {
         assert_eq!(listed(&list), fields, "{}", why());
         assert_eq!(list.framing(), framing, "{}", why());
         assert!(list.pairs().all(|(n, _)| !connection_specific(n) && !n.iter().any(u8::is_ascii_uppercase)));
+        // Written back as text (the cache's copy), it parses to the same head.
+        let mut text = Vec::new();
+        list.write_text(&mut text);
+        let (status, fields, framing) = expected_list(&text);
+        assert_eq!((status, framing), (list.status(), list.framing()), "{}", why());
+        assert_eq!(fields, listed(&list), "{}", why());
     });
 }
 

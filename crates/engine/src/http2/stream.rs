@@ -12,7 +12,7 @@
 //! HTTP/2 head writer ([`FieldList`], taken by [`Sink::send_fields`]):
 //! connection-specific fields already left out, HPACK-encoded without a
 //! parse. Only the heads the pipeline still writes as HTTP/1.1 bytes (cache
-//! hits, responses the cache copies) are parsed here first. Every phase (route, persistence, cache, rewrite,
+//! hits) are parsed here first. Every phase (route, persistence, cache, rewrite,
 //! pick, forward, compress, log) is the pipeline's, unchanged; there is no
 //! pipe and no task of its own.
 //!
@@ -558,7 +558,7 @@ impl Sink for Wr {
         true
     }
 
-    fn send_fields(&self, head: &FieldList) -> io::Result<()> {
+    fn send_fields(&mut self, head: &FieldList) -> io::Result<()> {
         self.out.borrow_mut().send_fields(head)
     }
 }

@@ -25,6 +25,8 @@ use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 
+use switchyard_http::head_writer::FieldList;
+
 /// Facts about the connection's transport the pipeline reports and routes on.
 #[derive(Debug, Clone, Default)]
 pub struct Transport {
@@ -153,6 +155,19 @@ pub trait Sink: AsyncWrite + Unpin {
     fn try_write_two_last(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
         self.try_write_two_now(a, b)
     }
+
+    /// Whether the client takes response heads as a header list
+    /// ([`FieldList`]: an HTTP/2 stream) rather than HTTP/1.1 bytes.
+    fn takes_fields(&self) -> bool {
+        false
+    }
+
+    /// Sends a response head (interim or final) as a header list, where
+    /// [`Sink::takes_fields`]: the body, if any, follows as written bytes in
+    /// the framing the list says. Others refuse.
+    fn send_fields(&mut self, _head: &FieldList) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
 }
 
 /// A poll answered without waiting: `Pending` becomes `WouldBlock`. For the
@@ -197,6 +212,14 @@ where
 
     fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
         self.wr.try_write_two_now(a, b)
+    }
+
+    fn takes_fields(&self) -> bool {
+        self.wr.takes_fields()
+    }
+
+    fn send_fields(&mut self, head: &FieldList) -> io::Result<()> {
+        self.wr.send_fields(head)
     }
 }
 
@@ -258,6 +281,14 @@ impl<T: Sink + ?Sized> Sink for &mut T {
 
     fn try_write_two_last(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
         (**self).try_write_two_last(a, b)
+    }
+
+    fn takes_fields(&self) -> bool {
+        (**self).takes_fields()
+    }
+
+    fn send_fields(&mut self, head: &FieldList) -> io::Result<()> {
+        (**self).send_fields(head)
     }
 }
 

@@ -9,6 +9,8 @@
 //! - [`http2`]: HTTP/2 frames, HPACK, and the server side of a connection.
 //! - [`rewrite`]: the heads sent on (hop-by-hop removal, forwarding headers,
 //!   rule edits) and the proxy's own responses.
+//! - [`head_writer`]: response heads written for the client's protocol
+//!   (HTTP/1.1 bytes, or an HTTP/2 header list).
 //! - [`route`]: rule evaluation over a request view.
 //! - [`compress`]: whether and how a response body is encoded.
 //! - [`cache_policy`]: RFC 9111 storability and freshness.
@@ -21,6 +23,7 @@ pub mod cache_policy;
 pub mod chunked;
 pub mod compress;
 pub mod error;
+pub mod head_writer;
 pub mod http2;
 pub mod parse;
 pub mod rewrite;

@@ -499,3 +499,98 @@ fn early_hints_reach_curl_over_http1_and_http2() {
         assert!(trace.contains("< link: </style.css>; rel=preload"), "{version}: {trace}");
     }
 }
+
+/// A server whose responses carry every connection-specific field HTTP/1.1 allows, a
+/// chunked body with a strong validator, and fields for the rules to edit.
+fn hop_by_hop_server() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address");
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut byte = [0u8; 1];
+                while stream.read(&mut byte).is_ok_and(|n| n == 1) {
+                    buf.push(byte[0]);
+                    if buf.ends_with(b"\r\n\r\n") {
+                        buf.clear();
+                        let body = "<p>hello</p>".repeat(200);
+                        let reply = format!(
+                            "HTTP/1.1 200 Fine\r\nConnection: X-Private, keep-alive\r\nX-Private: 1\r\n\
+                             Keep-Alive: timeout=5\r\nProxy-Connection: keep-alive\r\nUpgrade: h2c\r\n\
+                             Content-Type: text/html\r\nETag: \"v1\"\r\nVary: Origin\r\nX-Drop: 1\r\n\
+                             X-Replace: old\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+                            body.len()
+                        );
+                        if stream.write_all(reply.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A relayed response reaches an HTTP/2 client as the head writer lists it: the rules'
+/// edits, persistence's cookie, compression's fields, and none of the connection-specific
+/// fields (the `h2` client refuses a response that has one); the proxy's own answers too.
+#[test]
+fn heads_reach_http2_clients_edited_and_without_connection_fields() {
+    let server = hop_by_hop_server();
+    let listen = proxy_addr();
+    let extra = "compression = true\nrules = [\n  { path = \"/own\", respond = \"own answer\" },\n  \
+                 { path = \"/down\", pool = \"down\" },\n  \
+                 { set_response_headers = { \"x-replace\" = \"new\" }, add_response_headers = { \"x-added\" = \"1\" }, \
+                 remove_response_headers = [\"x-drop\"] },\n]\n";
+    let config = simple_config(listen, &[server], extra)
+        .replace("[[pool]]\nname = \"main\"\n", "[[pool]]\nname = \"main\"\npersistence = { cookie = \"SRV\" }\n");
+    // A pool whose only server refuses connections.
+    let closed = proxy_addr();
+    let config = format!("{config}\n[[pool]]\nname = \"down\"\nservers = [{{ address = \"{closed}\" }}]\n");
+    let proxy = Proxy::start(&config, listen);
+    runtime().block_on(async {
+        let (client, _conn) = connect(listen).await;
+        let req = http::Request::get(format!("http://{listen}/page"))
+            .header("accept-encoding", "gzip")
+            .body(())
+            .expect("request");
+        let (parts, body) = send(&client, req, None).await.expect("a response the h2 client accepts");
+        assert_eq!(parts.status, 200, "{}", proxy.log());
+        let h = |name: &str| {
+            parts.headers.get_all(name).iter().map(|v| v.to_str().unwrap_or("?").to_owned()).collect::<Vec<_>>()
+        };
+        for gone in [
+            "connection",
+            "keep-alive",
+            "proxy-connection",
+            "upgrade",
+            "transfer-encoding",
+            "x-private",
+            "x-drop",
+            "content-length",
+        ] {
+            assert!(h(gone).is_empty(), "{gone}: {:?}", parts.headers);
+        }
+        assert_eq!(h("x-replace"), ["new"]);
+        assert_eq!(h("x-added"), ["1"]);
+        assert_eq!(h("content-encoding"), ["gzip"]);
+        assert_eq!(h("vary"), ["Origin, Accept-Encoding"]);
+        assert_eq!(h("etag"), ["W/\"v1\""]);
+        assert!(h("set-cookie").first().is_some_and(|c| c.starts_with("SRV=")), "{:?}", parts.headers);
+        let mut html = String::new();
+        flate2::read::GzDecoder::new(&body[..]).read_to_string(&mut html).expect("gzip body");
+        assert_eq!(html, "<p>hello</p>".repeat(200));
+
+        // The proxy's own answer: a rule's, and an error's.
+        let (parts, body) = send(&client, get(listen, "/own"), None).await.expect("the rule's answer");
+        assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"own answer"[..]));
+        assert_eq!(parts.headers.get("content-length").map(|v| v.as_bytes()), Some(&b"10"[..]));
+        assert!(parts.headers.get("connection").is_none());
+        let (parts, body) = send(&client, get(listen, "/down"), None).await.expect("the error's answer");
+        assert_eq!(parts.status, 502, "{}", String::from_utf8_lossy(&body));
+        assert_eq!(body, b"502 Bad Gateway\n");
+        assert!(parts.headers.get("connection").is_none());
+    });
+}

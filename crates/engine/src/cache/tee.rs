@@ -16,6 +16,7 @@ use tokio::io::AsyncWrite;
 use super::Headers;
 use crate::transport::Sink;
 use switchyard_http::chunked::ChunkedScanner;
+use switchyard_http::head_writer::FieldList;
 use switchyard_http::parse::{self, Field, Framing};
 
 /// Bytes written to the client for one response, up to a limit.
@@ -101,6 +102,20 @@ impl<W: Sink> Sink for Tee<'_, W> {
 
     fn try_write_two_now(&self, _a: &[u8], _b: &[u8]) -> io::Result<usize> {
         Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    fn takes_fields(&self) -> bool {
+        self.inner.takes_fields()
+    }
+
+    /// The client gets the header list; the copy gets the same head as
+    /// HTTP/1.1 text, which is what the cache stores and parses.
+    fn send_fields(&mut self, head: &FieldList) -> io::Result<()> {
+        self.inner.send_fields(head)?;
+        let mut text = Vec::with_capacity(head.text_len() + 32);
+        head.write_text(&mut text);
+        self.capture.push(&text);
+        Ok(())
     }
 }
 

@@ -375,11 +375,9 @@ async fn gateway_timeout<S: ClientStream>(
         ..parse::Connection::default()
     };
     let body: &[u8] = if info.head_method { b"" } else { b"504 not in cache\n" };
-    switchyard_http::rewrite::local_response(&mut client.out, 504, None, "text/plain", body, connection);
-    let port = super::alt_svc(client, service);
-    super::add_alt_svc(&mut client.out, port);
-    let ok = super::body::write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();
-    client.trace.bytes_out = client.out.len() as u64;
+    let own = super::Own { status: 504, location: None, content_type: "text/plain", body, connection };
+    let (ok, bytes_out) = super::send_own(client, service, own, None).await;
+    client.trace.bytes_out = bytes_out;
     client.trace.body_out = body.len() as u64;
     client.trace.cache = Some("miss");
     client.trace.cache_status = 504;

@@ -13,7 +13,9 @@
 //! 4. **request rewrite**: hop-by-hop removal, forwarding headers, edits ([`rewrite_request`])
 //! 5. **pick server**: persistent server or balancer, connection limits, retries ([`forward`])
 //! 6. **forward**: head and streamed body to the server ([`exchange`])
-//! 7. **response rewrite**: hop-by-hop removal, edits, connection handling ([`rewrite::response_head`])
+//! 7. **response rewrite**: hop-by-hop removal, edits, connection handling, written by
+//!    the client's head writer — HTTP/1.1 bytes, or a header list for an HTTP/2
+//!    stream ([`write_head`], [`rewrite::write_response_head`], [`send_own`])
 //! 8. **compress**: whether the body is encoded on its way, and the head edits
 //!    that go with it ([`compress::decide`], [`compress::rewrite_head`])
 //! 9. **stream response**: body relayed to the client ([`body::relay`]), through
@@ -58,6 +60,7 @@ pub use crate::transport::{ClientStream, Transport};
 use crate::upstream::{self, UpstreamConn};
 use crate::worker::{Local, Scratch, Worker};
 use switchyard_http::error::{Kind, ProxyError};
+use switchyard_http::head_writer::{FieldList, HeadWriter, Http1Head};
 
 /// Initial size of a client connection's read buffer.
 const CLIENT_BUF: usize = 4 * 1024;
@@ -433,15 +436,55 @@ async fn refuse<S: ClientStream>(
     let body = format!("{status} {}\n", switchyard_http::error::reason_phrase(status));
     let body = if info.head_method { "" } else { body.as_str() };
     let connection = Connection { keep_alive: info.version == Version::Http10, ..Connection::default() };
-    rewrite::local_response(&mut client.out, status, None, "text/plain", body.as_bytes(), connection);
-    add_retry_after(&mut client.out, &error);
-    let port = alt_svc(client, service);
-    add_alt_svc(&mut client.out, port);
-    let ok = write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();
-    client.trace.bytes_out = client.out.len() as u64;
+    let own = Own { status, location: None, content_type: "text/plain", body: body.as_bytes(), connection };
+    let (ok, bytes_out) = send_own(client, service, own, Some(&error)).await;
+    client.trace.bytes_out = bytes_out;
     client.trace.body_out = body.len() as u64;
     log(client, service, status, Some(&error), started);
     ok
+}
+
+/// A response of the proxy's own (a rule's answer, an error, a refusal).
+struct Own<'a> {
+    status: u16,
+    location: Option<&'a str>,
+    content_type: &'a str,
+    body: &'a [u8],
+    connection: Connection,
+}
+
+/// Sends a response of the proxy's own through the client's head writer —
+/// `retry-after` for an `error` that has one, `alt-svc` where HTTP/3 is
+/// advertised — then its body. Whether all was written, and the bytes the
+/// access log counts (head as HTTP/1.1 text, and body).
+async fn send_own<S: ClientStream>(
+    client: &mut Client<S>,
+    service: &Service,
+    own: Own<'_>,
+    error: Option<&ProxyError>,
+) -> (bool, u64) {
+    let port = alt_svc(client, service);
+    let idle = service.timeouts.client_idle;
+    if client.stream.takes_fields() {
+        let mut list = FieldList::default();
+        let body =
+            rewrite::write_local_head(&mut list, own.status, own.location, own.content_type, own.body, own.connection);
+        if let Some(secs) = error.and_then(ProxyError::retry_after) {
+            list.append(b"retry-after", itoa::Buffer::new().format(secs).as_bytes());
+        }
+        if let Some(port) = port {
+            list.alt_svc(port);
+        }
+        let ok = client.stream.send_fields(&list).is_ok() && write_all(&mut client.stream, body, idle).await.is_ok();
+        return (ok, (list.text_len() + body.len()) as u64);
+    }
+    rewrite::local_response(&mut client.out, own.status, own.location, own.content_type, own.body, own.connection);
+    if let Some(error) = error {
+        add_retry_after(&mut client.out, error);
+    }
+    add_alt_svc(&mut client.out, port);
+    let ok = write_all(&mut client.stream, &client.out, idle).await.is_ok();
+    (ok, client.out.len() as u64)
 }
 
 /// Adds `Retry-After` to a local response head for an error that has one.
@@ -1164,7 +1207,14 @@ async fn exchange<S: ClientStream>(
 
     // Phase 6: forward the head and what of the body is already here.
     if info.expect_continue {
-        if let Err(e) = write_all(&mut client.stream, b"HTTP/1.1 100 Continue\r\n\r\n", t.client_idle).await {
+        let sent = if client.stream.takes_fields() {
+            let mut list = FieldList::default();
+            list.start(100, b"");
+            client.stream.send_fields(&list).map_err(RelayError::Write)
+        } else {
+            write_all(&mut client.stream, b"HTTP/1.1 100 Continue\r\n\r\n", t.client_idle).await
+        };
+        if let Err(e) = sent {
             return early(request_relay_error(e));
         }
     }
@@ -1221,7 +1271,7 @@ async fn exchange<S: ClientStream>(
         }
         client.trace.response_us = Some(done.head_us);
         client.trace.bytes_out = done.bytes_out;
-        client.trace.body_out = done.bytes_out.saturating_sub(client.out.len() as u64);
+        client.trace.body_out = done.bytes_out.saturating_sub(done.head_len);
         count_compressed(client, worker, &done);
         if done.switched {
             tunnel(client, conn).await;
@@ -1275,7 +1325,7 @@ async fn exchange<S: ClientStream>(
     }
     client.trace.response_us = Some(done.head_us);
     client.trace.bytes_out = done.bytes_out;
-    client.trace.body_out = done.bytes_out.saturating_sub(client.out.len() as u64);
+    client.trace.body_out = done.bytes_out.saturating_sub(done.head_len);
     client.trace.bytes_in += upload.total();
     count_compressed(client, worker, &done);
     let outcome = Outcome { client_keep_alive: done.outcome.client_keep_alive && complete, ..done.outcome };
@@ -1370,22 +1420,54 @@ fn alt_svc<S: ClientStream>(client: &Client<S>, service: &Service) -> Option<u16
 /// answers, errors, cache hits). A head that has an `Alt-Svc` already (a
 /// server's own, or one stored with a cached response) keeps it alone.
 fn add_alt_svc(out: &mut Vec<u8>, port: Option<u16>) {
-    let Some(port) = port else {
-        return;
-    };
-    let head_end = memchr::memmem::find(out, b"\r\n\r\n").unwrap_or(out.len());
-    let has_one = out[..head_end]
-        .split(|&b| b == b'\n')
-        .any(|line| line.len() > 8 && line[..8].eq_ignore_ascii_case(b"alt-svc:"));
-    if has_one {
-        return;
+    if let Some(port) = port {
+        Http1Head::new(out).alt_svc(port);
     }
-    let at = memchr::memchr(b'\n', out).map_or(0, |i| i + 1);
-    let mut field = Vec::with_capacity(40);
-    field.extend_from_slice(b"alt-svc: h3=\":");
-    field.extend_from_slice(itoa::Buffer::new().format(port).as_bytes());
-    field.extend_from_slice(b"\"; ma=86400\r\n");
-    out.splice(at..at, field);
+}
+
+/// What phase 7 decided about the response head besides the rules' edits.
+#[derive(Clone, Copy)]
+struct HeadEdits<'a> {
+    /// Persistence's cookie to insert.
+    set_cookie: Option<&'a str>,
+    /// The port to advertise HTTP/3 on.
+    alt_svc: Option<u16>,
+    /// `connection: close` (an HTTP/1.1 writer's only).
+    close: bool,
+    /// `connection: keep-alive` for an HTTP/1.0 client.
+    keep_alive_10: bool,
+    /// The body goes decoded from chunked coding (to an HTTP/1.0 client).
+    dechunk: bool,
+    /// Phase 8's compression decision.
+    decision: Result<compress::Coding, compress::Skip>,
+    /// An encoded body goes in chunked coding.
+    chunked: bool,
+}
+
+/// Phases 7 and 8's response head, written by `w` in the same order for
+/// every client protocol: the rewrite (hop-by-hop removal, the rules'
+/// edits, connection handling), persistence's `set-cookie`, `alt-svc`, the
+/// compression edits.
+fn write_head<W: HeadWriter>(
+    w: &mut W,
+    raw: &[u8],
+    head: &parse::ResponseHead,
+    fields: &[Field],
+    routed: &Routed<'_>,
+    e: HeadEdits<'_>,
+) {
+    rewrite::write_response_head(w, raw, head, fields, &routed.edits, e.close, e.keep_alive_10, e.dechunk);
+    if let Some(cookie) = e.set_cookie {
+        w.append(b"set-cookie", cookie.as_bytes());
+    }
+    if let Some(port) = e.alt_svc {
+        w.alt_svc(port);
+    }
+    match e.decision {
+        Ok(coding) => w.encoded(Some(coding), e.chunked),
+        Err(compress::Skip::NotAccepted) => w.encoded(None, false),
+        Err(compress::Skip::Ineligible) => {}
+    }
 }
 
 /// Persistence at the response: a cookie to insert, or the pool whose servers'
@@ -1410,6 +1492,8 @@ struct Responded {
     head_us: u64,
     /// Bytes sent to the client (head and body).
     bytes_out: u64,
+    /// Of which the head's (as HTTP/1.1 text, for a header list).
+    head_len: u64,
     /// An encoded body: the algorithm, payload bytes in and out (metrics).
     compressed: Option<(switchyard_config::Encoding, u64, u64)>,
 }
@@ -1450,6 +1534,7 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
                     switched: true,
                     head_us,
                     bytes_out,
+                    head_len: bytes_out,
                     compressed: None,
                 });
             }
@@ -1461,17 +1546,16 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
                 // client, hop-by-hop fields removed (RFC 9110 15.2); never to an
                 // HTTP/1.0 one. A 100 is not: the proxy answers `Expect` itself.
                 if head.status != 100 && info.version == Version::Http11 {
-                    rewrite::response_head(
-                        response.out,
-                        &buf[..head.len],
-                        &head,
-                        response.fields,
-                        &[],
-                        false,
-                        false,
-                        false,
-                    );
-                    if write_all(client, response.out, t.server_response).await.is_err() {
+                    let (raw, fields) = (&buf[..head.len], &response.fields[..]);
+                    let sent = if client.takes_fields() {
+                        let mut list = FieldList::default();
+                        rewrite::write_response_head(&mut list, raw, &head, fields, &[], false, false, false);
+                        client.send_fields(&list).is_ok()
+                    } else {
+                        rewrite::response_head(response.out, raw, &head, fields, &[], false, false, false);
+                        write_all(client, response.out, t.server_response).await.is_ok()
+                    };
+                    if !sent {
                         return early(ProxyError::new(Kind::ClientClosed));
                     }
                 }
@@ -1504,7 +1588,15 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
         response.out.extend_from_slice(&buf[..head.len]);
         buf.advance(head.len);
         let outcome = Outcome { status: head.status, client_keep_alive: info.keep_alive, intercepted: true };
-        return Ok(Responded { outcome, server_keeps, switched: false, head_us, bytes_out: 0, compressed: None });
+        return Ok(Responded {
+            outcome,
+            server_keeps,
+            switched: false,
+            head_us,
+            bytes_out: 0,
+            head_len: 0,
+            compressed: None,
+        });
     }
 
     if info.trailers {
@@ -1556,16 +1648,6 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
     // client, so it does not send another request on a closing connection.
     let client_keep_alive =
         info.keep_alive && body_framing != Framing::UntilClose && !dechunk && !encoded_until_close && !draining();
-    rewrite::response_head(
-        response.out,
-        &buf[..head.len],
-        &head,
-        response.fields,
-        &routed.edits,
-        !client_keep_alive,
-        client_keep_alive && info.version == Version::Http10,
-        dechunk,
-    );
     if let Some(p) = response.sticky.learn {
         // Learned before the client sees the cookie, so its next request finds it.
         let set_cookies = response.fields.iter().filter(|f| buf[f.name.clone()].eq_ignore_ascii_case(b"set-cookie"));
@@ -1574,26 +1656,52 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
             p.learn_response(&buf[field.value.clone()], presented, response.sticky.server, response.now);
         }
     }
-    if let Some(cookie) = response.sticky.set_cookie {
-        // Before the head's final CRLF.
-        response.out.truncate(response.out.len().saturating_sub(2));
-        response.out.extend_from_slice(b"set-cookie: ");
-        response.out.extend_from_slice(cookie.as_bytes());
-        response.out.extend_from_slice(b"\r\n\r\n");
-    }
-    add_alt_svc(response.out, response.alt_svc);
-    match decision {
-        Ok(coding) => compress::rewrite_head(response.out, coding, info.version == Version::Http11),
-        Err(compress::Skip::NotAccepted) => compress::add_vary(response.out),
-        Err(compress::Skip::Ineligible) => {}
-    }
+    let edits = HeadEdits {
+        set_cookie: response.sticky.set_cookie,
+        alt_svc: response.alt_svc,
+        close: !client_keep_alive,
+        keep_alive_10: client_keep_alive && info.version == Version::Http10,
+        dechunk,
+        decision,
+        chunked: info.version == Version::Http11,
+    };
+    // The head in the client's form: a header list for an HTTP/2 stream,
+    // HTTP/1.1 bytes in `out` for the others.
+    // Room for the server's fields and a few added, so the list grows no more.
+    let mut list = client.takes_fields().then(|| FieldList::with_capacity(head.len + 256, response.fields.len() + 6));
+    let head_len = match list.as_mut() {
+        Some(list) => {
+            write_head(list, &buf[..head.len], &head, response.fields, routed, edits);
+            response.out.clear();
+            list.text_len()
+        }
+        None => {
+            let w = &mut Http1Head::new(response.out);
+            write_head(w, &buf[..head.len], &head, response.fields, routed, edits);
+            response.out.len()
+        }
+    } as u64;
     buf.advance(head.len);
 
     // Phase 9: stream the response body, through the coder when compressing.
+    if let Some(list) = &list {
+        if client.send_fields(list).is_err() {
+            return early(ProxyError::new(Kind::ClientClosed));
+        }
+    }
     response.relayed.set(Some(head.status));
     let outcome = Outcome { status: head.status, client_keep_alive, intercepted: false };
-    let done =
-        |bytes_out, compressed| Responded { outcome, server_keeps, switched: false, head_us, bytes_out, compressed };
+    // The head's bytes are in `out` (HTTP/1.1) or counted apart (a header list).
+    let listed = if list.is_some() { head_len } else { 0 };
+    let done = |bytes_out: u64, compressed| Responded {
+        outcome,
+        server_keeps,
+        switched: false,
+        head_us,
+        bytes_out: bytes_out + listed,
+        head_len,
+        compressed,
+    };
     if let Some(coding) = coding {
         let body = Body::unlimited(body_framing).decoded();
         let chunked = info.version == Version::Http11;
@@ -1682,11 +1790,10 @@ async fn answer<S: ClientStream>(
     let connection =
         Connection { close: !keep, keep_alive: keep && info.version == Version::Http10, ..Connection::default() };
     let body = if info.head_method { &b""[..] } else { reply.body };
-    rewrite::local_response(&mut client.out, reply.status, reply.location, reply.content_type, body, connection);
-    let port = alt_svc(client, service);
-    add_alt_svc(&mut client.out, port);
-    let ok = write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok();
-    client.trace.bytes_out = client.out.len() as u64;
+    let own =
+        Own { status: reply.status, location: reply.location, content_type: reply.content_type, body, connection };
+    let (ok, bytes_out) = send_own(client, service, own, None).await;
+    client.trace.bytes_out = bytes_out;
     client.trace.body_out = body.len() as u64;
     log(client, service, reply.status, None, started);
     keep && ok
@@ -1698,12 +1805,10 @@ async fn fail<S: ClientStream>(client: &mut Client<S>, service: &Service, error:
     if let Some(status) = error.status() {
         let body = format!("{status} {}\n", switchyard_http::error::reason_phrase(status));
         let close = Connection { close: true, ..Connection::default() };
-        rewrite::local_response(&mut client.out, status, None, "text/plain", body.as_bytes(), close);
-        add_retry_after(&mut client.out, error);
-        let port = alt_svc(client, service);
-        add_alt_svc(&mut client.out, port);
-        if write_all(&mut client.stream, &client.out, service.timeouts.client_idle).await.is_ok() {
-            client.trace.bytes_out = client.out.len() as u64;
+        let own = Own { status, location: None, content_type: "text/plain", body: body.as_bytes(), connection: close };
+        let (ok, bytes_out) = send_own(client, service, own, Some(error)).await;
+        if ok {
+            client.trace.bytes_out = bytes_out;
             client.trace.body_out = body.len() as u64;
         }
     }

@@ -8,7 +8,11 @@
 //! length is unknown), and what the pipeline writes back — a response head,
 //! then its body — goes out as HEADERS (1xx as informational HEADERS), DATA
 //! frames and trailers ([`Out`]) through the codec, straight into the
-//! connection's output. Every phase (route, persistence, cache, rewrite,
+//! connection's output. The head comes as a header list from the pipeline's
+//! HTTP/2 head writer ([`FieldList`], taken by [`Sink::send_fields`]):
+//! connection-specific fields already left out, HPACK-encoded without a
+//! parse. Only the heads the pipeline still writes as HTTP/1.1 bytes (cache
+//! hits) are parsed here first. Every phase (route, persistence, cache, rewrite,
 //! pick, forward, compress, log) is the pipeline's, unchanged; there is no
 //! pipe and no task of its own.
 //!
@@ -35,6 +39,7 @@ use crate::translate::data::{chunk, may_trail};
 use crate::transport::{Resets, Sink, StreamClient};
 use crate::worker::Scratch;
 use switchyard_http::chunked::ChunkedScanner;
+use switchyard_http::head_writer::FieldList;
 use switchyard_http::http2::frame::code;
 use switchyard_http::parse::{self, Field, Framing, RequestHead};
 
@@ -289,17 +294,24 @@ impl Body {
             }
             return Ok(consumed);
         }
+        let n = self.count(data.len());
+        self.held.extend_from_slice(&data[..n]);
+        Ok(n)
+    }
+
+    /// For a body with a length or one that ends with the connection: how
+    /// many of `len` bytes written belong to the body, counted as taken.
+    fn count(&mut self, len: usize) -> usize {
         let n = match self.remaining.as_mut() {
             Some(left) => {
-                let n = data.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+                let n = len.min(usize::try_from(*left).unwrap_or(usize::MAX));
                 *left -= n as u64;
                 n
             }
-            None => data.len(),
+            None => len,
         };
-        self.held.extend_from_slice(&data[..n]);
         self.complete = self.remaining == Some(0);
-        Ok(n)
+        n
     }
 }
 
@@ -320,6 +332,9 @@ impl Out {
                     Poll::Pending => return Poll::Pending,
                 }
                 let State::Body(body) = &mut self.state else { return Poll::Ready(Ok(0)) };
+                if body.chunked.is_none() && !body.complete {
+                    return self.send_now(cx, data);
+                }
                 let n = body.take(data)?;
                 // Sent as far as the window allows; the rest waits in `held`.
                 if let Poll::Ready(Err(e)) = self.flush(cx) {
@@ -332,8 +347,10 @@ impl Out {
         }
     }
 
-    /// Sends the response head once it is complete (interim ones as they
-    /// come), and takes the body bytes written with it.
+    /// A response head the pipeline wrote as HTTP/1.1 bytes (its own
+    /// answers and errors, cache hits): parsed once it is complete (interim
+    /// ones as they come) and sent, the body bytes written with it taken.
+    /// Relayed responses come as a header list instead ([`Out::send_fields`]).
     fn head(&mut self) -> io::Result<()> {
         let State::Head(buf) = &mut self.state else {
             return Ok(());
@@ -354,15 +371,37 @@ impl Out {
                 Ok(Some(_)) | Err(_) => return Err(invalid("unexpected response head")),
             }
         };
-        let framing =
-            if parse::response_has_body(self.head_request, head.status) { head.framing } else { Framing::Empty };
-        let empty = matches!(framing, Framing::Length(0) | Framing::Empty);
         let pairs = fields.iter().map(|f| (&buf[f.name.clone()], &buf[f.value.clone()]));
-        if !conn.wire.borrow_mut().codec.send_head(self.id, head.status, pairs, empty) {
-            return Err(io::ErrorKind::BrokenPipe.into());
-        }
+        let empty = send_final(&conn, self.id, self.head_request, head.status, head.framing, pairs)?;
         buf.advance(head.len);
         let rest = std::mem::take(buf);
+        self.begin_body(empty, head.framing, &rest)
+    }
+
+    /// Sends a head the pipeline wrote as a header list: an interim one as
+    /// it is, a final one with the body to follow.
+    fn send_fields(&mut self, list: &FieldList) -> io::Result<()> {
+        match &self.state {
+            // Not after bytes of a head written as text.
+            State::Head(buf) if buf.is_empty() => {}
+            _ => return Err(invalid("unexpected response head")),
+        }
+        let status = list.status();
+        if (100..200).contains(&status) {
+            // A 1xx never ends the stream (101 has no meaning in HTTP/2).
+            if status == 101 {
+                return Err(invalid("unexpected response head"));
+            }
+            self.conn.wire.borrow_mut().codec.send_head(self.id, status, list.pairs(), false);
+            return Ok(());
+        }
+        let empty = send_final(&self.conn, self.id, self.head_request, status, list.framing(), list.pairs())?;
+        self.begin_body(empty, list.framing(), &[])
+    }
+
+    /// After the final head: the body in `framing` (nothing when `empty`),
+    /// starting with the bytes `rest` written together with the head.
+    fn begin_body(&mut self, empty: bool, framing: Framing, rest: &[u8]) -> io::Result<()> {
         if empty {
             self.state = State::Done;
             return Ok(());
@@ -377,6 +416,31 @@ impl Out {
         self.state = State::Body(body);
         let _ = self.flush(&mut Context::from_waker(std::task::Waker::noop()));
         Ok(())
+    }
+
+    /// Sends the payload bytes of `data` (a body with a length, or one
+    /// ended by the connection; nothing held) straight into DATA frames as far
+    /// as the windows allow, copying only the rest aside: a large body is
+    /// copied once on its way to the connection's output, not twice.
+    fn send_now(&mut self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let State::Body(body) = &mut self.state else { return Poll::Ready(Ok(0)) };
+        let n = body.count(data.len());
+        let end = body.complete;
+        let sent = self.conn.wire.borrow_mut().codec.send_data(self.id, &data[..n], end);
+        let Some(sent) = sent else {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        };
+        if sent == n && end {
+            body.ended = true;
+            self.state = State::Done;
+        } else if sent < n {
+            body.held.extend_from_slice(&data[sent..n]);
+            // Waits for the window (the waker noted), or sends what opened since.
+            if let Poll::Ready(Err(e)) = self.flush(cx) {
+                return Poll::Ready(Err(e));
+            }
+        }
+        Poll::Ready(Ok(n))
     }
 
     /// Sends what the body holds as the windows allow, then its end once it
@@ -442,6 +506,24 @@ impl Out {
     }
 }
 
+/// Sends stream `id`'s final head (HEADERS, with END_STREAM when no body
+/// follows); true when none does.
+fn send_final<'f>(
+    conn: &Shared,
+    id: u32,
+    head_request: bool,
+    status: u16,
+    framing: Framing,
+    pairs: impl Iterator<Item = (&'f [u8], &'f [u8])>,
+) -> io::Result<bool> {
+    let framing = if parse::response_has_body(head_request, status) { framing } else { Framing::Empty };
+    let empty = matches!(framing, Framing::Length(0) | Framing::Empty);
+    if !conn.wire.borrow_mut().codec.send_head(id, status, pairs, empty) {
+        return Err(io::ErrorKind::BrokenPipe.into());
+    }
+    Ok(empty)
+}
+
 fn invalid(why: &'static str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, why)
 }
@@ -470,5 +552,13 @@ impl Sink for Wr {
 
     fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
         crate::transport::write_two_now(self, a, b)
+    }
+
+    fn takes_fields(&self) -> bool {
+        true
+    }
+
+    fn send_fields(&mut self, head: &FieldList) -> io::Result<()> {
+        self.out.borrow_mut().send_fields(head)
     }
 }

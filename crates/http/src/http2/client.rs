@@ -124,8 +124,6 @@ struct Stream {
     send_open: bool,
     /// The final (non-1xx) response head arrived.
     responded: bool,
-    /// The request was HEAD: the response has no content whatever its length.
-    head_request: bool,
     /// The response has no content (HEAD, 204, 304): its length is not checked.
     no_content: bool,
     recv_window: i64,
@@ -182,7 +180,6 @@ pub struct Client {
     response: Response,
     /// A header block's fragments, joined (kept for its allocation).
     block_buf: Vec<u8>,
-    trailers: (Vec<u8>, Vec<Field>),
     /// The server's GOAWAY: its last stream id.
     going_away: Option<u32>,
     /// Streams we reset, remembered (see [`MEMORY`]).
@@ -217,7 +214,6 @@ impl Client {
             pending: None,
             response: Response::default(),
             block_buf: Vec::new(),
-            trailers: (Vec::new(), Vec::new()),
             going_away: None,
             reset_by_us: VecDeque::new(),
             blocked: Vec::new(),
@@ -355,7 +351,6 @@ impl Client {
                 recv_open: true,
                 send_open: !end_stream,
                 responded: false,
-                head_request: line.method == b"HEAD",
                 no_content: line.method == b"HEAD",
                 recv_window: i64::from(self.cfg.stream_window),
                 send_window: self.peer_window,

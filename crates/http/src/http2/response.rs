@@ -155,9 +155,12 @@ mod tests {
         assert!(early.is_interim());
     }
 
+    /// Decoded fields, END_STREAM, and why they are malformed.
+    type Case = (&'static [(&'static str, &'static str)], bool, &'static str);
+
     #[test]
     fn each_rule_makes_a_head_malformed() {
-        let table: &[(&[(&str, &str)], bool, &str)] = &[
+        let table: &[Case] = &[
             (&[("content-type", "x")], false, "missing :status"),
             (&[(":status", "200"), (":status", "200")], false, "repeated :status"),
             (&[(":status", "2000")], false, "invalid :status"),

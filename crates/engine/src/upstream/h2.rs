@@ -1,30 +1,37 @@
 //! HTTP/2 towards servers (`protocol = "h2"` on a pool): cleartext with prior
-//! knowledge (h2c) without `tls`, ALPN `h2` with it.
+//! knowledge (h2c) without `tls`, ALPN `h2` with it, on the project's own
+//! sans-io client codec ([`switchyard_http::http2::client`]).
 //!
 //! Each worker keeps, per (pool, server), a few shared HTTP/2 connections
 //! ([`H2Conns`]); each request opens one stream on one of them. A connection
-//! is driven by its own local task; a new one is opened when none is usable:
-//! all closed, failed or told to go away (GOAWAY), or at the server's
-//! concurrent-stream limit. Only one connection to a server is being opened
-//! at a time per worker, so a burst of requests waits for it rather than
-//! opening one connection each.
+//! is driven by its own local task ([`conn`]); a new one is opened when none
+//! is usable: all closed, failed or told to go away (GOAWAY), or at the
+//! server's concurrent-stream limit. Only one connection to a server is
+//! being opened at a time per worker, so a burst of requests waits for it
+//! rather than opening one connection each; a connection counts as opened
+//! once the server's SETTINGS arrived.
 //!
 //! A request's stream is the pipeline's server connection, an [`H2Stream`]:
-//! the request head the pipeline writes opens the stream, its body goes out
-//! as DATA frames (a chunked body's trailer section as trailers), and the
-//! server's response is read as an HTTP/1.1 head followed by its DATA frames
-//! (chunked, with the trailers, when it has no length; interim 1xx
-//! responses are not passed on). The translation runs in the request's own
-//! task, inside the stream's reads and writes: no pipe, no task per stream.
-//! Dropping the [`H2Stream`] (the pipeline is done, timed out or failed)
-//! resets the stream if it is still open. Timeouts stay the pipeline's: it
-//! sees a server that answers slowly exactly as it would over HTTP/1.1.
+//! the request head the pipeline writes (HTTP/1.1 text: the pipeline's
+//! interface) is parsed once and HPACK-encoded from its field ranges into the
+//! HEADERS that open the stream (no `http::Request`); its body goes out as
+//! DATA frames (a chunked body's trailer section as trailers), taken as the
+//! server's windows allow. The server's response is written by the
+//! connection's task, from the decoded field ranges (no `HeaderMap`), as the
+//! HTTP/1.1 bytes the pipeline reads: interim 1xx heads, then the final
+//! head, then the DATA frames (chunked, with the trailers, when it has no
+//! length). No pipe, no task per stream. Dropping the [`H2Stream`] (the
+//! pipeline is done, timed out or failed) resets the stream if it is still
+//! open. Timeouts stay the pipeline's: it sees a server that answers slowly
+//! exactly as it would over HTTP/1.1.
 //!
-//! A failed connection or a GOAWAY ends the streams it carried: their reads
-//! fail before or during the response, which the pipeline reports as a
-//! closed server connection (502), with the HTTP/2 cause kept for the log
-//! ([`H2Stream::failure`]). An [`H2Stream`] never goes to the HTTP/1.1 idle
-//! pool: the shared connection is the reuse.
+//! A failed connection or a GOAWAY ends the streams it carried (above the
+//! GOAWAY's last id): their reads fail before or during the response, which
+//! the pipeline reports as a closed server connection (502, or another
+//! server when the request may be retried), with the HTTP/2 cause kept for
+//! the log ([`H2Stream::failure`]) and a server's RST_STREAM code for the
+//! client ([`H2Stream::reset`]). An [`H2Stream`] never goes to the HTTP/1.1
+//! idle pool: the shared connection is the reuse.
 //!
 //! Invariants: no server input can panic this code; a failed connection
 //! fails only the streams it carried.
@@ -473,10 +480,14 @@ impl Wr {
         if !(path.first() == Some(&b'/') || path == b"*") {
             return Err(self.failed(state, Failure { why: "invalid target for HTTP/2", reset: None }));
         }
-        let server = self.server.to_string();
+        // Written out only for a request without `Host` (HTTP/1.0).
+        let server;
         let authority = match head.host.clone().filter(|r| !r.is_empty()) {
             Some(host) => &bytes[host],
-            None => server.as_bytes(),
+            None => {
+                server = self.server.to_string();
+                server.as_bytes()
+            }
         };
         let line = RequestLine { method, scheme: self.scheme.as_bytes(), authority, path };
         let chunked = head.framing == Framing::Chunked;

@@ -387,6 +387,10 @@ impl Drop for H2Stream {
             // Unread bytes: the connection's room comes back.
             inner.codec.release(id, held);
         }
+        if inner.codec.can_open() {
+            // A request waiting at the server's stream limit may open its stream.
+            inner.wake_waiting();
+        }
         inner.kick();
     }
 }

@@ -137,7 +137,8 @@ impl Inner {
         }
     }
 
-    fn wake_waiting(&mut self) {
+    /// Wakes the requests waiting to open a stream (or for the handshake).
+    pub fn wake_waiting(&mut self) {
         for w in self.waiting.drain(..) {
             w.wake();
         }

@@ -1,8 +1,8 @@
-//! Translation between HTTP/2 and the HTTP/1.1 form the pipeline reads and
-//! writes, shared by both HTTP/2 sides: client streams ([`crate::http2`]) and
-//! server streams (`upstream::h2`). Heads ([`head`]: sans-io, table-tested)
-//! and bodies with their trailers ([`data`]: DATA frames read and written by
-//! poll functions inside the request's own task, within flow control).
+//! Translation between HTTP/2 or HTTP/3 and the HTTP/1.1 form the pipeline
+//! reads and writes: heads ([`head`]: sans-io, table-tested) and the chunk
+//! and trailer helpers of bodies ([`data`]). Streams to HTTP/2 servers
+//! (`upstream::h2`) use only [`data::may_trail`]: their heads are encoded
+//! and decoded by the project's own codec.
 //!
 //! Shared here so that `http2` and `upstream` do not import each other.
 //! HTTP/3 client streams ([`crate::http3`]) use the same head translation

@@ -1,8 +1,9 @@
 //! HTTP/2 towards servers (pool `protocol = "h2"`), end to end with the real binary: h2c
 //! with prior knowledge and h2 over TLS (ALPN) to the origin simulator, bodies byte-exact
 //! both ways, many client connections multiplexed over few server connections, status codes
-//! and timeouts, a server that dies and comes back, a server that only speaks HTTP/1.1, and
-//! the refused WebSocket switch.
+//! and timeouts, a server that dies and comes back, a server that only speaks HTTP/1.1, the
+//! refused WebSocket switch, reset codes both ways, a refused stream retried on another
+//! server, and a server's 103 Early Hints relayed.
 
 use crate::common;
 
@@ -401,4 +402,75 @@ fn reset_codes_cross_between_http2_clients_and_http2_servers() {
         }
         panic!("the server never saw the stream end:\n{}", proxy.log());
     });
+}
+
+#[test]
+fn a_refused_stream_is_retried_on_another_server() {
+    // The first server refuses every stream (REFUSED_STREAM: not processed, RFC 9113 8.7);
+    // an idempotent request moves on to the second, the client never sees the refusal.
+    let (seen_tx, _seen) = std::sync::mpsc::channel();
+    let refusing = resetting_server(seen_tx);
+    let origin = Origin::start("h2c");
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&h2_config(listen, &[refusing, origin.addr], "", "retries = 1\n"), listen);
+    for _ in 0..4 {
+        let r = proxy.connect().get("/refuse");
+        assert_eq!((r.status, r.origin()), (200, "h2c"), "{}\n{}", r.text(), proxy.log());
+    }
+    let log = proxy.log();
+    assert!(log.contains("idempotent request retried on another server"), "{log}");
+    assert!(log.contains("server refused the HTTP/2 stream"), "{log}");
+}
+
+/// An h2c server that answers every request with a `103 Early Hints` (a `link` field),
+/// then `200` with the body `ok`.
+fn early_hints_server() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    listener.set_nonblocking(true).expect("nonblocking");
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            while let Ok((tcp, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let Ok(mut conn) = h2::server::handshake(tcp).await else { return };
+                    while let Some(Ok((_req, mut respond))) = conn.accept().await {
+                        let hints = http::Response::builder()
+                            .status(103)
+                            .header("link", "</style.css>; rel=preload")
+                            .body(())
+                            .expect("103");
+                        let _ = respond.send_informational(hints);
+                        let ok = http::Response::builder().header("content-length", "2").body(()).expect("200");
+                        if let Ok(mut send) = respond.send_response(ok, false) {
+                            let _ = send.send_data(bytes::Bytes::from_static(b"ok"), true);
+                        }
+                    }
+                });
+            }
+        });
+    });
+    addr
+}
+
+#[test]
+fn early_hints_from_an_h2_server_reach_an_http1_client() {
+    let server = early_hints_server();
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&h2_config(listen, &[server], "", ""), listen);
+    let mut tcp = std::net::TcpStream::connect(listen).expect("connect");
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10))).expect("timeout");
+    tcp.write_all(b"GET / HTTP/1.1\r\nhost: t\r\n\r\n").expect("request");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(b"\r\n\r\nok") {
+        let n = tcp.read(&mut buf).expect("read");
+        assert!(n > 0, "closed after {:?}\n{}", String::from_utf8_lossy(&got), proxy.log());
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got);
+    let (hints, fin) = (text.find("HTTP/1.1 103 Early Hints\r\n"), text.find("HTTP/1.1 200 OK\r\n"));
+    assert!(hints.is_some_and(|h| fin.is_some_and(|f| h < f)), "{text}");
+    assert!(text[..fin.unwrap_or(0)].contains("link: </style.css>; rel=preload\r\n"), "{text}");
 }

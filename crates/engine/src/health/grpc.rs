@@ -1,5 +1,6 @@
 //! The `grpc` health probe: one `grpc.health.v1.Health/Check` call over
-//! HTTP/2 (the `h2` crate; h2c with prior knowledge, or TLS with ALPN `h2`),
+//! HTTP/2 (the project's own client codec, [`switchyard_http::http2::client`];
+//! h2c with prior knowledge, or TLS with ALPN `h2`),
 //! as the standard health servicer of every gRPC implementation answers it.
 //!
 //! A pass is `grpc-status` 0 (from the trailers, or from the headers of a
@@ -8,8 +9,10 @@
 //! server sends can panic this code.
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{HeaderMap, Method, Request};
-use tokio::io::{AsyncRead, AsyncWrite};
+use switchyard_http::http2::client::{Client, Config, Event, RequestLine};
+use switchyard_http::http2::response::Response;
+use switchyard_http::parse::Field;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::Failure;
 
@@ -19,72 +22,123 @@ const PATH: &str = "/grpc.health.v1.Health/Check";
 const MAX_MESSAGE: usize = 64 * 1024;
 /// `HealthCheckResponse.ServingStatus.SERVING`.
 const SERVING: u64 = 1;
+/// The codec's limits: a health answer is small.
+const CODEC: Config = Config { max_header_list: 64 * 1024, stream_window: 128 * 1024, connection_window: 1 << 20 };
 
 /// Calls `Health/Check` for `service` over `io` and judges the answer.
-pub(super) async fn check<S>(io: S, authority: &str, service: &str) -> Result<(), Failure>
+pub(super) async fn check<S>(mut io: S, authority: &str, service: &str) -> Result<(), Failure>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let (send, connection) = h2::client::handshake(io).await.map_err(|e| Failure::Http2(e.to_string()))?;
-    let call = call(send, authority, service);
-    tokio::pin!(connection, call);
-    // The connection is driven beside the call; it ending first means the
-    // server closed or broke it before answering.
-    tokio::select! {
-        verdict = &mut call => verdict,
-        ended = &mut connection => Err(ended.err().map_or(Failure::Closed, |e| Failure::Http2(e.to_string()))),
+    let mut client = Client::new(CODEC);
+    let line = RequestLine { method: b"POST", scheme: b"http", authority: authority.as_bytes(), path: PATH.as_bytes() };
+    let fields: [(&[u8], &[u8]); 2] =
+        [(b"content-type", b"application/grpc"), (b"user-agent", b"switchyard-health-check")];
+    // `te: trailers` is the codec's own.
+    let id = client.open(line, fields, false).map_err(|_| Failure::Closed)?;
+    client.send_data(id, &frame(&request_message(service)), true);
+    let mut answer = Answer::default();
+    let mut buf = vec![0u8; 32 * 1024];
+    let mut filled = 0;
+    while !answer.done {
+        while !client.output().is_empty() {
+            let n = io.write(client.output()).await.map_err(|_| Failure::Closed)?;
+            if n == 0 {
+                return Err(Failure::Closed);
+            }
+            client.written(n);
+        }
+        io.flush().await.map_err(|_| Failure::Closed)?;
+        let n = io.read(&mut buf[filled..]).await.map_err(|_| Failure::Closed)?;
+        if n == 0 {
+            return Err(Failure::Closed);
+        }
+        filled += n;
+        let mut released = 0;
+        let used = client
+            .recv(&buf[..filled], &mut |event| released += answer.on(id, event))
+            .map_err(|e| Failure::Http2(e.reason.to_string()))?;
+        client.release(id, released);
+        buf.copy_within(used..filled, 0);
+        filled -= used;
+        if let Some(failure) = answer.failure.take() {
+            return Err(failure);
+        }
+    }
+    answer.judge()
+}
+
+/// What the server answered so far.
+#[derive(Default)]
+struct Answer {
+    /// `grpc-status` of the head (a trailers-only answer carries it there).
+    head_status: Option<u32>,
+    trailer_status: Option<u32>,
+    message: BytesMut,
+    done: bool,
+    failure: Option<Failure>,
+}
+
+impl Answer {
+    /// Takes one event of stream `id`; returns the body bytes to release.
+    fn on(&mut self, id: u32, event: Event<'_>) -> usize {
+        match event {
+            Event::Response { stream, response, end_stream } if stream == id => {
+                if response.status != 200 {
+                    self.failure = Some(Failure::Status(response.status));
+                }
+                self.head_status = head_grpc_status(response);
+                self.done |= end_stream;
+            }
+            Event::Data { stream, data, end_stream } if stream == id => {
+                if self.message.len() + data.len() > MAX_MESSAGE {
+                    self.failure = Some(Failure::BadResponse);
+                }
+                self.message.extend_from_slice(data);
+                self.done |= end_stream;
+                return data.len();
+            }
+            Event::Trailers { stream, buf, fields } if stream == id => {
+                self.trailer_status = grpc_status(buf, fields);
+                self.done = true;
+            }
+            Event::Reset { code, .. } => {
+                self.failure = Some(Failure::Http2(format!("stream reset (code {code})")));
+            }
+            Event::Unprocessed { .. } => self.failure = Some(Failure::Http2("GOAWAY".to_string())),
+            _ => {}
+        }
+        0
+    }
+
+    fn judge(&self) -> Result<(), Failure> {
+        // A trailers-only answer (an error at once) carries the status in its head.
+        match self.head_status {
+            Some(0) | None => {}
+            Some(status) => return Err(Failure::GrpcStatus(status)),
+        }
+        match self.trailer_status.or(self.head_status) {
+            Some(0) => {}
+            Some(status) => return Err(Failure::GrpcStatus(status)),
+            None => return Err(Failure::NoGrpcStatus),
+        }
+        match serving_status(&self.message) {
+            Some(SERVING) => Ok(()),
+            Some(status) => Err(Failure::NotServing(status)),
+            None => Err(Failure::BadResponse),
+        }
     }
 }
 
-/// The request, the response head, the message and the status.
-async fn call(mut send: h2::client::SendRequest<Bytes>, authority: &str, service: &str) -> Result<(), Failure> {
-    let request = Request::builder()
-        .method(Method::POST)
-        .uri(format!("http://{authority}{PATH}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .header("user-agent", "switchyard-health-check")
-        .body(())
-        .map_err(|_| Failure::BadResponse)?;
-    let h2 = |e: h2::Error| Failure::Http2(e.to_string());
-    let (response, mut body) = send.send_request(request, false).map_err(h2)?;
-    body.send_data(frame(&request_message(service)), true).map_err(h2)?;
-    let response = response.await.map_err(h2)?;
-    if response.status() != http::StatusCode::OK {
-        return Err(Failure::Status(response.status().as_u16()));
-    }
-    let (head, mut recv) = response.into_parts();
-    // A trailers-only answer (an error at once) carries the status in its head.
-    if let Some(status) = grpc_status(&head.headers) {
-        if status != 0 {
-            return Err(Failure::GrpcStatus(status));
-        }
-    }
-    let mut message = BytesMut::new();
-    while let Some(data) = recv.data().await {
-        let data = data.map_err(h2)?;
-        let _ = recv.flow_control().release_capacity(data.len());
-        if message.len() + data.len() > MAX_MESSAGE {
-            return Err(Failure::BadResponse);
-        }
-        message.extend_from_slice(&data);
-    }
-    let trailers = recv.trailers().await.map_err(h2)?;
-    match trailers.as_ref().and_then(grpc_status).or_else(|| grpc_status(&head.headers)) {
-        Some(0) => {}
-        Some(status) => return Err(Failure::GrpcStatus(status)),
-        None => return Err(Failure::NoGrpcStatus),
-    }
-    match serving_status(&message) {
-        Some(SERVING) => Ok(()),
-        Some(status) => Err(Failure::NotServing(status)),
-        None => Err(Failure::BadResponse),
-    }
+/// `grpc-status` of a response head.
+fn head_grpc_status(response: &Response) -> Option<u32> {
+    grpc_status(&response.buf, &response.fields)
 }
 
 /// `grpc-status` as a number, when present and readable.
-fn grpc_status(headers: &HeaderMap) -> Option<u32> {
-    headers.get("grpc-status")?.to_str().ok()?.trim().parse().ok()
+fn grpc_status(buf: &[u8], fields: &[Field]) -> Option<u32> {
+    let f = fields.iter().find(|f| buf.get(f.name.clone()) == Some(&b"grpc-status"[..]))?;
+    std::str::from_utf8(buf.get(f.value.clone())?).ok()?.trim().parse().ok()
 }
 
 /// `HealthCheckRequest { service = 1 }`, protobuf-encoded (an empty name is

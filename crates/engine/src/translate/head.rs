@@ -10,19 +10,16 @@
 //!
 //! Response: the status and every field but the connection-specific ones.
 //!
-//! Towards servers (pools with `protocol = "h2"`) the same rules run the
-//! other way: [`server_request`] turns the pipeline's rewritten HTTP/1.1
-//! request head into an HTTP/2 request (`Host` becomes `:authority`, and
-//! `te: trailers` is sent because trailers are relayed), and
-//! [`server_response_head`] writes the server's HTTP/2 response as an
-//! HTTP/1.1 head the pipeline parses like any server's.
+//! Towards servers (pools with `protocol = "h2"`) none of this runs: the
+//! project's own HTTP/2 codec encodes the request and decodes the response
+//! (`upstream::h2`).
 
 use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
-use switchyard_http::parse::{Field, Framing, RequestHead, ResponseHead};
+use switchyard_http::parse::{Field, ResponseHead};
 
 /// Field positions reserved for a head parsed on the HTTP/2 side at once,
 /// rather than grown one reallocation at a time (most heads have fewer).
@@ -40,8 +37,7 @@ pub enum RequestBody {
 }
 
 /// Fields HTTP/2 forbids or HTTP/1.1 treats as hop-by-hop (RFC 9113 8.2.2).
-/// `te` goes too: it is hop-by-hop; the proxy sends its own `te: trailers`
-/// to HTTP/2 servers ([`server_request`]).
+/// `te` goes too: it is hop-by-hop (`te: trailers` alone is passed on).
 fn connection_specific(name: &[u8]) -> bool {
     [&b"connection"[..], b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"te", b"http2-settings"]
         .iter()
@@ -159,91 +155,6 @@ pub fn response_head(buf: &Bytes, head: &ResponseHead, fields: &[Field]) -> Resu
         }
     }
     Ok(response)
-}
-
-/// The HTTP/2 request for a server, from the HTTP/1.1 head the pipeline
-/// wrote (parsed from `buf`, exactly the head's bytes: the values are slices
-/// of it). `scheme` is `http` or `https` (the pool's TLS); `authority` stands
-/// in when the head has no usable `Host`.
-pub fn server_request(
-    buf: &Bytes,
-    head: &RequestHead,
-    fields: &[Field],
-    scheme: &str,
-    authority: &str,
-) -> Result<http::Request<()>, &'static str> {
-    let method = http::Method::from_bytes(&buf[head.method.clone()]).map_err(|_| "invalid method")?;
-    // Slices of the head's buffer, not copies.
-    let host = head.host.clone().filter(|r| !r.is_empty() && r.end <= buf.len()).map(|r| buf.slice(r));
-    let authority = match host {
-        Some(host) => http::uri::Authority::from_maybe_shared(host),
-        None => http::uri::Authority::try_from(authority),
-    };
-    let authority = authority.map_err(|_| "invalid host")?;
-    let target = head.target.clone();
-    if target.end > buf.len() {
-        return Err("invalid target");
-    }
-    let path = http::uri::PathAndQuery::from_maybe_shared(buf.slice(target)).map_err(|_| "invalid target")?;
-    let uri = http::Uri::builder().scheme(scheme).authority(authority).path_and_query(path).build();
-    let mut request = http::Request::new(());
-    *request.method_mut() = method;
-    *request.uri_mut() = uri.map_err(|_| "invalid target")?;
-    *request.version_mut() = http::Version::HTTP_2;
-    let headers = request.headers_mut();
-    *headers = HeaderMap::with_capacity(fields.len() + 1);
-    for f in fields {
-        let Some(name) = buf.get(f.name.clone()) else {
-            continue;
-        };
-        if connection_specific(name) || name.eq_ignore_ascii_case(b"host") {
-            continue;
-        }
-        // A chunked body's length is unknown: DATA frames carry it unframed.
-        if head.framing == Framing::Chunked && name.eq_ignore_ascii_case(b"content-length") {
-            continue;
-        }
-        if let (Ok(name), Some(value)) = (HeaderName::from_bytes(name), shared_value(buf, f.value.clone())) {
-            headers.append(name, value);
-        }
-    }
-    // The proxy relays trailers, so it says it accepts them (the one `te`
-    // value HTTP/2 allows, RFC 9113 8.2.2); gRPC servers require it.
-    headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
-    Ok(request)
-}
-
-/// Writes the HTTP/1.1 head of a server's HTTP/2 response into `out` and
-/// says whether its body follows in chunked coding. The server's
-/// `content-length` frames the body when it gave one; a response that ended
-/// with its headers gets `content-length: 0`; otherwise the body is chunked.
-/// `head_request` and bodiless statuses keep the fields as they came.
-pub fn server_response_head(
-    parts: &http::response::Parts,
-    head_request: bool,
-    end_stream: bool,
-    out: &mut BytesMut,
-) -> bool {
-    let status = parts.status;
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(status.as_str().as_bytes());
-    out.extend_from_slice(b" ");
-    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-    out.extend_from_slice(b"\r\n");
-    for (name, value) in &parts.headers {
-        if !connection_specific(name.as_str().as_bytes()) {
-            field(out, name.as_str().as_bytes(), value.as_bytes());
-        }
-    }
-    let has_body = switchyard_http::parse::response_has_body(head_request, status.as_u16());
-    let chunked = has_body && !end_stream && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
-    if chunked {
-        field(out, b"transfer-encoding", b"chunked");
-    } else if has_body && end_stream && !parts.headers.contains_key(http::header::CONTENT_LENGTH) {
-        field(out, b"content-length", b"0");
-    }
-    out.extend_from_slice(b"\r\n");
-    chunked
 }
 
 #[cfg(test)]

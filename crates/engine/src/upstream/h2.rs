@@ -1,36 +1,44 @@
 //! HTTP/2 towards servers (`protocol = "h2"` on a pool): cleartext with prior
-//! knowledge (h2c) without `tls`, ALPN `h2` with it.
+//! knowledge (h2c) without `tls`, ALPN `h2` with it, on the project's own
+//! sans-io client codec ([`switchyard_http::http2::client`]).
 //!
 //! Each worker keeps, per (pool, server), a few shared HTTP/2 connections
 //! ([`H2Conns`]); each request opens one stream on one of them. A connection
-//! is driven by its own local task; a new one is opened when none is usable:
-//! all closed, failed or told to go away (GOAWAY), or at the server's
-//! concurrent-stream limit. Only one connection to a server is being opened
-//! at a time per worker, so a burst of requests waits for it rather than
-//! opening one connection each.
+//! is driven by its own local task ([`conn`]); a new one is opened when none
+//! is usable: all closed, failed or told to go away (GOAWAY), or at the
+//! server's concurrent-stream limit. Only one connection to a server is
+//! being opened at a time per worker, so a burst of requests waits for it
+//! rather than opening one connection each; a connection counts as opened
+//! once the server's SETTINGS arrived.
 //!
 //! A request's stream is the pipeline's server connection, an [`H2Stream`]:
-//! the request head the pipeline writes opens the stream, its body goes out
-//! as DATA frames (a chunked body's trailer section as trailers), and the
-//! server's response is read as an HTTP/1.1 head followed by its DATA frames
-//! (chunked, with the trailers, when it has no length; interim 1xx
-//! responses are not passed on). The translation runs in the request's own
-//! task, inside the stream's reads and writes: no pipe, no task per stream.
-//! Dropping the [`H2Stream`] (the pipeline is done, timed out or failed)
-//! resets the stream if it is still open. Timeouts stay the pipeline's: it
-//! sees a server that answers slowly exactly as it would over HTTP/1.1.
+//! the request head the pipeline writes (HTTP/1.1 text: the pipeline's
+//! interface) is parsed once and HPACK-encoded from its field ranges into the
+//! HEADERS that open the stream (no `http::Request`); its body goes out as
+//! DATA frames (a chunked body's trailer section as trailers), taken as the
+//! server's windows allow. The server's response is written by the
+//! connection's task, from the decoded field ranges (no `HeaderMap`), as the
+//! HTTP/1.1 bytes the pipeline reads: interim 1xx heads, then the final
+//! head, then the DATA frames (chunked, with the trailers, when it has no
+//! length). No pipe, no task per stream. Dropping the [`H2Stream`] (the
+//! pipeline is done, timed out or failed) resets the stream if it is still
+//! open. Timeouts stay the pipeline's: it sees a server that answers slowly
+//! exactly as it would over HTTP/1.1.
 //!
-//! A failed connection or a GOAWAY ends the streams it carried: their reads
-//! fail before or during the response, which the pipeline reports as a
-//! closed server connection (502), with the HTTP/2 cause kept for the log
-//! ([`H2Stream::failure`]). An [`H2Stream`] never goes to the HTTP/1.1 idle
-//! pool: the shared connection is the reuse.
+//! A failed connection or a GOAWAY ends the streams it carried (above the
+//! GOAWAY's last id): their reads fail before or during the response, which
+//! the pipeline reports as a closed server connection (502, or another
+//! server when the request may be retried), with the HTTP/2 cause kept for
+//! the log ([`H2Stream::failure`]) and a server's RST_STREAM code for the
+//! client ([`H2Stream::reset`]). An [`H2Stream`] never goes to the HTTP/1.1
+//! idle pool: the shared connection is the reuse.
 //!
 //! Invariants: no server input can panic this code; a failed connection
 //! fails only the streams it carried.
 
+mod conn;
+
 use std::cell::{Cell, RefCell};
-use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -38,21 +46,22 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-use h2::client::{ResponseFuture, SendRequest};
-use h2::Reason;
+use bytes::{Buf, BytesMut};
 use switchyard_config::Pool;
+use switchyard_http::chunked::ChunkedScanner;
+use switchyard_http::http2::client::{self, Client, OpenError, RequestLine};
+use switchyard_http::http2::frame::code;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
+use self::conn::{Conn, Failure, Link, Phase, StreamState};
 use super::stream::ServerStream;
 use super::tls::PoolTls;
 use super::UpstreamConn;
-use crate::translate::data::{Inbound, Outbound};
-use crate::translate::head;
+use crate::translate::data::may_trail;
 use crate::transport::Resets;
 use switchyard_http::error::{Kind, ProxyError};
-use switchyard_http::parse::{self, Framing, HeadLimits};
+use switchyard_http::parse::{self, Field, Framing, HeadLimits};
 
 /// Flow-control window of each stream: response bytes a server may send
 /// before the client it goes to has taken them.
@@ -60,10 +69,12 @@ const STREAM_WINDOW: u32 = 256 * 1024;
 /// Flow-control window of a whole connection: large enough that a few slow
 /// clients do not stall the other streams sharing it.
 const CONNECTION_WINDOW: u32 = 8 * 1024 * 1024;
-/// Request bytes buffered per stream before the server must take them.
-const SEND_BUFFER: usize = 256 * 1024;
+/// The largest response head (decoded header list) taken from a server.
+const MAX_HEADER_LIST: usize = 256 * 1024;
 /// The request head the pipeline writes is one it built; these only bound it.
 const HEAD_LIMITS: HeadLimits = HeadLimits { max_bytes: 256 * 1024, max_fields: 1024 };
+/// Field positions reserved for the request head at once.
+const HEAD_FIELDS: usize = 16;
 
 /// Where and how to reach one server of an HTTP/2 pool.
 #[derive(Debug, Clone, Copy)]
@@ -102,22 +113,8 @@ struct ServerConns {
     opened: Notify,
 }
 
-/// A shared connection: the handle that opens streams, and its state.
-#[derive(Clone)]
-struct Shared {
-    send: SendRequest<Bytes>,
-    state: Rc<ConnState>,
-}
-
-/// What the streams and the driving task of a connection share.
-struct ConnState {
-    /// The connection ended (its task returned).
-    closed: Cell<bool>,
-    /// Streams handed out and not yet ended.
-    streams: Cell<usize>,
-    /// When the last stream ended.
-    idle_since: Cell<Instant>,
-}
+/// A shared connection (also held by its streams and its driving task).
+type Shared = Rc<Conn>;
 
 impl H2Conns {
     /// No connections yet, for each server of `pool`.
@@ -189,12 +186,19 @@ impl H2Conns {
         for (i, slot) in self.servers.iter().enumerate() {
             let mut conns = slot.conns.borrow_mut();
             if !keep(i) {
-                conns.clear();
+                for c in conns.drain(..) {
+                    c.nudge();
+                }
                 continue;
             }
             conns.retain(|c| {
-                let s = &c.state;
-                !s.closed.get() && (s.streams.get() > 0 || now.duration_since(s.idle_since.get()) < max_idle)
+                let keep =
+                    !c.closed.get() && (c.streams.get() > 0 || now.duration_since(c.idle_since.get()) < max_idle);
+                if !keep {
+                    // Its task ends once nothing else holds it.
+                    c.nudge();
+                }
+                keep
             });
         }
     }
@@ -202,16 +206,17 @@ impl H2Conns {
 
 impl ServerConns {
     /// The newest connection that can take another stream now; connections
-    /// found closed or going away are dropped on the way.
+    /// found closed, failed or going away are dropped on the way.
     fn usable(&self) -> Option<Shared> {
         let mut conns = self.conns.borrow_mut();
-        conns.retain_mut(|c| {
-            // A connection error or a GOAWAY received makes this fail at once;
-            // `Pending` only means another stream is being opened.
-            let mut cx = Context::from_waker(Waker::noop());
-            !c.state.closed.get() && !matches!(c.send.poll_ready(&mut cx), Poll::Ready(Err(_)))
+        conns.retain(|c| {
+            let keep = !c.closed.get() && c.inner.borrow().usable();
+            if !keep {
+                c.nudge();
+            }
+            keep
         });
-        conns.iter().rev().find(|c| c.state.streams.get() < c.send.current_max_send_streams()).cloned()
+        conns.iter().rev().find(|c| c.streams.get() < c.inner.borrow().codec.max_streams() as usize).cloned()
     }
 }
 
@@ -227,7 +232,8 @@ impl Drop for Opening<'_> {
 }
 
 /// Opens a connection: TCP, PROXY header, TLS with ALPN `h2` (see
-/// [`super::connect`]), then the HTTP/2 preface, all by `deadline`.
+/// [`super::connect`]), then the HTTP/2 preface both ways (the server's
+/// SETTINGS received), all by `deadline`.
 async fn connect(target: &Target<'_>, deadline: tokio::time::Instant) -> Result<Shared, ProxyError> {
     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
     let conn = super::connect(target.addr, left, target.proxy_header, target.tls, target.server).await?;
@@ -237,65 +243,54 @@ async fn connect(target: &Target<'_>, deadline: tokio::time::Instant) -> Result<
             return Err(ProxyError::retryable(Kind::ServerNotH2));
         }
     }
-    let mut builder = h2::client::Builder::new();
-    builder
-        .enable_push(false)
-        .initial_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW)
-        .max_send_buffer_size(SEND_BUFFER);
-    let (send, connection) = match tokio::time::timeout_at(deadline, builder.handshake::<_, Bytes>(conn.stream)).await {
-        Err(_) => return Err(ProxyError::retryable(Kind::ConnectTimeout)),
-        Ok(Err(e)) => {
-            tracing::warn!(server = %target.addr, error = %e, "HTTP/2 handshake with server failed");
-            return Err(ProxyError::retryable(Kind::ServerClosed));
-        }
-        Ok(Ok(pair)) => pair,
-    };
-    let state =
-        Rc::new(ConnState { closed: Cell::new(false), streams: Cell::new(0), idle_since: Cell::new(Instant::now()) });
-    let (addr, driven) = (target.addr, state.clone());
-    tokio::task::spawn_local(async move {
-        match connection.await {
-            Ok(()) => {}
-            Err(e) if e.is_go_away() && e.is_remote() && e.reason() == Some(Reason::NO_ERROR) => {
-                tracing::debug!(server = %addr, "server closed its HTTP/2 connection (GOAWAY)");
-            }
-            Err(e) => tracing::warn!(server = %addr, error = %e, "HTTP/2 connection to server failed"),
-        }
-        driven.closed.set(true);
+    let codec = Client::new(client::Config {
+        max_header_list: MAX_HEADER_LIST,
+        stream_window: STREAM_WINDOW,
+        connection_window: CONNECTION_WINDOW,
     });
-    Ok(Shared { send, state })
+    let shared = Conn::new(codec);
+    tokio::task::spawn_local(conn::drive(shared.clone(), conn.stream, target.addr));
+    let handshaken = tokio::time::timeout_at(deadline, shared.handshaken()).await;
+    // On failure the task ends once this handle is gone.
+    shared.nudge();
+    match handshaken {
+        Err(_) => Err(ProxyError::retryable(Kind::ConnectTimeout)),
+        Ok(false) => {
+            tracing::warn!(server = %target.addr, "HTTP/2 handshake with server failed");
+            Err(ProxyError::retryable(Kind::ServerClosed))
+        }
+        Ok(true) => Ok(shared),
+    }
 }
 
 /// Hands out one stream of `shared`, to be opened by the request head the
 /// pipeline writes on it.
 fn open_stream(shared: &Shared, scheme: &'static str, target: &Target<'_>) -> UpstreamConn {
-    let state = &shared.state;
-    state.streams.set(state.streams.get() + 1);
-    let link = Rc::new(RefCell::new(Link::default()));
-    let failure = Rc::new(Cell::new(None));
+    shared.streams.set(shared.streams.get() + 1);
+    let link: Link = Rc::new(RefCell::new(StreamState::new()));
     let wr = Wr {
-        state: RefCell::new(Up::Head { send: shared.send.clone(), buf: BytesMut::new() }),
+        conn: shared.clone(),
+        link: link.clone(),
+        state: RefCell::new(Up::Head(BytesMut::new())),
         scheme,
         server: target.addr,
-        link: link.clone(),
-        failure: failure.clone(),
     };
-    let rd = Rd { state: Down::Waiting, link, failure: failure.clone() };
-    let stream = H2Stream { rd, wr, failure, client: target.client.cloned(), _open: StreamGuard(state.clone()) };
+    let rd = Rd { conn: shared.clone(), link: link.clone() };
+    let stream = H2Stream { rd, wr, link, client: target.client.cloned(), _open: StreamGuard(shared.clone()) };
     UpstreamConn { stream: ServerStream::H2(Box::new(stream)), buf: BytesMut::with_capacity(16 * 1024), served: 0 }
 }
 
 /// Counts a stream as open on its connection until dropped.
-struct StreamGuard(Rc<ConnState>);
+struct StreamGuard(Shared);
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
-        let s = &self.0;
-        s.streams.set(s.streams.get().saturating_sub(1));
-        if s.streams.get() == 0 {
-            s.idle_since.set(Instant::now());
+        let c = &self.0;
+        c.streams.set(c.streams.get().saturating_sub(1));
+        if c.streams.get() == 0 {
+            c.idle_since.set(Instant::now());
         }
+        c.nudge();
     }
 }
 
@@ -309,64 +304,47 @@ impl Drop for StreamGuard {
 pub struct H2Stream {
     rd: Rd,
     wr: Wr,
-    failure: Rc<Cell<Option<Failure>>>,
+    link: Link,
     /// The client's HTTP/2 stream's reset codes, when there is one.
     client: Option<Rc<Resets>>,
     _open: StreamGuard,
 }
 
-/// Why a stream failed on the HTTP/2 side: for the log, and the server's
-/// RST_STREAM code when it reset the stream.
-#[derive(Debug, Clone, Copy)]
-struct Failure {
-    why: &'static str,
-    reset: Option<u32>,
-}
-
-/// What the request side hands the response side once the stream is open.
-#[derive(Default)]
-struct Link {
-    response: Option<ResponseFuture>,
-    head_request: bool,
-    /// The response side waited before the stream was open.
-    waker: Option<Waker>,
-}
-
 /// The request side of a stream.
 pub struct Wr {
+    conn: Shared,
+    link: Link,
     /// In a cell: the relay's non-blocking write attempt has a shared borrow.
     state: RefCell<Up>,
     scheme: &'static str,
     /// The server's address: the `:authority` of a request without a
-    /// `Host` (HTTP/1.0), written out only for one.
+    /// `Host` (HTTP/1.0).
     server: SocketAddr,
-    link: Rc<RefCell<Link>>,
-    failure: Rc<Cell<Option<Failure>>>,
 }
 
 enum Up {
     /// Reading the request head the pipeline writes.
-    Head { send: SendRequest<Bytes>, buf: BytesMut },
+    Head(BytesMut),
     /// Sending its body.
-    Body(Outbound),
-    /// Sent whole: the stream is kept to pass on a client's reset.
-    Sent(h2::SendStream<Bytes>),
-    /// Failed before the stream opened.
+    Body(Body),
+    /// Sent whole.
+    Sent,
+    /// Failed before the stream opened, or while sending.
     Failed,
+}
+
+/// The request body's HTTP/1.1 framing, removed on the way to DATA frames.
+enum Body {
+    /// Payload bytes still to come.
+    Length(u64),
+    /// Chunked coding; the payload of one write is gathered in the vector.
+    Chunked(Box<ChunkedScanner>, Vec<u8>),
 }
 
 /// The response side of a stream.
 pub struct Rd {
-    state: Down,
-    link: Rc<RefCell<Link>>,
-    failure: Rc<Cell<Option<Failure>>>,
-}
-
-enum Down {
-    /// Waiting for the response head.
-    Waiting,
-    /// Reading the response.
-    Body(Inbound),
+    conn: Shared,
+    link: Link,
 }
 
 impl std::fmt::Debug for H2Stream {
@@ -390,16 +368,30 @@ impl std::fmt::Debug for Wr {
 impl Drop for H2Stream {
     fn drop(&mut self) {
         // The client reset its stream: the server's is reset with the same
-        // code. Otherwise dropping the handles resets a stream still open
-        // (CANCEL): the pipeline is done, timed out or failed.
-        let Some(code) = self.client.as_ref().and_then(|r| r.by_client.get()) else {
-            return;
+        // code. Otherwise a stream still open is reset with CANCEL: the
+        // pipeline is done, timed out or failed.
+        let code = self.client.as_ref().and_then(|r| r.by_client.get()).unwrap_or(code::CANCEL);
+        let (id, held) = {
+            let s = self.link.borrow();
+            (s.id, s.held)
         };
-        match self.wr.state.get_mut() {
-            Up::Body(body) => body.reset(Reason::from(code)),
-            Up::Sent(send) => send.send_reset(Reason::from(code)),
-            Up::Head { .. } | Up::Failed => {}
+        if id == 0 {
+            return;
         }
+        let Ok(mut inner) = self.wr.conn.inner.try_borrow_mut() else { return };
+        inner.streams.remove(&id);
+        if inner.codec.is_open(id) {
+            inner.codec.send_reset(id, code);
+        }
+        if held > 0 {
+            // Unread bytes: the connection's room comes back.
+            inner.codec.release(id, held);
+        }
+        if inner.codec.can_open() {
+            // A request waiting at the server's stream limit may open its stream.
+            inner.wake_waiting();
+        }
+        inner.kick();
     }
 }
 
@@ -412,135 +404,256 @@ impl H2Stream {
     /// Why the stream failed on the HTTP/2 side, when that says more than
     /// "the server closed the connection" (a reset, a GOAWAY, a protocol error).
     pub fn failure(&self) -> Option<&'static str> {
-        self.failure.get().map(|f| f.why)
+        self.link.borrow().failure.map(|f| f.why)
     }
 
     /// The RST_STREAM code the server reset the stream with, if it did.
     pub fn reset(&self) -> Option<u32> {
-        self.failure.get().and_then(|f| f.reset)
+        self.link.borrow().failure.and_then(|f| f.reset)
+    }
+
+    /// The request side, for the relay's non-blocking writes.
+    pub fn writer(&self) -> &Wr {
+        &self.wr
     }
 }
 
+fn aborted() -> io::Error {
+    io::ErrorKind::ConnectionAborted.into()
+}
+
 impl Wr {
+    /// Records why the stream failed (the first cause wins) and fails it.
+    fn failed(&self, state: &mut Up, failure: Failure) -> io::Error {
+        let mut s = self.link.borrow_mut();
+        s.failure.get_or_insert(failure);
+        s.wake();
+        *state = Up::Failed;
+        aborted()
+    }
+
     fn poll_write(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         let mut state = self.state.borrow_mut();
         match &mut *state {
-            Up::Head { send, buf } => {
-                // Ready for another stream before any byte is taken.
-                if let Err(e) = std::task::ready!(send.poll_ready(cx)) {
-                    self.failure.set(cause(&e));
-                    *state = Up::Failed;
-                    return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
-                }
-                buf.extend_from_slice(data);
-                Poll::Ready(self.open(&mut state).map(|()| data.len()))
-            }
-            Up::Body(body) => match body.poll_write(cx, data) {
-                Poll::Ready(Err(e)) => {
-                    self.failure.set(body.error().and_then(cause));
-                    Poll::Ready(Err(e))
-                }
-                other => other,
-            },
-            Up::Sent(_) if data.is_empty() => Poll::Ready(Ok(0)),
-            Up::Sent(_) => Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, "bytes after the request"))),
-            Up::Failed => Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into())),
+            Up::Head(_) => self.write_head(cx, &mut state, data),
+            Up::Body(_) => self.write_body(cx, &mut state, data),
+            Up::Sent if data.is_empty() => Poll::Ready(Ok(0)),
+            Up::Sent => Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, "bytes after the request"))),
+            Up::Failed => Poll::Ready(Err(aborted())),
         }
+    }
+
+    /// Takes request head bytes once a stream may open (nothing is taken
+    /// while the server's stream limit is reached); opens the stream when
+    /// the head is complete.
+    fn write_head(&self, cx: &mut Context<'_>, state: &mut Up, data: &[u8]) -> Poll<io::Result<usize>> {
+        {
+            let mut inner = self.conn.inner.borrow_mut();
+            if let Some(failure) = inner.failed {
+                drop(inner);
+                return Poll::Ready(Err(self.failed(state, failure)));
+            }
+            if !inner.usable() {
+                drop(inner);
+                let failure = Failure { why: "server went away (HTTP/2 GOAWAY)", reset: None };
+                return Poll::Ready(Err(self.failed(state, failure)));
+            }
+            if !inner.codec.can_open() {
+                inner.waiting.push(cx.waker().clone());
+                return Poll::Pending;
+            }
+        }
+        let Up::Head(buf) = state else { return Poll::Ready(Err(aborted())) };
+        buf.extend_from_slice(data);
+        Poll::Ready(self.open(state).map(|()| data.len()))
     }
 
     /// Opens the stream once the request head is complete, and sends the
     /// body bytes written with it.
     fn open(&self, state: &mut Up) -> io::Result<()> {
-        let Up::Head { send, buf } = state else {
-            return Ok(());
-        };
-        let mut fields = Vec::with_capacity(head::HEAD_FIELDS);
+        let Up::Head(buf) = state else { return Ok(()) };
+        let mut fields = Vec::with_capacity(HEAD_FIELDS);
         let head = match parse::parse_request(buf, HEAD_LIMITS, &mut fields) {
             Ok(Some(head)) => head,
             Ok(None) => return Ok(()),
             Err(_) => return Err(io::Error::new(io::ErrorKind::InvalidData, "invalid request head")),
         };
-        // The head's bytes, frozen: the request's fields are slices of them.
-        let bytes = buf.split_to(head.len).freeze();
-        let has_host = head.host.as_ref().is_some_and(|r| !r.is_empty());
-        let authority = if has_host { String::new() } else { self.server.to_string() };
-        let request = match head::server_request(&bytes, &head, &fields, self.scheme, &authority) {
-            Ok(request) => request,
-            Err(why) => {
-                self.failure.set(Some(Failure { why, reset: None }));
-                *state = Up::Failed;
-                return Err(io::Error::new(io::ErrorKind::InvalidData, why));
+        let bytes = buf.split_to(head.len);
+        let method = &bytes[head.method.clone()];
+        let path = &bytes[head.target.clone()];
+        if !(path.first() == Some(&b'/') || path == b"*") {
+            return Err(self.failed(state, Failure { why: "invalid target for HTTP/2", reset: None }));
+        }
+        // Written out only for a request without `Host` (HTTP/1.0).
+        let server;
+        let authority = match head.host.clone().filter(|r| !r.is_empty()) {
+            Some(host) => &bytes[host],
+            None => {
+                server = self.server.to_string();
+                server.as_bytes()
             }
         };
-        let head_request = bytes.get(head.method.clone()) == Some(&b"HEAD"[..]);
+        let line = RequestLine { method, scheme: self.scheme.as_bytes(), authority, path };
+        let chunked = head.framing == Framing::Chunked;
         let bodiless = matches!(head.framing, Framing::Empty | Framing::Length(0));
-        let (response, stream) = match send.send_request(request, bodiless) {
-            Ok(pair) => pair,
+        let fields = request_fields(&bytes, &fields, chunked);
+        let mut inner = self.conn.inner.borrow_mut();
+        let id = match inner.codec.open(line, fields, bodiless) {
+            Ok(id) => id,
             Err(e) => {
-                self.failure.set(cause(&e));
-                *state = Up::Failed;
-                return Err(io::ErrorKind::ConnectionAborted.into());
+                drop(inner);
+                let why = match e {
+                    OpenError::AtLimit | OpenError::GoingAway => "server went away (HTTP/2 GOAWAY)",
+                    OpenError::Closed => "HTTP/2 connection closed",
+                };
+                return Err(self.failed(state, Failure { why, reset: None }));
             }
         };
-        let rest = std::mem::take(buf);
         {
-            let mut link = self.link.borrow_mut();
-            link.response = Some(response);
-            link.head_request = head_request;
-            if let Some(waker) = link.waker.take() {
-                waker.wake();
+            let mut s = self.link.borrow_mut();
+            s.id = id;
+            s.head_request = method == b"HEAD";
+        }
+        inner.streams.insert(id, self.link.clone());
+        let rest = std::mem::take(buf);
+        let mut body = match head.framing {
+            _ if bodiless => None,
+            Framing::Length(n) => Some(Body::Length(n)),
+            _ => Some(Body::Chunked(Box::new(ChunkedScanner::collecting_trailers()), Vec::new())),
+        };
+        let mut ended = body.is_none();
+        if let Some(body) = body.as_mut() {
+            // Taken whole: the codec queues what the windows do not allow yet.
+            let (n, end) = take(&mut inner.codec, id, body, &rest)?;
+            ended = end;
+            if n < rest.len() {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "bytes after the end of the message"));
             }
         }
-        if bodiless {
-            *state = Up::Sent(stream);
-            return Ok(());
-        }
-        let mut body = Outbound::new(stream, head.framing);
-        let mut at = 0;
-        while at < rest.len() && !body.is_ended() {
-            at += body.write_now(&rest[at..])?;
-        }
-        *state = Up::Body(body);
+        inner.kick();
+        drop(inner);
+        *state = match body {
+            Some(body) if !ended => Up::Body(body),
+            _ => Up::Sent,
+        };
         Ok(())
+    }
+
+    /// Takes body bytes once the stream's windows have room.
+    fn write_body(&self, cx: &mut Context<'_>, state: &mut Up, data: &[u8]) -> Poll<io::Result<usize>> {
+        if data.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let mut inner = self.conn.inner.borrow_mut();
+        let id = {
+            let mut s = self.link.borrow_mut();
+            if s.failure.is_some() {
+                return Poll::Ready(Err(aborted()));
+            }
+            if !inner.codec.can_send(s.id) {
+                // The stream is gone (reset, or the connection failed).
+                return Poll::Ready(Err(aborted()));
+            }
+            if inner.codec.send_capacity(s.id) == 0 {
+                s.writer = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            s.id
+        };
+        let Up::Body(body) = state else { return Poll::Ready(Err(aborted())) };
+        let (n, ended) = match take(&mut inner.codec, id, body, data) {
+            Ok(taken) => taken,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        inner.kick();
+        if ended {
+            *state = Up::Sent;
+        }
+        Poll::Ready(Ok(n))
+    }
+}
+
+/// The request's fields for HTTP/2: `host` is `:authority` and the codec
+/// leaves out connection-specific fields; a chunked body's length is
+/// unknown, so a `content-length` beside it goes too.
+fn request_fields<'a>(
+    bytes: &'a [u8],
+    fields: &'a [Field],
+    chunked: bool,
+) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+    fields.iter().filter_map(move |f| {
+        let (name, value) = (bytes.get(f.name.clone())?, bytes.get(f.value.clone())?);
+        let dropped =
+            name.eq_ignore_ascii_case(b"http2-settings") || (chunked && name.eq_ignore_ascii_case(b"content-length"));
+        (!dropped).then_some((name, value))
+    })
+}
+
+/// Removes the HTTP/1.1 framing from `data` and hands the payload to the
+/// codec; returns how many bytes of `data` belonged to the body and
+/// whether it ended.
+fn take(codec: &mut Client, id: u32, body: &mut Body, data: &[u8]) -> io::Result<(usize, bool)> {
+    let gone = || io::Error::new(io::ErrorKind::ConnectionAborted, "the HTTP/2 stream is gone");
+    match body {
+        Body::Length(left) => {
+            let n = data.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+            *left -= n as u64;
+            let end = *left == 0;
+            if (n > 0 || end) && !codec.send_data(id, &data[..n], end) {
+                return Err(gone());
+            }
+            Ok((n, end))
+        }
+        Body::Chunked(scanner, payload) => {
+            payload.clear();
+            let consumed = scanner
+                .scan_with(data, |run| payload.extend_from_slice(&data[run]))
+                .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))?;
+            if !scanner.is_done() {
+                if !payload.is_empty() && !codec.send_data(id, payload, false) {
+                    return Err(gone());
+                }
+                return Ok((consumed, false));
+            }
+            let mut trailers = scanner.trailers().filter(|(name, _)| may_trail(name)).peekable();
+            let sent = if trailers.peek().is_none() {
+                codec.send_data(id, payload, true)
+            } else {
+                (payload.is_empty() || codec.send_data(id, payload, false)) && codec.send_trailers(id, trailers)
+            };
+            if !sent {
+                return Err(gone());
+            }
+            Ok((consumed, true))
+        }
     }
 }
 
 impl Rd {
     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        if let Down::Waiting = self.state {
-            let mut link = self.link.borrow_mut();
-            let Some(response) = link.response.as_mut() else {
-                link.waker = Some(cx.waker().clone());
-                return Poll::Pending;
-            };
-            let response = match std::task::ready!(Pin::new(response).poll(cx)) {
-                Ok(response) => response,
-                Err(e) => {
-                    self.failure.set(cause(&e));
-                    return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
-                }
-            };
-            link.response = None;
-            let (parts, body) = response.into_parts();
-            let mut out = BytesMut::with_capacity(1024);
-            let has_body = parse::response_has_body(link.head_request, parts.status.as_u16());
-            let chunked = head::server_response_head(&parts, link.head_request, body.is_end_stream(), &mut out);
-            self.state = Down::Body(if has_body {
-                Inbound::new(body, chunked, out.freeze())
-            } else {
-                Inbound::empty(out.freeze())
-            });
-        }
-        let Down::Body(body) = &mut self.state else {
-            return Poll::Pending;
-        };
-        match body.poll_read(cx, buf) {
-            Poll::Ready(Err(e)) => {
-                self.failure.set(body.error().and_then(cause));
-                Poll::Ready(Err(e))
+        let mut s = self.link.borrow_mut();
+        if !s.inbound.is_empty() {
+            let n = s.inbound.len().min(buf.remaining());
+            buf.put_slice(&s.inbound[..n]);
+            s.inbound.advance(n);
+            if s.inbound.is_empty() && s.held > 0 {
+                // All read: the server may send as much again.
+                let (id, held) = (s.id, std::mem::take(&mut s.held));
+                drop(s);
+                let mut inner = self.conn.inner.borrow_mut();
+                inner.codec.release(id, held);
+                inner.kick();
             }
-            other => other,
+            return Poll::Ready(Ok(()));
         }
+        if s.failure.is_some() {
+            return Poll::Ready(Err(aborted()));
+        }
+        if s.phase == Phase::Done {
+            return Poll::Ready(Ok(()));
+        }
+        s.reader = Some(cx.waker().clone());
+        Poll::Pending
     }
 }
 
@@ -581,13 +694,6 @@ impl crate::transport::Sink for Wr {
     }
 }
 
-impl H2Stream {
-    /// The request side, for the relay's non-blocking writes.
-    pub fn writer(&self) -> &Wr {
-        &self.wr
-    }
-}
-
 impl AsyncRead for H2Stream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         self.get_mut().rd.poll_read(cx, buf)
@@ -605,33 +711,5 @@ impl AsyncWrite for H2Stream {
 
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
-    }
-}
-
-/// What an HTTP/2 failure says about the server, for the log, and the
-/// server's reset code when it reset the stream.
-fn cause(e: &h2::Error) -> Option<Failure> {
-    if e.is_io() {
-        return None;
-    }
-    let why = match (e.is_remote(), e.is_go_away(), e.reason()) {
-        (true, _, Some(Reason::REFUSED_STREAM)) => "server refused the HTTP/2 stream",
-        (true, true, _) => "server went away (HTTP/2 GOAWAY)",
-        (true, false, _) => "server reset the HTTP/2 stream",
-        (false, _, _) => "invalid HTTP/2 from server",
-    };
-    let reset = (e.is_reset() && e.is_remote()).then(|| e.reason().map(u32::from)).flatten();
-    Some(Failure { why, reset })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn causes_name_the_side_and_the_frame() {
-        let refused = h2::Error::from(Reason::REFUSED_STREAM);
-        // A reason alone is a locally detected error.
-        assert_eq!(cause(&refused).map(|f| (f.why, f.reset)), Some(("invalid HTTP/2 from server", None)));
     }
 }

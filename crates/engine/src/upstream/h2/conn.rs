@@ -1,0 +1,490 @@
+//! One HTTP/2 connection to a server on the project's own codec
+//! ([`switchyard_http::http2::client`]): the codec and the state of each
+//! stream it carries, shared by the connection's driving task and the
+//! requests' streams ([`super::H2Stream`]), all on one worker thread.
+//!
+//! The driving task ([`drive`]) owns the socket: it writes out what the
+//! codec queued and feeds it what the server sent, and turns the codec's
+//! events into each stream's state: the response written as the HTTP/1.1
+//! bytes the pipeline reads (status line and fields, then the body as it
+//! came when it has a length, else chunked with the trailers as the last
+//! chunk's trailer section; interim 1xx heads before the final one), or the
+//! stream's failure. Streams wake it when they queue frames; it wakes them
+//! when their response grows, their window opens or the connection fails.
+//!
+//! Invariants: no server input can panic this code; a failed connection
+//! fails only the streams it carried; the task ends once the connection
+//! failed, or once nothing but the task holds it (dropped from the pool and
+//! its last stream done), after a GOAWAY.
+
+use std::cell::{Cell, RefCell};
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use bytes::BytesMut;
+use switchyard_http::http2::client::{Client, Event};
+use switchyard_http::http2::frame::code;
+use switchyard_http::http2::response::Response;
+use switchyard_http::http2::server::StreamMap;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::super::stream::ServerStream;
+use crate::translate::data::may_trail;
+
+/// The read buffer: a frame (at most 16 KiB + 9, what we advertise) always fits.
+const READ_BUF: usize = 64 * 1024;
+
+/// Why a stream failed on the HTTP/2 side: for the log, and the server's
+/// RST_STREAM code when it reset the stream.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Failure {
+    pub why: &'static str,
+    pub reset: Option<u32>,
+}
+
+/// Where a stream's response is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// No final head yet.
+    Waiting,
+    /// The head came; the body is arriving.
+    Body,
+    /// The whole response is in `inbound`.
+    Done,
+}
+
+/// One request's stream as the connection and the request share it.
+pub(super) struct StreamState {
+    /// The stream id; 0 until the request head opened it.
+    pub id: u32,
+    /// Response bytes, as HTTP/1.1, not yet read by the pipeline.
+    pub inbound: BytesMut,
+    /// Body bytes in `inbound` whose flow-control room is not yet released.
+    pub held: usize,
+    /// The response body goes to the pipeline in chunked coding.
+    pub chunked: bool,
+    /// The request was HEAD (the response has no body whatever its fields).
+    pub head_request: bool,
+    /// The final response has a body (not HEAD, 204, 304).
+    body: bool,
+    pub phase: Phase,
+    pub failure: Option<Failure>,
+    pub reader: Option<Waker>,
+    pub writer: Option<Waker>,
+}
+
+impl StreamState {
+    pub fn new() -> Self {
+        StreamState {
+            id: 0,
+            inbound: BytesMut::new(),
+            held: 0,
+            chunked: false,
+            head_request: false,
+            body: false,
+            phase: Phase::Waiting,
+            failure: None,
+            reader: None,
+            writer: None,
+        }
+    }
+
+    fn fail(&mut self, failure: Failure) {
+        if self.failure.is_none() && self.phase != Phase::Done {
+            self.failure = Some(failure);
+        }
+        self.wake();
+    }
+
+    pub fn wake(&mut self) {
+        if let Some(w) = self.reader.take() {
+            w.wake();
+        }
+        if let Some(w) = self.writer.take() {
+            w.wake();
+        }
+    }
+}
+
+/// A stream's shared state.
+pub(super) type Link = Rc<RefCell<StreamState>>;
+
+/// The codec and what the task and the streams share.
+pub(super) struct Inner {
+    pub codec: Client,
+    /// The streams opened on the codec, by id.
+    pub streams: StreamMap<Link>,
+    /// The connection failed (or ended): why, for the streams still waiting.
+    pub failed: Option<Failure>,
+    /// The driving task, to wake when there is output.
+    driver: Option<Waker>,
+    /// Requests waiting for the server's stream limit, or for the handshake.
+    pub waiting: Vec<Waker>,
+}
+
+impl Inner {
+    /// Wakes the task when the codec has frames to write.
+    pub fn kick(&mut self) {
+        if !self.codec.output().is_empty() {
+            if let Some(w) = self.driver.take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// Wakes the requests waiting to open a stream (or for the handshake).
+    pub fn wake_waiting(&mut self) {
+        for w in self.waiting.drain(..) {
+            w.wake();
+        }
+    }
+
+    /// Fails the connection and every stream it carries.
+    fn fail(&mut self, failure: Failure) {
+        self.failed.get_or_insert(failure);
+        for (_, link) in self.streams.drain() {
+            link.borrow_mut().fail(failure);
+        }
+        self.wake_waiting();
+    }
+
+    /// Whether a new stream may open now, or will once others end.
+    pub fn usable(&self) -> bool {
+        self.failed.is_none() && !self.codec.is_closed() && self.codec.going_away().is_none()
+    }
+}
+
+/// A connection: shared by the pool, its streams and its driving task.
+pub(super) struct Conn {
+    pub inner: RefCell<Inner>,
+    /// The task ended.
+    pub closed: Cell<bool>,
+    /// Streams handed out and not yet ended.
+    pub streams: Cell<usize>,
+    /// When the last stream ended.
+    pub idle_since: Cell<Instant>,
+}
+
+impl Conn {
+    pub fn new(codec: Client) -> Rc<Conn> {
+        Rc::new(Conn {
+            inner: RefCell::new(Inner {
+                codec,
+                streams: StreamMap::default(),
+                failed: None,
+                driver: None,
+                waiting: Vec::new(),
+            }),
+            closed: Cell::new(false),
+            streams: Cell::new(0),
+            idle_since: Cell::new(Instant::now()),
+        })
+    }
+
+    /// Wakes the task (a holder went: it may be the last).
+    pub fn nudge(&self) {
+        if let Ok(mut inner) = self.inner.try_borrow_mut() {
+            if let Some(w) = inner.driver.take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// Waits for the server's SETTINGS (its half of the handshake); false
+    /// when the connection failed first.
+    pub async fn handshaken(&self) -> bool {
+        poll_fn(|cx| {
+            let mut inner = self.inner.borrow_mut();
+            if inner.codec.handshaken() {
+                return Poll::Ready(true);
+            }
+            if inner.failed.is_some() {
+                return Poll::Ready(false);
+            }
+            inner.waiting.push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// Drives `conn` over `io` until it fails or nothing else holds it.
+pub(super) async fn drive(conn: Rc<Conn>, mut io: ServerStream, server: SocketAddr) {
+    let mut buf = vec![0u8; READ_BUF];
+    let mut filled = 0;
+    let mut flushed = true;
+    let result = poll_fn(|cx| loop {
+        let mut progress = false;
+        match write_out(&conn, &mut io, cx, &mut flushed) {
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Ready(Ok(wrote)) => progress |= wrote,
+            Poll::Pending => {}
+        }
+        let mut rb = ReadBuf::new(&mut buf[filled..]);
+        match Pin::new(&mut io).poll_read(cx, &mut rb) {
+            Poll::Ready(Ok(())) if rb.filled().is_empty() => return Poll::Ready(Err(Ended::Eof)),
+            Poll::Ready(Ok(())) => {
+                filled += rb.filled().len();
+                let used = feed(&conn, &buf[..filled]).map_err(Ended::Protocol);
+                let used = match used {
+                    Ok(used) => used,
+                    Err(e) => return Poll::Ready(Err(e)),
+                };
+                buf.copy_within(used..filled, 0);
+                filled -= used;
+                progress = true;
+            }
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(Ended::Io(e))),
+            Poll::Pending => {}
+        }
+        let mut inner = conn.inner.borrow_mut();
+        if Rc::strong_count(&conn) == 1 && inner.codec.output().is_empty() && flushed {
+            if inner.codec.is_closed() {
+                return Poll::Ready(Ok(()));
+            }
+            // Nothing else holds the connection: a graceful end.
+            inner.codec.go_away(code::NO_ERROR);
+            continue;
+        }
+        if !progress {
+            inner.driver = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+    })
+    .await;
+    let why = match result {
+        Ok(()) => {
+            tracing::debug!(server = %server, "HTTP/2 connection to server no longer used: closed");
+            "HTTP/2 connection closed"
+        }
+        Err(Ended::Eof) if conn.inner.borrow().codec.going_away().is_some() => {
+            tracing::debug!(server = %server, "server closed its HTTP/2 connection (GOAWAY)");
+            "server went away (HTTP/2 GOAWAY)"
+        }
+        Err(Ended::Eof) => {
+            tracing::warn!(server = %server, error = "connection closed", "HTTP/2 connection to server failed");
+            "server closed the HTTP/2 connection"
+        }
+        Err(Ended::Io(e)) => {
+            tracing::warn!(server = %server, error = %e, "HTTP/2 connection to server failed");
+            "server closed the HTTP/2 connection"
+        }
+        Err(Ended::Protocol(reason)) => {
+            tracing::warn!(server = %server, error = reason, "HTTP/2 connection to server failed");
+            "invalid HTTP/2 from server"
+        }
+    };
+    conn.inner.borrow_mut().fail(Failure { why, reset: None });
+    conn.closed.set(true);
+    // Our GOAWAY, if any, goes out as far as the socket takes it at once.
+    let _ = poll_fn(|cx| Poll::Ready(write_out(&conn, &mut io, cx, &mut flushed))).await;
+}
+
+/// How the connection ended badly.
+enum Ended {
+    Eof,
+    Io(io::Error),
+    Protocol(&'static str),
+}
+
+/// Writes what the codec queued; `Ok(true)` when bytes went out.
+fn write_out(
+    conn: &Conn,
+    io: &mut ServerStream,
+    cx: &mut Context<'_>,
+    flushed: &mut bool,
+) -> Poll<Result<bool, Ended>> {
+    let mut wrote = false;
+    loop {
+        let mut inner = conn.inner.borrow_mut();
+        let out = inner.codec.output();
+        if out.is_empty() {
+            break;
+        }
+        match Pin::new(&mut *io).poll_write(cx, out) {
+            Poll::Ready(Ok(0)) => return Poll::Ready(Err(Ended::Eof)),
+            Poll::Ready(Ok(n)) => {
+                inner.codec.written(n);
+                wrote = true;
+                *flushed = false;
+            }
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(Ended::Io(e))),
+            Poll::Pending => return if wrote { Poll::Ready(Ok(true)) } else { Poll::Pending },
+        }
+    }
+    if !*flushed {
+        // TLS buffers records: flushed once the codec's output is all taken.
+        match Pin::new(&mut *io).poll_flush(cx) {
+            Poll::Ready(Ok(())) => *flushed = true,
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(Ended::Io(e))),
+            Poll::Pending => {}
+        }
+    }
+    Poll::Ready(Ok(wrote))
+}
+
+/// Feeds the server's bytes to the codec and its events to the streams;
+/// returns the bytes used.
+fn feed(conn: &Conn, input: &[u8]) -> Result<usize, &'static str> {
+    let mut inner = conn.inner.borrow_mut();
+    let Inner { codec, streams, .. } = &mut *inner;
+    let mut released = Vec::new();
+    let used = codec.recv(input, &mut |event| on_event(streams, event, &mut released));
+    for (id, n) in released {
+        codec.release(id, n);
+    }
+    if codec.take_window_opened() {
+        // Windows grew or streams ended: writers and openers may go on.
+        for link in streams.values() {
+            if let Some(w) = link.borrow_mut().writer.take() {
+                w.wake();
+            }
+        }
+        inner.wake_waiting();
+    }
+    match used {
+        Ok(used) => {
+            if inner.codec.handshaken() {
+                inner.wake_waiting();
+            }
+            Ok(used)
+        }
+        Err(e) => Err(e.reason),
+    }
+}
+
+/// One codec event into the stream it concerns (streams stay in the map
+/// until their request drops them). Body bytes no one reads (a bodiless
+/// response's, a stream's already dropped) are handed back in `released`.
+fn on_event(streams: &mut StreamMap<Link>, event: Event<'_>, released: &mut Vec<(u32, usize)>) {
+    match event {
+        Event::Interim { stream, response } => {
+            if let Some(link) = streams.get(&stream) {
+                let mut s = link.borrow_mut();
+                write_head(&mut s.inbound, response, None);
+                s.wake();
+            }
+        }
+        Event::Response { stream, response, end_stream } => {
+            let Some(link) = streams.get(&stream) else { return };
+            let mut s = link.borrow_mut();
+            s.body = switchyard_http::parse::response_has_body(s.head_request, response.status);
+            let framing = match (s.body, end_stream, response.content_length) {
+                (true, false, None) => Some(&b"transfer-encoding: chunked"[..]),
+                (true, true, None) => Some(&b"content-length: 0"[..]),
+                _ => None,
+            };
+            s.chunked = s.body && !end_stream && response.content_length.is_none();
+            write_head(&mut s.inbound, response, framing);
+            s.phase = if end_stream { Phase::Done } else { Phase::Body };
+            s.wake();
+        }
+        Event::Data { stream, data, end_stream } => {
+            let Some(link) = streams.get(&stream) else {
+                released.push((stream, data.len()));
+                return;
+            };
+            let mut s = link.borrow_mut();
+            if !s.body || data.is_empty() {
+                released.push((stream, data.len()));
+            } else {
+                if s.chunked {
+                    chunk(&mut s.inbound, data);
+                } else {
+                    s.inbound.extend_from_slice(data);
+                }
+                s.held += data.len();
+            }
+            if end_stream {
+                if s.chunked {
+                    s.inbound.extend_from_slice(b"0\r\n\r\n");
+                }
+                s.phase = Phase::Done;
+            }
+            s.wake();
+        }
+        Event::Trailers { stream, buf, fields } => {
+            let Some(link) = streams.get(&stream) else { return };
+            let mut s = link.borrow_mut();
+            if s.chunked {
+                // HTTP/1.1 carries trailers only in chunked coding: a body
+                // framed by its length loses them.
+                s.inbound.extend_from_slice(b"0\r\n");
+                for f in fields {
+                    let (Some(name), Some(value)) = (buf.get(f.name.clone()), buf.get(f.value.clone())) else {
+                        continue;
+                    };
+                    if may_trail(name) {
+                        field(&mut s.inbound, name, value);
+                    }
+                }
+                s.inbound.extend_from_slice(b"\r\n");
+            }
+            s.phase = Phase::Done;
+            s.wake();
+        }
+        Event::Reset { stream, code, by_peer } => {
+            let Some(link) = streams.get(&stream) else { return };
+            let why = match (by_peer, code) {
+                (true, self::code::REFUSED_STREAM) => "server refused the HTTP/2 stream",
+                (true, _) => "server reset the HTTP/2 stream",
+                (false, _) => "invalid HTTP/2 from server",
+            };
+            link.borrow_mut().fail(Failure { why, reset: by_peer.then_some(code) });
+        }
+        Event::GoAway { last_stream, code } => {
+            tracing::debug!(last_stream, code, "server sent GOAWAY");
+        }
+        Event::Unprocessed { stream } => {
+            // Not processed (RFC 9113 6.8): safe to send again.
+            if let Some(link) = streams.get(&stream) {
+                link.borrow_mut().fail(Failure { why: "server went away (HTTP/2 GOAWAY)", reset: None });
+            }
+        }
+    }
+}
+
+/// Writes a response head as HTTP/1.1 text, `framing` added when the
+/// body's length is not given by the server.
+fn write_head(out: &mut BytesMut, response: &Response, framing: Option<&[u8]>) {
+    let mut digits = [b'0'; 3];
+    let mut n = response.status.min(999);
+    for d in digits.iter_mut().rev() {
+        *d = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    let reason = http::StatusCode::from_u16(response.status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(&digits);
+    out.extend_from_slice(b" ");
+    out.extend_from_slice(reason.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in response.iter() {
+        field(out, name, value);
+    }
+    if let Some(line) = framing {
+        out.extend_from_slice(line);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// One DATA frame's payload as a chunk.
+fn chunk(out: &mut BytesMut, data: &[u8]) {
+    use std::fmt::Write as _;
+    let _ = write!(out, "{:x}\r\n", data.len());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}

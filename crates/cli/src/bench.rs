@@ -17,8 +17,10 @@ pub struct BenchArgs {
     /// A subset of tests at two sizes, one short run each (under 3 minutes).
     #[arg(long)]
     quick: bool,
-    /// Peers to measure beside switchyard, comma-separated: haproxy, nginx, and
-    /// floor-uring (the floor on io_uring, beside the floor on epoll).
+    /// Peers to measure beside switchyard, comma-separated: haproxy, nginx,
+    /// floor-uring (the floor on io_uring, beside the floor on epoll), and
+    /// switchyard=PATH (a second switchyard build, e.g. the one before a change,
+    /// measured in the same run and reported as `switchyard-b`).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
     /// Output folder (default: bench-out/<timestamp>).

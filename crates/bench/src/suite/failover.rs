@@ -88,6 +88,7 @@ impl Observer {
             TargetKind::Direct | TargetKind::Floor | TargetKind::FloorUring => {
                 bail!("the baseline and the floor have no servers to fail over")
             }
+            TargetKind::SwitchyardB => bail!("the second switchyard build has no failover setup"),
         })
     }
 

@@ -343,13 +343,17 @@ fn discover(opts: &SuiteOptions) -> anyhow::Result<Vec<Target>> {
     ];
     for name in &opts.peers {
         let Some(kind) = TargetKind::peer(name) else {
-            bail!("unknown peer `{name}` (known: haproxy, nginx, floor-uring)")
+            bail!("unknown peer `{name}` (known: haproxy, nginx, floor-uring, switchyard=PATH)")
         };
         if v.iter().any(|t| t.kind == kind) {
             continue;
         }
         if kind == TargetKind::FloorUring {
             v.push(floor_uring_target(opts, &sw));
+            continue;
+        }
+        if let Some(path) = plan::second_build(name) {
+            v.push(second_build_target(Path::new(path)));
             continue;
         }
         let (program, version) = match procs::which(kind.name()) {
@@ -368,6 +372,20 @@ fn discover(opts: &SuiteOptions) -> anyhow::Result<Vec<Target>> {
         v.push(Target { kind, program, version, configs: Vec::new() });
     }
     Ok(v)
+}
+
+/// A second switchyard build as a target (`--peers switchyard=PATH`): not supported,
+/// with the reason, when the binary does not run.
+fn second_build_target(path: &Path) -> Target {
+    let (program, version) = match procs::version_of(path, &["--version"]) {
+        Some(v) => (Ok(path.to_path_buf()), format!("{v} ({})", path.display())),
+        None => {
+            let why = format!("cannot run {} --version", path.display());
+            eprintln!("bench: switchyard-b: {why}: its cells are reported as not supported");
+            (Err(why), "not runnable".into())
+        }
+    };
+    Target { kind: TargetKind::SwitchyardB, program, version, configs: Vec::new() }
 }
 
 /// The floor on io_uring as a target: not supported, with the kernel's reason, where
@@ -396,6 +414,9 @@ fn configure(t: &mut Target, setup: Setup, env: &targets::Env, out: &Path) -> Su
         (TargetKind::Floor | TargetKind::FloorUring, _) => {
             return Support::No("the floor moves HTTP/1.1 and TCP bytes only".into())
         }
+        (TargetKind::SwitchyardB, Setup::Failover) => {
+            return Support::No("the second switchyard build is compared on the other tests".into())
+        }
         _ => {}
     }
     let program = match &t.program {
@@ -403,7 +424,7 @@ fn configure(t: &mut Target, setup: Setup, env: &targets::Env, out: &Path) -> Su
         Err(why) => return Support::No(why.clone()),
     };
     let text = match t.kind {
-        TargetKind::Switchyard => Ok(targets::switchyard(setup, env)),
+        TargetKind::Switchyard | TargetKind::SwitchyardB => Ok(targets::switchyard_as(t.kind, setup, env)),
         TargetKind::Haproxy => targets::haproxy(setup, env),
         _ => targets::nginx(setup, env),
     };
@@ -420,7 +441,7 @@ fn configure(t: &mut Target, setup: Setup, env: &targets::Env, out: &Path) -> Su
         return Support::No(format!("cannot write {}: {e}", file.display()));
     }
     t.configs.push(rel);
-    if t.kind != TargetKind::Switchyard {
+    if !t.kind.is_switchyard() {
         return Support::Yes;
     }
     // switchyard decides itself what it supports: its checker refuses features not built.
@@ -457,7 +478,7 @@ fn start(
         let _ = std::fs::remove_file(&access_log);
     }
     let args: Vec<String> = match t.kind {
-        TargetKind::Switchyard => vec!["run".into(), "-c".into(), file.display().to_string()],
+        TargetKind::Switchyard | TargetKind::SwitchyardB => vec!["run".into(), "-c".into(), file.display().to_string()],
         TargetKind::Haproxy => vec!["-db".into(), "-f".into(), file.display().to_string()],
         TargetKind::Nginx => {
             vec![

@@ -47,6 +47,10 @@ pub enum TargetKind {
     Direct,
     /// switchyard itself.
     Switchyard,
+    /// A second switchyard build, measured as a peer in the same run
+    /// (`--peers switchyard=/path/to/binary`): a before/after comparison of two
+    /// builds on the same machine at the same time.
+    SwitchyardB,
     /// HAProxy (peer).
     Haproxy,
     /// NGINX (peer).
@@ -65,6 +69,7 @@ impl TargetKind {
         match self {
             TargetKind::Direct => "direct",
             TargetKind::Switchyard => "switchyard",
+            TargetKind::SwitchyardB => "switchyard-b",
             TargetKind::Haproxy => "haproxy",
             TargetKind::Nginx => "nginx",
             TargetKind::Floor => "floor",
@@ -72,21 +77,35 @@ impl TargetKind {
         }
     }
 
-    /// Parses a peer name given to `--peers` (`floor`, always measured, is accepted too).
+    /// Parses a peer name given to `--peers` (`floor`, always measured, is accepted too;
+    /// `switchyard=PATH` is a second switchyard build, see [`second_build`]).
     pub fn peer(name: &str) -> Option<TargetKind> {
         match name.trim() {
             "haproxy" => Some(TargetKind::Haproxy),
             "nginx" => Some(TargetKind::Nginx),
             "floor" => Some(TargetKind::Floor),
             "floor-uring" => Some(TargetKind::FloorUring),
+            n if second_build(n).is_some() => Some(TargetKind::SwitchyardB),
             _ => None,
         }
+    }
+
+    /// Whether this is a switchyard build (the one under test or the second one).
+    pub fn is_switchyard(self) -> bool {
+        matches!(self, TargetKind::Switchyard | TargetKind::SwitchyardB)
     }
 
     /// Whether this is one of the bench's own minimal forwarders.
     pub fn is_floor(self) -> bool {
         matches!(self, TargetKind::Floor | TargetKind::FloorUring)
     }
+}
+
+/// The binary of a second switchyard build given to `--peers` as `switchyard=PATH`
+/// (measured as `switchyard-b`); `None` for any other peer name or an empty path.
+pub fn second_build(peer: &str) -> Option<&str> {
+    let path = peer.trim().strip_prefix("switchyard=")?.trim();
+    (!path.is_empty()).then_some(path)
 }
 
 /// The configuration a test needs from a target; tests sharing one run against the
@@ -565,6 +584,17 @@ mod tests {
     }
 
     #[test]
+    fn a_second_switchyard_build_is_a_peer_with_its_path() {
+        assert_eq!(TargetKind::peer("switchyard=/opt/old/switchyard"), Some(TargetKind::SwitchyardB));
+        assert_eq!(second_build(" switchyard= /opt/old/switchyard "), Some("/opt/old/switchyard"));
+        assert_eq!(TargetKind::peer("switchyard="), None, "a path is needed");
+        assert_eq!(TargetKind::peer("switchyard"), None, "switchyard itself is always measured");
+        assert_eq!(second_build("haproxy"), None);
+        assert_eq!(TargetKind::SwitchyardB.name(), "switchyard-b");
+        assert!(TargetKind::SwitchyardB.is_switchyard() && !TargetKind::SwitchyardB.is_floor());
+    }
+
+    #[test]
     fn floor_uring_is_asked_for_as_a_peer_and_has_its_own_port() {
         assert_eq!(TargetKind::peer("floor-uring"), Some(TargetKind::FloorUring));
         assert_eq!(TargetKind::peer(" floor "), Some(TargetKind::Floor));
@@ -573,6 +603,7 @@ mod tests {
         assert!(!TargetKind::Haproxy.is_floor());
         let ports = crate::suite::targets::Ports::from_base(30000);
         assert_eq!((ports.targets[&TargetKind::Floor], ports.targets[&TargetKind::FloorUring]), (30014, 30015));
+        assert_eq!(ports.targets[&TargetKind::SwitchyardB], 30016);
         let mut all = ports.all();
         let n = all.len();
         all.sort_unstable();

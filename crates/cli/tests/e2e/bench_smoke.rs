@@ -107,3 +107,40 @@ fn quick_bench_writes_a_report_with_figures() {
     assert!(conc["outcome"]["runs"][0]["memory_per_connection_bytes"].as_f64().is_some(), "{conc}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `--peers switchyard=PATH`: a second switchyard build measured in the same run, as the
+/// peer `switchyard-b`, with the same configuration on its own port (here the same binary:
+/// the test checks the plumbing, not a difference).
+#[test]
+fn a_second_switchyard_build_is_measured_as_a_peer() {
+    let out = crate::common::temp_dir("bench-second-build");
+    let _ = std::fs::remove_dir_all(&out);
+    let bin = env!("CARGO_BIN_EXE_switchyard");
+    let status = Command::new(bin)
+        .args(["bench", "--quick", "--only", "l7-keepalive-rps", "--sizes", "128", "--syscalls", "off"])
+        .arg("--peers")
+        .arg(format!("switchyard={bin}"))
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .expect("run switchyard bench");
+    assert!(status.success(), "switchyard bench with a second build failed: {status}");
+    let text = std::fs::read_to_string(out.join("results.json")).expect("read results.json");
+    let r: Value = serde_json::from_str(&text).expect("results.json parses");
+    let second = r["targets"].as_array().expect("targets").iter().find(|t| t["name"] == "switchyard-b");
+    let version = second.expect("a switchyard-b target")["version"].as_str().unwrap_or_default();
+    assert!(version.contains(bin), "its version names the binary: {version}");
+    let tests = r["tests"].as_array().expect("tests");
+    for target in ["switchyard", "switchyard-b"] {
+        let cell = tests
+            .iter()
+            .find(|t| t["test"] == "l7_keepalive_rps" && t["target"] == target && t["size"] == 128)
+            .unwrap_or_else(|| panic!("{target} L7 keep-alive 128 B cell"));
+        assert_eq!(cell["outcome"]["status"], "measured", "{cell}");
+        let run = &cell["outcome"]["runs"][0];
+        assert!(run["requests"].as_u64().unwrap_or(0) > 0 && run["errors"] == 0, "{target}: {run}");
+    }
+    let md = std::fs::read_to_string(out.join("report.md")).expect("read report.md");
+    assert!(md.contains("switchyard-b"), "the report names the second build");
+    let _ = std::fs::remove_dir_all(&out);
+}

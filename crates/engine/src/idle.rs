@@ -13,7 +13,9 @@
 //! The worker's [`expire`] task sleeps until the earliest deadline in the
 //! table (no earlier than [`GRANULARITY`] after its last pass, so a crowd of
 //! connections with spread deadlines costs a pass per granule, not one per
-//! connection), marks the entries whose deadline has passed and wakes them.
+//! connection; only a new entry whose deadline comes before the one the task
+//! sleeps until brings a pass forward), marks the entries whose deadline has
+//! passed and wakes them.
 //! On a drain or a reload it wakes every entry: each checks whether it
 //! still may wait ([`Wait`]'s `poll`). A connection whose bytes arrive
 //! removes its entry when its wait ends, which is what the keep-alive path

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 #[test]
 fn scaling_writes_a_row_per_target_and_worker_count() {
+    let _bench = crate::common::one_bench_at_a_time();
     let out = crate::common::temp_dir("bench-scaling");
     let _ = std::fs::remove_dir_all(&out);
     let output = Command::new(env!("CARGO_BIN_EXE_switchyard"))

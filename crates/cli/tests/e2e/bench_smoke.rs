@@ -12,6 +12,7 @@ use serde_json::Value;
 
 #[test]
 fn quick_bench_writes_a_report_with_figures() {
+    let _bench = crate::common::one_bench_at_a_time();
     let out = crate::common::temp_dir("bench-smoke");
     let _ = std::fs::remove_dir_all(&out);
     let start = Instant::now();
@@ -113,6 +114,7 @@ fn quick_bench_writes_a_report_with_figures() {
 /// the test checks the plumbing, not a difference).
 #[test]
 fn a_second_switchyard_build_is_measured_as_a_peer() {
+    let _bench = crate::common::one_bench_at_a_time();
     let out = crate::common::temp_dir("bench-second-build");
     let _ = std::fs::remove_dir_all(&out);
     let bin = env!("CARGO_BIN_EXE_switchyard");

@@ -53,6 +53,13 @@ pub fn free_port_on(addr: SocketAddr) -> u16 {
     pick_port(addr, |a| TcpListener::bind(a).is_ok())
 }
 
+/// Held by a test while it runs `switchyard bench`: a bench takes the first free block of
+/// loopback ports when it starts, so two started at once could both take the same block.
+pub fn one_bench_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static BENCH: Mutex<()> = Mutex::new(());
+    BENCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A free UDP port on the given address's IP, from the same range as [`free_port_on`].
 pub fn free_udp_port_on(addr: SocketAddr) -> u16 {
     pick_port(addr, |a| std::net::UdpSocket::bind(a).is_ok())

@@ -300,10 +300,13 @@ fn a_websocket_upgrade_to_an_h2_pool_is_refused_with_502() {
     assert_eq!(origin.requests(), 1);
 }
 
-/// An h2c server for the reset tests: `/refuse` is refused (REFUSED_STREAM) before any
-/// response; `/cut` answers a head and 5 bytes, then resets with ENHANCE_YOUR_CALM; `/wait`
-/// reads its request body and reports on `seen` the code of the reset that ends it.
-fn resetting_server(seen: std::sync::mpsc::Sender<Option<h2::Reason>>) -> SocketAddr {
+/// An h2c test server on a thread of its own: each accepted connection is served by the
+/// future `serve` makes of it.
+fn h2c_test_server<F, Fut>(serve: F) -> SocketAddr
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     listener.set_nonblocking(true).expect("nonblocking");
@@ -312,43 +315,52 @@ fn resetting_server(seen: std::sync::mpsc::Sender<Option<h2::Reason>>) -> Socket
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
             while let Ok((tcp, _)) = listener.accept().await {
-                let seen = seen.clone();
-                tokio::spawn(async move {
-                    let Ok(mut conn) = h2::server::handshake(tcp).await else { return };
-                    while let Some(Ok((req, mut respond))) = conn.accept().await {
-                        let seen = seen.clone();
-                        tokio::spawn(async move {
-                            match req.uri().path() {
-                                "/refuse" => respond.send_reset(h2::Reason::REFUSED_STREAM),
-                                "/cut" => {
-                                    let Ok(mut send) = respond.send_response(http::Response::new(()), false) else {
-                                        return;
-                                    };
-                                    let _ = send.send_data(bytes::Bytes::from_static(b"hello"), false);
-                                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                                    send.send_reset(h2::Reason::ENHANCE_YOUR_CALM);
-                                }
-                                _ => {
-                                    let mut body = req.into_body();
-                                    let ended = loop {
-                                        match body.data().await {
-                                            Some(Ok(data)) => {
-                                                let _ = body.flow_control().release_capacity(data.len());
-                                            }
-                                            Some(Err(e)) => break e.reason(),
-                                            None => break None,
-                                        }
-                                    };
-                                    let _ = seen.send(ended);
-                                }
-                            }
-                        });
-                    }
-                });
+                tokio::spawn(serve(tcp));
             }
         });
     });
     addr
+}
+
+/// An h2c server for the reset tests: `/refuse` is refused (REFUSED_STREAM) before any
+/// response; `/cut` answers a head and 5 bytes, then resets with ENHANCE_YOUR_CALM; `/wait`
+/// reads its request body and reports on `seen` the code of the reset that ends it.
+fn resetting_server(seen: std::sync::mpsc::Sender<Option<h2::Reason>>) -> SocketAddr {
+    h2c_test_server(move |tcp| {
+        let seen = seen.clone();
+        async move {
+            let Ok(mut conn) = h2::server::handshake(tcp).await else { return };
+            while let Some(Ok((req, mut respond))) = conn.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    match req.uri().path() {
+                        "/refuse" => respond.send_reset(h2::Reason::REFUSED_STREAM),
+                        "/cut" => {
+                            let Ok(mut send) = respond.send_response(http::Response::new(()), false) else {
+                                return;
+                            };
+                            let _ = send.send_data(bytes::Bytes::from_static(b"hello"), false);
+                            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                            send.send_reset(h2::Reason::ENHANCE_YOUR_CALM);
+                        }
+                        _ => {
+                            let mut body = req.into_body();
+                            let ended = loop {
+                                match body.data().await {
+                                    Some(Ok(data)) => {
+                                        let _ = body.flow_control().release_capacity(data.len());
+                                    }
+                                    Some(Err(e)) => break e.reason(),
+                                    None => break None,
+                                }
+                            };
+                            let _ = seen.send(ended);
+                        }
+                    }
+                });
+            }
+        }
+    })
 }
 
 #[test]
@@ -425,33 +437,21 @@ fn a_refused_stream_is_retried_on_another_server() {
 /// An h2c server that answers every request with a `103 Early Hints` (a `link` field),
 /// then `200` with the body `ok`.
 fn early_hints_server() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    listener.set_nonblocking(true).expect("nonblocking");
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-            while let Ok((tcp, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let Ok(mut conn) = h2::server::handshake(tcp).await else { return };
-                    while let Some(Ok((_req, mut respond))) = conn.accept().await {
-                        let hints = http::Response::builder()
-                            .status(103)
-                            .header("link", "</style.css>; rel=preload")
-                            .body(())
-                            .expect("103");
-                        let _ = respond.send_informational(hints);
-                        let ok = http::Response::builder().header("content-length", "2").body(()).expect("200");
-                        if let Ok(mut send) = respond.send_response(ok, false) {
-                            let _ = send.send_data(bytes::Bytes::from_static(b"ok"), true);
-                        }
-                    }
-                });
+    h2c_test_server(|tcp| async move {
+        let Ok(mut conn) = h2::server::handshake(tcp).await else { return };
+        while let Some(Ok((_req, mut respond))) = conn.accept().await {
+            let hints = http::Response::builder()
+                .status(103)
+                .header("link", "</style.css>; rel=preload")
+                .body(())
+                .expect("103");
+            let _ = respond.send_informational(hints);
+            let ok = http::Response::builder().header("content-length", "2").body(()).expect("200");
+            if let Ok(mut send) = respond.send_response(ok, false) {
+                let _ = send.send_data(bytes::Bytes::from_static(b"ok"), true);
             }
-        });
-    });
-    addr
+        }
+    })
 }
 
 #[test]

@@ -121,7 +121,7 @@ impl ScratchPool {
 
     /// Spare sets held now.
     #[cfg(test)]
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.sets.borrow().len()
     }
 }

@@ -520,7 +520,15 @@ fn lend<S>(client: &mut Client<S>, worker: &Worker) {
 
 /// Returns the scratch set of an idle or finished connection to the worker's pool.
 fn stash<S>(client: &mut Client<S>, worker: &Worker) {
-    if !client.buf.is_empty() || client.buf.capacity() == 0 {
+    if !client.buf.is_empty() {
+        return;
+    }
+    // A buffer read (advanced) to its end shows no room though it still
+    // holds its allocation (an HTTP/2 or HTTP/3 stream's head fills its
+    // buffer exactly): the room is taken back, or the set would look never
+    // used and be dropped, and the next stream would allocate it all anew.
+    // No room even then: the connection never borrowed a set.
+    if !client.buf.try_reclaim(1) {
         return;
     }
     let mut s = Scratch {

@@ -483,6 +483,31 @@ fn http2_trailers_cross_to_a_chunked_server_and_back() {
     });
 }
 
+#[test]
+fn finished_http2_streams_give_their_working_memory_back_to_the_worker() {
+    run(|| async {
+        server(SERVER_A, echo_line);
+        let w = worker(&one_service("{ address = \"{A}\" }", ""));
+        let mut send = connect_h2(&w).await;
+        for i in 0..3 {
+            send = send.ready().await.expect("ready");
+            let request = http::Request::get(format!("http://h/r{i}")).body(()).expect("request");
+            let (response, _) = send.send_request(request, true).expect("send");
+            let response = response.await.expect("response");
+            assert_eq!(response.status(), 200);
+            let (payload, _) = h2_body(response.into_body()).await;
+            assert_eq!(payload, format!("GET /r{i} HTTP/1.1").as_bytes());
+            // The stream's pipeline ends (log, working memory back) once every
+            // task has run; time is paused, so this sleep only lets them.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            // A stream's head fills its buffer exactly; read to its end, the
+            // buffer still holds that memory, and the set goes back to the pool
+            // for the next stream instead of being freed and allocated anew.
+            assert_eq!(w.scratch.len(), 1, "after stream {i}");
+        }
+    });
+}
+
 /// A server that promises ten bytes, sends three, and closes.
 fn cut_short(mut end: PipeEnd, counts: Rc<Counts>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
     Box::pin(async move {

@@ -755,11 +755,10 @@ fn acme_challenge<S>(client: &Client<S>, head: &RequestHead, service: &Service, 
     }
     let (origin_target, _) = split_target(&buf[head.target.clone()]);
     let (path, _) = split_query(origin_target);
-    let path = std::str::from_utf8(path).ok()?;
-    if !path.starts_with(crate::acme::HTTP01_PREFIX) {
+    if !path.starts_with(crate::acme::HTTP01_PREFIX.as_bytes()) {
         return None;
     }
-    local.gen.acme.challenges.http01(path)
+    local.gen.acme.challenges.http01(std::str::from_utf8(path).ok()?)
 }
 
 /// Phase 3: the rules' decision, the balancing hash, and the server
@@ -777,12 +776,19 @@ fn route<'a, S>(
     let (origin_target, authority) = split_target(&buf[head.target.clone()]);
     let host_value = authority.or_else(|| head.host.clone().map(|r| &buf[r])).unwrap_or(b"");
     let host = route::routing_host(host_value, &mut client.host);
-    let (path, query) = split_query(origin_target);
+    // One UTF-8 check for path and query together (most targets pass it).
+    let (path, query) = match std::str::from_utf8(origin_target) {
+        Ok(t) => t.split_once('?').map_or((t, None), |(p, q)| (p, Some(q))),
+        Err(_) => {
+            let (p, q) = split_query(origin_target);
+            (std::str::from_utf8(p).unwrap_or(""), q.and_then(|q| std::str::from_utf8(q).ok()))
+        }
+    };
     let view = route::RequestView {
         method,
         host,
-        path: std::str::from_utf8(path).unwrap_or(""),
-        query: query.and_then(|q| std::str::from_utf8(q).ok()),
+        path,
+        query,
         head: buf,
         fields: &client.fields,
         client: client.ip,

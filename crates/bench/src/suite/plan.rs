@@ -280,7 +280,8 @@ pub fn has_floor(t: TestKind) -> bool {
 /// smallest size of each request test, for every target with a process.
 pub fn counts_syscalls(plan: &Plan, t: &TestPlan, size: Option<u64>, target: TargetKind) -> bool {
     use TestKind::*;
-    let request_test = !matches!(t.kind, ConcurrentConnections | L7Failover | UdpFrames | UdpImix);
+    let request_test =
+        !matches!(t.kind, ConcurrentConnections | ConcurrentConnectionsL4 | L7Failover | UdpFrames | UdpImix);
     plan.syscalls && request_test && target != TargetKind::Direct && t.sizes.first() == Some(&size)
 }
 
@@ -320,6 +321,8 @@ pub fn plan(quick: bool) -> Plan {
                 // HTTP/3 beside HTTP/2 over TLS, 128 B only: two more starts.
                 test(Http2Tls, Setup::H2Tls, sized(&[128]), None, 1),
                 test(Http3, Setup::H3, sized(&[128]), None, 1),
+                // Idle connections through a TCP relay, beside the L7 cell: one more start.
+                test(ConcurrentConnectionsL4, Setup::L4, vec![None], None, 1),
             ],
             timing: Timing {
                 warmup: Duration::from_millis(500),
@@ -354,6 +357,7 @@ pub fn plan(quick: bool) -> Plan {
             test(L7KeepaliveTracedAll, Setup::TracedAll, sized(&[128]), None, 3),
             test(L4Cps, Setup::L4, all.clone(), Some(1), 2),
             test(L4Throughput, Setup::L4, all.clone(), Some(100), 2),
+            test(ConcurrentConnectionsL4, Setup::L4, vec![None], None, 1),
             test(L7CookiePersistence, Setup::Cookie, vec![Some(128 * 1024)], Some(10), 2),
             test(TlsHandshakeRsa2048, Setup::TlsRsa, vec![Some(128)], Some(1), 2),
             test(TlsBulk, Setup::TlsRsa, all.clone(), Some(100), 2),
@@ -474,7 +478,7 @@ pub fn cells(plan: &Plan, targets: &[TargetKind], support: impl Fn(TargetKind, &
 /// What the direct baseline can do: plain HTTP (L7 traffic and the same traffic for the
 /// L4 tests) and UDP echo; everything else is a proxy function the origin does not have.
 pub fn direct_support(t: &TestPlan) -> Support {
-    if t.kind == TestKind::ConcurrentConnections {
+    if matches!(t.kind, TestKind::ConcurrentConnections | TestKind::ConcurrentConnectionsL4) {
         return Support::No("baseline: no proxy process whose memory could be measured".into());
     }
     match t.setup {
@@ -540,7 +544,9 @@ pub fn estimate(plan: &Plan, cells: &[Cell]) -> Duration {
     for cell in cells.iter().filter(|c| c.support == Support::Yes) {
         let t = &plan.tests[cell.test];
         secs += match t.kind {
-            TestKind::ConcurrentConnections => 2.0 + tm.idle_connections as f64 / 2000.0,
+            TestKind::ConcurrentConnections | TestKind::ConcurrentConnectionsL4 => {
+                2.0 + tm.idle_connections as f64 / 2000.0
+            }
             TestKind::L7Failover => super::failover::BUDGET.as_secs_f64(),
             TestKind::UdpFrames | TestKind::UdpImix => {
                 // The probe, then at most `udp_trials` trials, each drained and sampled.
@@ -621,7 +627,7 @@ mod tests {
         assert!(!p.tests.iter().any(|t| t.kind == TestKind::CompressionGzip), "gzip has no 128 B size");
         let mut q = plan(true);
         assert!(restrict_sizes(&mut q, &[7]).is_ok(), "the concurrency test is unsized");
-        q.tests.retain(|t| t.kind != TestKind::ConcurrentConnections);
+        q.tests.retain(|t| !matches!(t.kind, TestKind::ConcurrentConnections | TestKind::ConcurrentConnectionsL4));
         assert!(restrict_sizes(&mut q, &[7]).is_err());
     }
 
@@ -641,12 +647,13 @@ mod tests {
                 TestKind::Http2Upstream,
                 TestKind::Http2Tls,
                 TestKind::Http3,
+                TestKind::ConcurrentConnectionsL4,
             ]
         );
         for t in &p.tests {
             assert_eq!(t.repeats, 1);
             match t.kind {
-                TestKind::ConcurrentConnections => {}
+                TestKind::ConcurrentConnections | TestKind::ConcurrentConnectionsL4 => {}
                 TestKind::L7KeepaliveAccessLog
                 | TestKind::Http2Clear
                 | TestKind::Http2Upstream

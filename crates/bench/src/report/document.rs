@@ -219,7 +219,10 @@ pub(crate) fn build(r: &Results) -> Vec<Block> {
         .copied()
         .filter(|t| {
             !is_udp(*t)
-                && !matches!(t, TestKind::ConcurrentConnections | TestKind::ConcurrentConnectionsL4 | TestKind::L7Failover)
+                && !matches!(
+                    t,
+                    TestKind::ConcurrentConnections | TestKind::ConcurrentConnectionsL4 | TestKind::L7Failover
+                )
         })
         .collect();
     if !plain.is_empty() {

@@ -201,7 +201,9 @@ pub(crate) fn http2_target(r: &Results, test: TestKind) -> Vec<String> {
 /// Lines under the summary: memory per connection of each target.
 pub(crate) fn summary_notes(r: &Results) -> Vec<String> {
     let mut out = Vec::new();
-    for (test, layer) in [(TestKind::ConcurrentConnections, "HTTP keep-alive"), (TestKind::ConcurrentConnectionsL4, "L4 relay")] {
+    for (test, layer) in
+        [(TestKind::ConcurrentConnections, "HTTP keep-alive"), (TestKind::ConcurrentConnectionsL4, "L4 relay")]
+    {
         let conc: Vec<String> = model::targets_in_order(r)
             .iter()
             .filter_map(|target| {

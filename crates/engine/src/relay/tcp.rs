@@ -376,7 +376,13 @@ fn pump(
 /// Writes what `stage` holds to `to` once it is writable; the count written.
 /// Bytes after which the reader's FIN follows (`last`) are held for it
 /// (`MSG_MORE`).
-fn poll_drain(to: &TcpStream, stage: &mut Stage, last: bool, dir: Dir, cx: &mut Context<'_>) -> Poll<Result<usize, End>> {
+fn poll_drain(
+    to: &TcpStream,
+    stage: &mut Stage,
+    last: bool,
+    dir: Dir,
+    cx: &mut Context<'_>,
+) -> Poll<Result<usize, End>> {
     loop {
         if let Err(e) = std::task::ready!(to.poll_write_ready(cx)) {
             return Poll::Ready(Err(End::Error(Side::Internal, e.kind())));

@@ -289,8 +289,9 @@ pub fn counts_syscalls(plan: &Plan, t: &TestPlan, size: Option<u64>, target: Tar
 const RUN_OVERHEAD_S: f64 = 0.3;
 /// Cost of starting, checking and stopping one target for one setup.
 const START_S: f64 = 1.5;
-/// Time budget of the full suite; [`fit`] shortens runs to stay inside it.
-pub const FULL_BUDGET: Duration = Duration::from_secs(38 * 60);
+/// Time budget of the full suite; [`fit`] shortens runs to stay inside it. (39 minutes
+/// since the concurrency test's L4 cell, whose fixed cost runs cannot shorten.)
+pub const FULL_BUDGET: Duration = Duration::from_secs(39 * 60);
 
 fn sized(sizes: &[u64]) -> Vec<Option<u64>> {
     sizes.iter().map(|&s| Some(s)).collect()
@@ -674,9 +675,9 @@ mod tests {
             _ => Support::Yes,
         });
         let n = count(&p, &c);
-        assert_eq!(n.cells, 24);
+        assert_eq!(n.cells, 26);
         assert_eq!(
-            n.measured, 19,
+            n.measured, 20,
             "the baseline has no proxy memory, no access log, one h2c baseline, no TLS and no QUIC"
         );
         assert!(estimate(&p, &c) < Duration::from_secs(120), "{:?}", estimate(&p, &c));

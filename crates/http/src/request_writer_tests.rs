@@ -319,10 +319,13 @@ fn the_http1_writer_writes_the_bytes_written_before() {
     assert_eq!(checked, HEADS.len() * 2 * cases().len());
 }
 
+/// Method, path, authority and fields of a request.
+type Parts = (Vec<u8>, Vec<u8>, Option<Vec<u8>>, Vec<(Vec<u8>, Vec<u8>)>);
+
 /// What an HTTP/2 list must hold for an HTTP/1.1 head: its fields, names
 /// lowercased, without host and the connection-specific ones (and a length
 /// beside chunked coding); the host as authority.
-fn expected(text: &[u8]) -> (Vec<u8>, Vec<u8>, Option<Vec<u8>>, Vec<(Vec<u8>, Vec<u8>)>) {
+fn expected(text: &[u8]) -> Parts {
     // Split by hand: a rule may set a second `host`, which the parser refuses.
     let text = std::str::from_utf8(text).expect("utf8");
     let mut lines = text.split("\r\n");
@@ -350,7 +353,7 @@ fn expected(text: &[u8]) -> (Vec<u8>, Vec<u8>, Option<Vec<u8>>, Vec<(Vec<u8>, Ve
     (method.as_bytes().to_vec(), target.as_bytes().to_vec(), authority, pairs)
 }
 
-fn list_parts(list: &RequestList) -> (Vec<u8>, Vec<u8>, Option<Vec<u8>>, Vec<(Vec<u8>, Vec<u8>)>) {
+fn list_parts(list: &RequestList) -> Parts {
     let pairs = list.pairs().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
     (list.method().to_vec(), list.path().to_vec(), list.authority().map(<[u8]>::to_vec), pairs)
 }

@@ -37,6 +37,7 @@ use crate::cache::policy::range::Ranges;
 use crate::cache::{self, policy, range, Cache, Capture, Coalesce, Entry, Fetch, Found, Piece};
 use crate::worker::Worker;
 use switchyard_http::parse::{self, RequestHead, Version};
+use switchyard_http::request_writer::RequestWriter;
 
 /// Longest a request waits for another request's fetch of the same key.
 const MAX_COALESCE_WAIT: Duration = Duration::from_secs(10);
@@ -384,23 +385,16 @@ async fn gateway_timeout<S: ClientStream>(
     keep && ok
 }
 
-/// Adds the stale entry's validators to the forwarded request head in `out`.
-pub(super) fn add_validators(out: &mut Vec<u8>, plan: &Plan<'_>) {
+/// Adds the stale entry's validators to the forwarded request head `w` wrote.
+pub(super) fn add_validators<W: RequestWriter>(w: &mut W, plan: &Plan<'_>) {
     let Some(entry) = plan.stale.as_ref().filter(|_| plan.revalidating) else { return };
     let (etag, modified) = entry.validators();
-    // Before the head's final CRLF.
-    out.truncate(out.len().saturating_sub(2));
     if let Some(etag) = etag {
-        out.extend_from_slice(b"if-none-match: ");
-        out.extend_from_slice(etag);
-        out.extend_from_slice(b"\r\n");
+        w.append(b"if-none-match", etag);
     }
     if let Some(modified) = modified {
-        out.extend_from_slice(b"if-modified-since: ");
-        out.extend_from_slice(modified);
-        out.extend_from_slice(b"\r\n");
+        w.append(b"if-modified-since", modified);
     }
-    out.extend_from_slice(b"\r\n");
 }
 
 /// How the forwarded request ended, as the cache sees it.

@@ -331,7 +331,9 @@ fn a_cache_hit_reaches_http3_clients_with_the_head_http1_clients_get() {
     assert!(h3.header("age").is_some(), "{:?}", h3.0["headers"]);
     let fields = |r: &Reply| -> Vec<(String, String)> {
         let list = r.0["headers"].as_array().cloned().unwrap_or_default();
-        list.iter().map(|f| (f[0].as_str().unwrap_or("").to_string(), f[1].as_str().unwrap_or("").to_string())).collect()
+        list.iter()
+            .map(|f| (f[0].as_str().unwrap_or("").to_string(), f[1].as_str().unwrap_or("").to_string()))
+            .collect()
     };
     // `alt-svc`: the TCP side's advertisement of HTTP/3.
     assert_eq!(comparable_fields(fields(&h3), &["alt-svc"]), comparable_fields(head_fields(&hit), &["alt-svc"]));
@@ -348,9 +350,7 @@ fn malformed_request_heads_are_refused_on_their_stream_only() {
     let Some(python) = python() else { return };
     let origin = Origin::start("main");
     let front = Front::start(&[("main", &[origin.addr], "")], "");
-    let with = |name: &str, value: &str| {
-        json!({ "method": "GET", "path": "/bad", "headers": [[name, value]], "raw_names": true })
-    };
+    let with = |name: &str, value: &str| json!({ "method": "GET", "path": "/bad", "headers": [[name, value]], "raw_names": true });
     let bad = [
         with("X-Upper", "1"),
         with("connection", "close"),

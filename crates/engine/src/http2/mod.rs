@@ -511,7 +511,9 @@ fn on_event(
             // The worker's pooled working memory, as an HTTP/1.1 connection
             // gets it: the pipeline gives it back when the stream is done.
             let mut scratch = shared.worker.lend_scratch();
-            let Some(head) = crate::translate::head::load(request, &mut scratch) else { return };
+            let Some(head) = crate::translate::head::load(request, &mut scratch.buf, &mut scratch.fields) else {
+                return;
+            };
             slots.insert(stream, Slot { end: end_stream, ..Slot::default() });
             started.push((stream, scratch, head));
         }

@@ -137,7 +137,7 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
     drop(parts);
     if early {
         // RFC 8470 5.1: the server may answer 425 itself.
-        head::add_field(&mut scratch, &mut head, b"early-data", b"1");
+        head::add_field(&mut scratch.buf, &mut scratch.fields, &mut head, b"early-data", b"1");
     }
     scratch.head = Some(Box::new(head));
     let resets = Rc::new(Resets::default());
@@ -200,7 +200,7 @@ fn checked_head(conn: &Shared, parts: &http::request::Parts, end_stream: bool) -
         return None;
     }
     let mut scratch = conn.worker.lend_scratch();
-    let head = head::load(&checked, &mut scratch)?;
+    let head = head::load(&checked, &mut scratch.buf, &mut scratch.fields)?;
     Some((scratch, head))
 }
 
@@ -373,7 +373,8 @@ impl Out {
             held.informational.push(response);
         } else {
             held.head = Some(response);
-            let framing = if parse::response_has_body(self.head_request, status) { list.framing() } else { Framing::Empty };
+            let framing =
+                if parse::response_has_body(self.head_request, status) { list.framing() } else { Framing::Empty };
             self.state = match framing {
                 Framing::Length(0) | Framing::Empty => {
                     held.end = true;

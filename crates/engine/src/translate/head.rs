@@ -1,8 +1,8 @@
 //! HTTP/3 message heads — which the `h3` crate hands over and takes as
 //! `http` types — to and from the pipeline's message model, with no
 //! HTTP/1.1 text either way; and a checked request (HTTP/2's or HTTP/3's)
-//! put into a stream's scratch set as the read-head phase takes it. Sans-io
-//! but for [`load`], and table-tested.
+//! put into a stream's scratch buffer as the read-head phase takes it
+//! ([`load`]). Sans-io and table-tested.
 //!
 //! Request ([`request`]): `h3` has decoded the QPACK field section into an
 //! `http::Request`'s parts, refusing (H3_MESSAGE_ERROR) uppercase or invalid
@@ -31,7 +31,6 @@
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::worker::Scratch;
 use switchyard_http::head_writer::FieldList;
 use switchyard_http::http2::head::{self, Malformed, Request};
 use switchyard_http::parse::{Field, Framing, RequestHead};
@@ -74,32 +73,37 @@ fn push(req: &mut Request, name: &[u8], value: &[u8]) {
     req.fields.push(Field { name: n..v, value: v..req.buf.len() });
 }
 
-/// Puts the checked request `req` into `scratch` (whose buffer is empty) as
-/// the read-head phase takes a decoded head: its bytes in `buf`, its fields
-/// in `fields`; `None` when `req` was not checked. A body of unknown length
-/// reaches the pipeline in chunked coding, which it relays verbatim, so the
-/// head says `transfer-encoding: chunked`; one stream carries one request.
-pub(crate) fn load(req: &Request, scratch: &mut Scratch) -> Option<RequestHead> {
+/// Puts the checked request `req` into a stream's scratch buffer and field
+/// list (`buf` empty) as the read-head phase takes a decoded head; `None`
+/// when `req` was not checked. A body of unknown length reaches the pipeline
+/// in chunked coding, which it relays verbatim, so the head says
+/// `transfer-encoding: chunked`; one stream carries one request.
+pub(crate) fn load(req: &Request, buf: &mut BytesMut, fields: &mut Vec<Field>) -> Option<RequestHead> {
     let mut head = req.head.clone()?;
-    scratch.buf.extend_from_slice(&req.buf);
-    scratch.fields.clear();
-    scratch.fields.extend_from_slice(&req.fields);
+    buf.extend_from_slice(&req.buf);
+    fields.clear();
+    fields.extend_from_slice(&req.fields);
     if head.framing == Framing::Chunked {
-        add_field(scratch, &mut head, b"transfer-encoding", b"chunked");
+        add_field(buf, fields, &mut head, b"transfer-encoding", b"chunked");
     }
-    head.len = scratch.buf.len();
+    head.len = buf.len();
     head.connection.close = true;
     Some(head)
 }
 
-/// Adds a field to a head [`load`] put into `scratch`.
-pub(crate) fn add_field(scratch: &mut Scratch, head: &mut RequestHead, name: &[u8], value: &[u8]) {
-    let buf = &mut scratch.buf;
+/// Adds a field to a head [`load`] put into `buf` and `fields`.
+pub(crate) fn add_field(
+    buf: &mut BytesMut,
+    fields: &mut Vec<Field>,
+    head: &mut RequestHead,
+    name: &[u8],
+    value: &[u8],
+) {
     let n = buf.len();
     buf.extend_from_slice(name);
     let v = buf.len();
     buf.extend_from_slice(value);
-    scratch.fields.push(Field { name: n..v, value: v..buf.len() });
+    fields.push(Field { name: n..v, value: v..buf.len() });
     head.len = buf.len();
 }
 
@@ -122,8 +126,7 @@ pub fn response(list: &FieldList) -> Result<http::Response<()>, &'static str> {
     for (name, value) in list.pairs() {
         let range = at..at + value.len();
         at = range.end;
-        if let (Ok(name), Ok(value)) =
-            (HeaderName::from_bytes(name), HeaderValue::from_maybe_shared(all.slice(range)))
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), HeaderValue::from_maybe_shared(all.slice(range)))
         {
             headers.append(name, value);
         }

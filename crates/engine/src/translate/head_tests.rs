@@ -46,10 +46,22 @@ fn valid_requests_become_the_head_the_pipeline_reads() {
             Framing::Empty,
         ),
         // The one `te` allowed.
-        (http::Request::post("https://h/rpc").header("te", "trailers"), false, &["host: h", "te: trailers"], "/rpc", Framing::Chunked),
+        (
+            http::Request::post("https://h/rpc").header("te", "trailers"),
+            false,
+            &["host: h", "te: trailers"],
+            "/rpc",
+            Framing::Chunked,
+        ),
         (http::Request::builder().method("OPTIONS").uri("https://h/*"), true, &["host: h"], "/*", Framing::Empty),
         // CONNECT: only its authority, which is the target (the pipeline refuses it).
-        (http::Request::builder().method("CONNECT").uri("example.com:443"), false, &["host: example.com:443"], "example.com:443", Framing::Chunked),
+        (
+            http::Request::builder().method("CONNECT").uri("example.com:443"),
+            false,
+            &["host: example.com:443"],
+            "example.com:443",
+            Framing::Chunked,
+        ),
     ];
     for (req, end, fields, target, framing) in table {
         let (got, got_target, got_framing) = checked(req, end).expect("valid");
@@ -114,7 +126,12 @@ fn header_lists_become_responses_with_every_field() {
     let fields: Vec<(&str, &[u8])> = r.headers().iter().map(|(n, v)| (n.as_str(), v.as_bytes())).collect();
     assert_eq!(
         fields,
-        [("content-type", &b"text/plain"[..]), ("set-cookie", b"a=1"), ("set-cookie", b"b=2"), ("content-length", b"3")]
+        [
+            ("content-type", &b"text/plain"[..]),
+            ("set-cookie", b"a=1"),
+            ("set-cookie", b"b=2"),
+            ("content-length", b"3")
+        ]
     );
 }
 

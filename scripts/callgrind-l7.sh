@@ -20,12 +20,14 @@
 # `https` service with an ECDSA P-256 certificate made here, ALPN h2): the one handshake is
 # counted in the N-request run only, so its cost (a few hundred instructions per request at
 # N = 2000) is the same for every binary compared and cancels out of their difference.
-# SIZE sets the response body (default 128 bytes).
+# SIZE sets the response body (default 128 bytes). CACHE=1 gives the service a cache and
+# asks the origin for a cacheable response (`cache=600`): every request after the first is
+# a cache hit, so the figure is a hit's cost (the one miss is spread over N).
 #
 # Usage: scripts/callgrind-l7.sh BINARY [BINARY...]
 # Environment: REQUESTS=2000, PER_CONN=0 (requests per connection; 0 = all on one),
 #              PROTO=h1 (or h2c, or h2 over TLS), STREAMS=10 (h2 streams at a time),
-#              POOL=h1 (or h2), SIZE=128,
+#              POOL=h1 (or h2), SIZE=128, CACHE=0 (or 1: cache hits),
 #              BASE_PORT=29000, OUT (default bench-out/callgrind-l7-<timestamp>).
 set -euo pipefail
 
@@ -36,6 +38,7 @@ PROTO=${PROTO:-h1}
 STREAMS=${STREAMS:-10}
 POOL=${POOL:-h1}
 SIZE=${SIZE:-128}
+CACHE=${CACHE:-0}
 BASE_PORT=${BASE_PORT:-29000}
 OUT=${OUT:-$ROOT/bench-out/callgrind-l7-$(date +%Y%m%d-%H%M%S)}
 [[ $# -ge 1 ]] || { echo "usage: $0 BINARY [BINARY...]" >&2; exit 2; }
@@ -62,6 +65,12 @@ wait_port() {
     return 1
 }
 
+service_cache=""
+query="size=$SIZE"
+if [[ $CACHE == 1 ]]; then
+    service_cache="cache = true"
+    query="$query&cache=600"
+fi
 pool_protocol=""
 [[ $POOL == h2 ]] && pool_protocol='protocol = "h2"'
 front_scheme=http
@@ -80,6 +89,7 @@ workers = 1
 name = "web"
 listen = ["$LISTEN"]
 $front_tls
+$service_cache
 pool = "main"
 rules = [{ path_suffix = ".png", pool = "images" }]
 
@@ -110,7 +120,7 @@ instructions() {
         [[ $PER_CONN -gt 0 ]] && conns=$((count / PER_CONN))
         local shape=(--h1 -m 1)
         [[ $PROTO == h2c || $PROTO == h2 ]] && shape=(-m "$STREAMS")
-        h2load "${shape[@]}" -n "$count" -c "$conns" "$front_scheme://$LISTEN/index.html?size=$SIZE" \
+        h2load "${shape[@]}" -n "$count" -c "$conns" "$front_scheme://$LISTEN/index.html?$query" \
             >"$OUT/$tag.$count.h2load" 2>&1
         # A run whose requests did not all succeed (seen now and then at 128 KB under
         # valgrind: h2load loses the connection part-way) would be divided by the wrong count.

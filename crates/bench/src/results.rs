@@ -163,11 +163,14 @@ pub enum TestKind {
     /// HTTP/3 over QUIC to the proxy, HTTP/1.1 to the servers; unlimited requests per
     /// connection, beside [`TestKind::Http2Tls`] in the same run.
     Http3,
+    /// [`TestKind::ConcurrentConnections`] through a layer-4 (TCP relay) service: each
+    /// idle client connection holds a server connection too.
+    ConcurrentConnectionsL4,
 }
 
 impl TestKind {
     /// Every test, in the order of the enum.
-    pub const ALL: [TestKind; 25] = [
+    pub const ALL: [TestKind; 26] = [
         TestKind::L4Cps,
         TestKind::L4Throughput,
         TestKind::L7Cps,
@@ -193,6 +196,7 @@ impl TestKind {
         TestKind::L7KeepaliveTracedOnePercent,
         TestKind::L7KeepaliveTracedAll,
         TestKind::Http3,
+        TestKind::ConcurrentConnectionsL4,
     ];
 
     /// Machine-friendly name (`--only`): the serialized name with `-` for `_`.
@@ -223,6 +227,7 @@ impl TestKind {
             TestKind::L7KeepaliveTracedOnePercent => "l7-keepalive-traced-one-percent",
             TestKind::L7KeepaliveTracedAll => "l7-keepalive-traced-all",
             TestKind::Http3 => "http3",
+            TestKind::ConcurrentConnectionsL4 => "concurrent-connections-l4",
         }
     }
 

@@ -592,6 +592,21 @@ pub fn rules(data: &[u8]) {
     let mut out = Vec::new();
     rewrite::request_head(&mut out, buf, &head, &fields, origin_target, authority, b"fallback", &decision.edits, &fwd);
     check_forwarded(&out, buf, &head, origin_target);
+    // The same head as an HTTP/2 server gets it.
+    let mut list = switchyard_http::request_writer::RequestList::default();
+    let edits = &decision.edits;
+    rewrite::write_request_head(&mut list, buf, &head, &fields, origin_target, authority, b"fallback", edits, &fwd);
+    check_listed(&list);
+}
+
+/// An HTTP/2 request list holds no `host` (its authority), no
+/// connection-specific field, and only lowercase names.
+fn check_listed(list: &switchyard_http::request_writer::RequestList) {
+    for (name, _) in list.pairs() {
+        let lower = !name.iter().any(u8::is_ascii_uppercase);
+        let allowed = name != b"host" && !switchyard_http::head_writer::connection_specific(name);
+        assert!(lower && allowed, "{:?} in an HTTP/2 request list", String::from_utf8_lossy(name));
+    }
 }
 
 fn check_decision(rules: &[switchyard_config::Rule], view: &route::RequestView<'_>, decision: &route::Decision<'_>) {

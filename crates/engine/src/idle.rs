@@ -21,9 +21,14 @@
 //! removes its entry when its wait ends, which is what the keep-alive path
 //! pays: a slab insert and remove, no timer.
 //!
-//! Invariants: an entry exists only while its [`Wait`] does (dropping the
-//! wait removes it); an expired entry's wait ends with `false` on its next
-//! poll; a deadline fires at most [`GRANULARITY`] late, never early.
+//! A layer-4 relay keeps its idle deadline here the same way (the table
+//! implements [`crate::relay::tcp::Deadlines`]): its entry lives as long as
+//! the relay, moving bytes does not touch it, and a wake from the expiry task
+//! makes the relay read the clock and either end or re-set its deadline.
+//!
+//! Invariants: an entry exists only while its [`Wait`] (or its relay) does
+//! (dropping either removes it); an expired entry's wait ends with `false` on
+//! its next poll; a deadline fires at most [`GRANULARITY`] late, never early.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -66,11 +71,29 @@ impl Table {
     /// Adds a waiting connection; its key.
     fn insert(&self, deadline: Instant, waker: Waker) -> usize {
         let key = self.entries.borrow_mut().insert(Entry { deadline, waker, expired: false });
+        self.arm(deadline);
+        key
+    }
+
+    /// Brings the expiry task's next pass forward to `deadline` if it
+    /// sleeps until later.
+    fn arm(&self, deadline: Instant) {
         if self.armed.get().is_none_or(|at| deadline < at) {
             self.armed.set(Some(deadline));
             self.rearm.notify_one();
         }
-        key
+    }
+
+    /// Gives the entry `key` a new deadline and waker, expired or not.
+    fn reset(&self, key: usize, deadline: Instant, waker: &Waker) {
+        if let Some(entry) = self.entries.borrow_mut().get_mut(key) {
+            entry.deadline = deadline;
+            entry.expired = false;
+            if !entry.waker.will_wake(waker) {
+                entry.waker.clone_from(waker);
+            }
+        }
+        self.arm(deadline);
     }
 
     /// Whether the entry's deadline has passed; keeps `waker` as the one to
@@ -128,7 +151,12 @@ impl Table {
 /// them all on a drain or a reload: one task per worker, for its life (the
 /// worker's runtime drops it when the worker ends).
 pub async fn expire(worker: Rc<Worker>) {
-    let table = &worker.idle;
+    run(&worker.idle, &worker.drain, &worker.reloaded).await;
+}
+
+/// The expiry of `table`: [`expire`]'s loop, which wakes every entry when
+/// `drain` or `reloaded` is notified. Never ends.
+pub(crate) async fn run(table: &Table, drain: &Notify, reloaded: &Notify) {
     loop {
         let until = table.armed.get();
         tokio::select! {
@@ -138,9 +166,30 @@ pub async fn expire(worker: Rc<Worker>) {
                 table.armed.set(next.map(|n| n.max(now + GRANULARITY)));
             }
             () = table.rearm.notified() => {}
-            () = worker.drain.notified() => table.wake_all(),
-            () = worker.reloaded.notified() => table.wake_all(),
+            () = drain.notified() => table.wake_all(),
+            () = reloaded.notified() => table.wake_all(),
         }
+    }
+}
+
+/// A layer-4 relay's idle deadline is an entry here too
+/// ([`crate::relay::tcp::Deadlines`]): a relay waiting for bytes holds no
+/// timer of its own.
+impl crate::relay::tcp::Deadlines for Table {
+    fn insert(&self, deadline: Instant, waker: Waker) -> usize {
+        Table::insert(self, deadline, waker)
+    }
+
+    fn check(&self, key: usize, waker: &Waker) -> bool {
+        Table::check(self, key, waker)
+    }
+
+    fn reset(&self, key: usize, deadline: Instant, waker: &Waker) {
+        Table::reset(self, key, deadline, waker);
+    }
+
+    fn remove(&self, key: usize) {
+        Table::remove(self, key);
     }
 }
 

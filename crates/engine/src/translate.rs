@@ -1,14 +1,17 @@
-//! Translation between HTTP/2 or HTTP/3 and the HTTP/1.1 form the pipeline
-//! reads and writes: heads ([`head`]: sans-io, table-tested) and the chunk
-//! and trailer helpers of bodies ([`data`]). Streams to HTTP/2 servers
-//! (`upstream::h2`) use only [`data::may_trail`]: their heads are encoded
-//! and decoded by the project's own codec.
+//! What HTTP/2 and HTTP/3 client streams share on their way into and out of
+//! the pipeline's message model: heads ([`head`]: an HTTP/3 request checked
+//! by HTTP/2's rules and handed over as a decoded `RequestHead`, a header
+//! list turned into the `http::Response` `h3` sends, a checked request put
+//! into a stream's scratch set) and the chunk and trailer helpers of bodies
+//! ([`data`]). Streams to HTTP/2 servers (`upstream::h2`) use only
+//! [`data::may_trail`]: their heads are encoded and decoded by the project's
+//! own codec.
 //!
-//! Shared here so that `http2` and `upstream` do not import each other.
-//! HTTP/3 client streams ([`crate::http3`]) use the same head translation
-//! and the chunk and trailer helpers of [`data`]. The heads still cross as
-//! HTTP/1.1 text (written, then parsed by the pipeline or by the HTTP/2
-//! side): ADR 0004's head writers would remove that step.
+//! Shared here so that `http2`, `http3` and `upstream` do not import each
+//! other. No head crosses as HTTP/1.1 text any more, in either direction
+//! (response heads come from the pipeline's head writers, ADR 0004); bodies
+//! still do: a body of unknown length in chunked coding, its trailers as
+//! the last chunk's trailer section ([`data`]).
 
 pub(crate) mod data;
 pub mod head;

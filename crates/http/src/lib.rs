@@ -11,6 +11,8 @@
 //!   rule edits) and the proxy's own responses.
 //! - [`head_writer`]: response heads written for the client's protocol
 //!   (HTTP/1.1 bytes, or an HTTP/2 header list).
+//! - [`request_writer`]: request heads written for the server's protocol
+//!   (HTTP/1.1 bytes, or an HTTP/2 request list).
 //! - [`route`]: rule evaluation over a request view.
 //! - [`compress`]: whether and how a response body is encoded.
 //! - [`cache_policy`]: RFC 9111 storability and freshness.
@@ -26,5 +28,6 @@ pub mod error;
 pub mod head_writer;
 pub mod http2;
 pub mod parse;
+pub mod request_writer;
 pub mod rewrite;
 pub mod route;

@@ -1,5 +1,7 @@
 //! The rewrite phases: the request head sent to the server and the response
-//! head sent to the client, written into reused buffers.
+//! head sent to the client, each written by a head writer in the form the
+//! other side takes (HTTP/1.1 bytes into reused buffers, or HTTP/2 lists:
+//! [`crate::request_writer`], [`crate::head_writer`]).
 //!
 //! Hop-by-hop fields (RFC 9110 7.6.1) never cross the proxy; `Transfer-Encoding`
 //! does, because chunked bodies are relayed verbatim. Forwarding headers are
@@ -13,6 +15,7 @@ use switchyard_config::{Forwarded, HeaderEdits};
 
 use crate::head_writer::{HeadWriter, Http1Head};
 use crate::parse::{Connection, Field, Framing, RequestHead, ResponseHead};
+use crate::request_writer::{Http1Request, RequestWriter};
 
 /// How a request is forwarded: who the client is and what to tell the server.
 #[derive(Debug, Clone, Copy)]
@@ -94,20 +97,8 @@ fn write_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn write_edits(out: &mut Vec<u8>, edits: &[&HeaderEdits], response: bool) {
-    for e in edits {
-        let (set, add) = if response { (&e.set_response, &e.add_response) } else { (&e.set_request, &e.add_request) };
-        for (name, value) in set.iter().chain(add.iter()) {
-            write_field(out, name.as_bytes(), value.as_bytes());
-        }
-    }
-}
-
-/// Writes the request head sent to the server into `out` (cleared first).
-///
-/// `target` is the origin-form target. `authority` is the host of an
-/// absolute-form target, which replaces any `Host` field (RFC 9112 3.2.2);
-/// `host` fills in a missing `Host`.
+/// Writes the request head sent to the server into `out` (cleared first):
+/// [`write_request_head`] with the HTTP/1.1 writer.
 #[allow(clippy::too_many_arguments)]
 pub fn request_head(
     out: &mut Vec<u8>,
@@ -120,11 +111,31 @@ pub fn request_head(
     edits: &[&HeaderEdits],
     fwd: &Forwarding,
 ) {
-    out.clear();
-    out.extend_from_slice(&buf[head.method.clone()]);
-    out.push(b' ');
-    out.extend_from_slice(target);
-    out.extend_from_slice(b" HTTP/1.1\r\n");
+    write_request_head(&mut Http1Request::new(out), buf, head, fields, target, authority, host, edits, fwd);
+}
+
+/// Writes the request head sent to the server with `w`: the client's
+/// method, `target`, its fields less the hop-by-hop ones and those the
+/// rules or the forwarding settings replace, then `host` where needed, the
+/// rules' fields and the forwarding fields. An HTTP/2 writer drops the
+/// connection fields itself and takes `host` as the authority.
+///
+/// `target` is the origin-form target. `authority` is the host of an
+/// absolute-form target, which replaces any `Host` field (RFC 9112 3.2.2);
+/// `host` fills in a missing `Host`.
+#[allow(clippy::too_many_arguments)]
+pub fn write_request_head<W: RequestWriter>(
+    w: &mut W,
+    buf: &[u8],
+    head: &RequestHead,
+    fields: &[Field],
+    target: &[u8],
+    authority: Option<&[u8]>,
+    host: &[u8],
+    edits: &[&HeaderEdits],
+    fwd: &Forwarding,
+) {
+    w.start(&buf[head.method.clone()], target);
     let xff = fwd.headers.x_forwarded_for;
     let last_xff = if xff {
         fields.iter().rposition(|f| buf[f.name.clone()].eq_ignore_ascii_case(b"x-forwarded-for"))
@@ -144,49 +155,50 @@ pub fn request_head(
             continue;
         }
         if Some(i) == last_xff {
-            out.extend_from_slice(name);
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(&buf[f.value.clone()]);
-            out.extend_from_slice(b", ");
-            out.extend_from_slice(fwd.client_text.as_bytes());
-            out.extend_from_slice(b"\r\n");
+            w.field_extended(name, &buf[f.value.clone()], fwd.client_text.as_bytes());
             continue;
         }
-        write_field(out, name, &buf[f.value.clone()]);
+        w.field(name, &buf[f.value.clone()]);
     }
     match authority {
-        Some(authority) => write_field(out, b"host", authority),
-        None if head.host.is_none() => write_field(out, b"host", host),
+        Some(authority) => w.field(b"host", authority),
+        None if head.host.is_none() => w.field(b"host", host),
         None => {}
     }
-    write_edits(out, edits, false);
+    for e in edits {
+        for (name, value) in e.set_request.iter().chain(e.add_request.iter()) {
+            w.field(name.as_bytes(), value.as_bytes());
+        }
+    }
     if xff && last_xff.is_none() {
-        write_field(out, b"x-forwarded-for", fwd.client_text.as_bytes());
+        w.field(b"x-forwarded-for", fwd.client_text.as_bytes());
     }
     if fwd.headers.x_forwarded_proto {
-        write_field(out, b"x-forwarded-proto", fwd.proto.as_bytes());
+        w.field(b"x-forwarded-proto", fwd.proto.as_bytes());
     }
     if fwd.headers.forwarded {
         // RFC 7239: an IPv6 address is bracketed and the value quoted.
         let (open, close) = if fwd.client.is_ipv6() { ("\"[", "]\"") } else { ("", "") };
-        let _ = write!(out, "forwarded: for={open}{}{close};proto={}\r\n", fwd.client_text, fwd.proto);
+        let mut value = Vec::with_capacity(64);
+        let _ = write!(value, "for={open}{}{close};proto={}", fwd.client_text, fwd.proto);
+        w.field(b"forwarded", &value);
     }
     match fwd.client_cert {
         Some((true, subject)) => {
-            out.extend_from_slice(b"x-client-verify: SUCCESS\r\n");
-            write_field(out, b"x-client-cert-subject", subject.as_bytes());
+            w.field(b"x-client-verify", b"SUCCESS");
+            w.field(b"x-client-cert-subject", subject.as_bytes());
         }
-        Some((false, _)) => out.extend_from_slice(b"x-client-verify: NONE\r\n"),
+        Some((false, _)) => w.field(b"x-client-verify", b"NONE"),
         None => {}
     }
     if let Some(trace) = &fwd.trace {
-        write_field(out, b"traceparent", trace.traceparent);
+        w.field(b"traceparent", trace.traceparent);
     }
     if let Some(protocol) = fwd.upgrade {
-        out.extend_from_slice(b"connection: upgrade\r\n");
-        write_field(out, b"upgrade", protocol);
+        w.field(b"connection", b"upgrade");
+        w.field(b"upgrade", protocol);
     }
-    out.extend_from_slice(b"\r\n");
+    w.end();
 }
 
 /// Writes the response head sent to the client into `out` (cleared first):

@@ -217,7 +217,13 @@ pub(crate) fn build(r: &Results) -> Vec<Block> {
     let plain: Vec<TestKind> = tests
         .iter()
         .copied()
-        .filter(|t| !is_udp(*t) && !matches!(t, TestKind::ConcurrentConnections | TestKind::L7Failover))
+        .filter(|t| {
+            !is_udp(*t)
+                && !matches!(
+                    t,
+                    TestKind::ConcurrentConnections | TestKind::ConcurrentConnectionsL4 | TestKind::L7Failover
+                )
+        })
         .collect();
     if !plain.is_empty() {
         d.h(2, "Results by test");
@@ -266,7 +272,8 @@ pub(crate) fn build(r: &Results) -> Vec<Block> {
         }
     }
 
-    if tests.contains(&TestKind::ConcurrentConnections) {
+    let l4 = tests.contains(&TestKind::ConcurrentConnectionsL4);
+    if tests.contains(&TestKind::ConcurrentConnections) || l4 {
         d.h(2, test_name(TestKind::ConcurrentConnections));
         d.p(format!(
             "{} The number held is bounded by the file-descriptor limit ({}), shared by the generator's \
@@ -275,8 +282,12 @@ pub(crate) fn build(r: &Results) -> Vec<Block> {
             test_definition(TestKind::ConcurrentConnections),
             model::fmt_num(r.machine.fd_limit as f64)
         ));
+        if l4 {
+            d.p(format!("**L4 relay** rows: {}", test_definition(TestKind::ConcurrentConnectionsL4)));
+        }
         d.table(tables::concurrency_table(r));
         d.list(tables::cell_notes(r, TestKind::ConcurrentConnections));
+        d.list(tables::cell_notes(r, TestKind::ConcurrentConnectionsL4));
     }
 
     if tests.contains(&TestKind::L7Failover) {

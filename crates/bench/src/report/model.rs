@@ -253,6 +253,7 @@ pub(crate) fn test_name(t: TestKind) -> &'static str {
         TestKind::CompressionZstd => "zstd compression",
         TestKind::CacheHit => "Cache hits",
         TestKind::ConcurrentConnections => "Concurrent connections",
+        TestKind::ConcurrentConnectionsL4 => "Concurrent connections at L4",
         TestKind::UdpFrames => "UDP forwarding per frame size",
         TestKind::UdpImix => "UDP forwarding, IMIX",
         TestKind::L7Failover => "L7 failover: a server killed under load",
@@ -284,6 +285,7 @@ pub(crate) fn test_short(t: TestKind) -> &'static str {
         TestKind::CompressionZstd => "zstd",
         TestKind::CacheHit => "Cache",
         TestKind::ConcurrentConnections => "Conns",
+        TestKind::ConcurrentConnectionsL4 => "L4 conns",
         TestKind::UdpFrames => "UDP",
         TestKind::UdpImix => "IMIX",
         TestKind::L7Failover => "Failover",
@@ -343,6 +345,10 @@ pub(crate) fn test_definition(t: TestKind) -> &'static str {
         }
         TestKind::ConcurrentConnections => {
             "Idle keep-alive connections held at once, with the proxy's memory per connection."
+        }
+        TestKind::ConcurrentConnectionsL4 => {
+            "The same idle connections through a layer-4 (TCP relay) service: each client connection holds a \
+             connection to a server too, and the memory per connection covers both."
         }
         TestKind::UdpFrames => "UDP datagrams forwarded per Ethernet frame size (64…1518 bytes).",
         TestKind::UdpImix => "UDP datagrams forwarded with the three IMIX frame mixes.",

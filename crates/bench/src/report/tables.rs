@@ -1,6 +1,6 @@
 //! The report's tables, built from the results (shared by the Markdown and HTML writers).
 
-use crate::results::{Results, TestKind};
+use crate::results::{Results, TestKind, TestResult};
 
 use super::document::Table;
 use super::model::{
@@ -101,7 +101,7 @@ pub(crate) fn summary(r: &Results) -> Table {
         "req/s ratio",
     ]);
     for test in model::tests_in_order(r) {
-        if matches!(test, TestKind::ConcurrentConnections | TestKind::L7Failover) {
+        if matches!(test, TestKind::ConcurrentConnections | TestKind::ConcurrentConnectionsL4 | TestKind::L7Failover) {
             continue;
         }
         for size in summary_sizes(r, test) {
@@ -201,15 +201,19 @@ pub(crate) fn http2_target(r: &Results, test: TestKind) -> Vec<String> {
 /// Lines under the summary: memory per connection of each target.
 pub(crate) fn summary_notes(r: &Results) -> Vec<String> {
     let mut out = Vec::new();
-    let conc: Vec<String> = model::targets_in_order(r)
-        .iter()
-        .filter_map(|target| {
-            let v = view(r, TestKind::ConcurrentConnections, None, target);
-            v.figures().and_then(|f| f.memory_per_connection).map(|m| format!("{target} {}", fmt_bytes(m)))
-        })
-        .collect();
-    if !conc.is_empty() {
-        out.push(format!("Proxy memory per idle connection: {}.", conc.join(", ")));
+    for (test, layer) in
+        [(TestKind::ConcurrentConnections, "HTTP keep-alive"), (TestKind::ConcurrentConnectionsL4, "L4 relay")]
+    {
+        let conc: Vec<String> = model::targets_in_order(r)
+            .iter()
+            .filter_map(|target| {
+                let v = view(r, test, None, target);
+                v.figures().and_then(|f| f.memory_per_connection).map(|m| format!("{target} {}", fmt_bytes(m)))
+            })
+            .collect();
+        if !conc.is_empty() {
+            out.push(format!("Proxy memory per idle connection, {layer}: {}.", conc.join(", ")));
+        }
     }
     let failover: Vec<String> = model::targets_in_order(r)
         .iter()
@@ -559,25 +563,43 @@ pub(crate) fn latency_table(r: &Results, test: TestKind, size: Option<u64>) -> T
     t
 }
 
-/// The concurrent-connections table.
+/// The concurrent-connections table: each target's HTTP keep-alive row, then its layer-4
+/// row where the run has one.
 pub(crate) fn concurrency_table(r: &Results) -> Table {
-    let test = TestKind::ConcurrentConnections;
-    let mut t = Table::new(&["Target", "connections held", "proxy memory per connection", "errors", "generator"]);
-    for (_, target, c) in model::cells_in_order(r, test) {
-        let v = View::of(&c.outcome);
-        let Some(f) = v.figures() else {
-            t.note(vec![target.clone()], v.reason().unwrap_or_default());
-            continue;
-        };
-        t.row(vec![
-            target.clone(),
-            fmt_opt(f.connections),
-            f.memory_per_connection.map_or_else(|| "—".into(), fmt_bytes),
-            fmt_int(f.errors),
-            generator(f),
-        ]);
+    let mut t =
+        Table::new(&["Target", "service", "connections held", "proxy memory per connection", "errors", "generator"]);
+    let l4 = model::cells_in_order(r, TestKind::ConcurrentConnectionsL4);
+    for (_, target, c) in model::cells_in_order(r, TestKind::ConcurrentConnections) {
+        concurrency_row(&mut t, &target, "HTTP keep-alive", c);
+        if let Some((_, _, c4)) = l4.iter().find(|(_, t4, _)| *t4 == target) {
+            concurrency_row(&mut t, &target, "L4 relay", c4);
+        }
+    }
+    // Targets measured at layer 4 only (`--only concurrent-connections-l4`).
+    let l7 = model::cells_in_order(r, TestKind::ConcurrentConnections);
+    for (_, target, c4) in &l4 {
+        if !l7.iter().any(|(_, t7, _)| t7 == target) {
+            concurrency_row(&mut t, target, "L4 relay", c4);
+        }
     }
     t
+}
+
+/// One row of [`concurrency_table`].
+fn concurrency_row(t: &mut Table, target: &str, service: &str, c: &TestResult) {
+    let v = View::of(&c.outcome);
+    let Some(f) = v.figures() else {
+        t.note(vec![target.to_string(), service.to_string()], v.reason().unwrap_or_default());
+        return;
+    };
+    t.row(vec![
+        target.to_string(),
+        service.to_string(),
+        fmt_opt(f.connections),
+        f.memory_per_connection.map_or_else(|| "—".into(), fmt_bytes),
+        fmt_int(f.errors),
+        generator(f),
+    ]);
 }
 
 /// A UDP test's table: frame size × target.

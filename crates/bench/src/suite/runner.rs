@@ -293,7 +293,7 @@ pub fn measure_setup(ctx: &Ctx, tests: &[usize], live: &[Live], cells: &mut BTre
         for &size in &t.sizes {
             let here: Vec<&Live> = live.iter().filter(|l| cells.contains_key(&(ti, size, l.target))).collect();
             match t.kind {
-                TestKind::ConcurrentConnections => {
+                TestKind::ConcurrentConnections | TestKind::ConcurrentConnectionsL4 => {
                     for l in &here {
                         ctx.bar.set_message(format!("{:?} {}", t.kind, l.target.name()));
                         let cell = cells.entry((ti, size, l.target)).or_default();

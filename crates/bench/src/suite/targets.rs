@@ -500,10 +500,13 @@ pub fn nginx(setup: Setup, env: &Env) -> Generated {
             NginxStream::Missing(why) => return Err(why.clone()),
         }
     }
+    // NGINX counts a stream session's server connection against `worker_connections`
+    // too: the concurrency test's idle relays need two per client.
+    let connections = if setup == Setup::L4 { 19_000 } else { 10_000 };
     let _ = write!(
         s,
         "worker_processes 1;\nworker_rlimit_nofile 20000;\ndaemon off;\npid {dir}/nginx.pid;\n\
-         error_log {dir}/error.log warn;\n\nevents {{\n    worker_connections 10000;\n}}\n\n"
+         error_log {dir}/error.log warn;\n\nevents {{\n    worker_connections {connections};\n}}\n\n"
     );
     if stream {
         s += "stream {\n";

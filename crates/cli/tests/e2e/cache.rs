@@ -403,6 +403,59 @@ fn http2_clients_share_the_cache_with_http1_clients() {
     assert_eq!(origin.requests(), 2);
 }
 
+/// An h2c (prior knowledge) request for `path` with `headers`: status, fields and body.
+async fn h2_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(conn);
+    let mut client = client.ready().await.expect("ready");
+    let mut req = http::Request::builder().method(method).uri(format!("http://test{path}"));
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let (response, _) = client.send_request(req.body(()).expect("request"), true).expect("send");
+    let (parts, mut recv) = response.await.expect("response").into_parts();
+    let body = h2_body(&mut recv).await.expect("body");
+    let fields = parts
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    (parts.status.as_u16(), fields, body)
+}
+
+#[test]
+fn a_cache_hit_reaches_http2_clients_with_the_head_http1_clients_get() {
+    let origin = Origin::start("o");
+    let (proxy, _admin) = start(origin.addr, "true");
+    let path = "/same?cache=60&size=300";
+    proxy.connect().get(path);
+    let hit = proxy.connect().get(path);
+    assert!(hit.header("age").is_some(), "an HTTP/1.1 hit");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let (status, fields, body) = rt.block_on(h2_request(proxy.addr, "GET", path, &[]));
+    assert_eq!((status, body.len()), (200, 300));
+    assert_eq!(comparable_fields(fields, &[]), comparable_fields(hit.headers.clone(), &[]));
+    // A range of the stored response, a HEAD, and a conditional request the cache
+    // answers 304: every head through the same writer.
+    let (status, fields, body) = rt.block_on(h2_request(proxy.addr, "GET", path, &[("range", "bytes=0-9")]));
+    assert_eq!((status, body.len()), (206, 10));
+    assert!(fields.contains(&("content-range".to_string(), "bytes 0-9/300".to_string())), "{fields:?}");
+    let (status, fields, body) = rt.block_on(h2_request(proxy.addr, "HEAD", path, &[]));
+    assert_eq!((status, body.len()), (200, 0));
+    assert!(fields.contains(&("content-length".to_string(), "300".to_string())), "{fields:?}");
+    if let Some(etag) = hit.header("etag") {
+        let (status, _, body) = rt.block_on(h2_request(proxy.addr, "GET", path, &[("if-none-match", etag)]));
+        assert_eq!((status, body.len()), (304, 0));
+    }
+    assert_eq!(origin.requests(), 1, "every HTTP/2 request was a hit");
+}
+
 #[test]
 fn the_access_log_says_what_the_cache_did() {
     let origin = Origin::start("o");

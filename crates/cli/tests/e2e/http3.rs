@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::pki::Pki;
-use common::{proxy_addr, temp_dir, wait_exit, wait_for, workspace_root, Origin, Proxy};
+use common::{comparable_fields, proxy_addr, temp_dir, wait_exit, wait_for, workspace_root, Origin, Proxy};
 use serde_json::{json, Value};
 
 /// The name the proxy's certificate carries.
@@ -302,6 +302,73 @@ fn responses_are_compressed_and_cache_hits_skip_the_origin() {
     assert_eq!(miss.body(), hit.body());
     assert!(hit.header("age").is_some(), "a hit carries Age: {:?}", hit.0["headers"]);
     assert_eq!(origin.requests(), 2, "the hit did not reach the origin");
+}
+
+/// The fields of an HTTP/1.1 response's head, in order.
+fn head_fields(text: &str) -> Vec<(String, String)> {
+    let head = text.split("\r\n\r\n").next().unwrap_or_default();
+    head.lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':').map(|(n, v)| (n.trim().to_string(), v.trim().to_string())))
+        .collect()
+}
+
+#[test]
+fn a_cache_hit_reaches_http3_clients_with_the_head_http1_clients_get() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start(&[("main", &[origin.addr], "")], "cache = true");
+    let path = "/same?cache=60&size=300";
+    let miss = tcp_get(&front, path);
+    let hit = tcp_get(&front, path);
+    assert!(miss.starts_with("HTTP/1.1 200") && hit.starts_with("HTTP/1.1 200"), "{hit}");
+    let range = json!({ "method": "GET", "path": path, "headers": [["range", "bytes=0-9"]] });
+    // No HEAD here: aioquic checks a response's `content-length` against its DATA without
+    // knowing the request was a HEAD, and closes the connection (the HTTP/2 test has one).
+    let answer = front.h3(&python, json!({ "requests": [get(path), range] }));
+    let (h3, ranged) = (answer.result(0), answer.result(1));
+    assert_eq!(origin.requests(), 1, "every HTTP/3 request was a hit");
+    assert_eq!(h3.status(), 200);
+    assert!(h3.header("age").is_some(), "{:?}", h3.0["headers"]);
+    let fields = |r: &Reply| -> Vec<(String, String)> {
+        let list = r.0["headers"].as_array().cloned().unwrap_or_default();
+        list.iter()
+            .map(|f| (f[0].as_str().unwrap_or("").to_string(), f[1].as_str().unwrap_or("").to_string()))
+            .collect()
+    };
+    // `alt-svc`: the TCP side's advertisement of HTTP/3.
+    assert_eq!(comparable_fields(fields(&h3), &["alt-svc"]), comparable_fields(head_fields(&hit), &["alt-svc"]));
+    assert_eq!(h3.body().len(), 300);
+    // A range of the stored response: its head through the same writer.
+    assert_eq!((ranged.status(), ranged.body().len()), (206, 10));
+    assert_eq!(ranged.header("content-range").as_deref(), Some("bytes 0-9/300"));
+}
+
+#[test]
+fn malformed_request_heads_are_refused_on_their_stream_only() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start(&[("main", &[origin.addr], "")], "");
+    let with = |name: &str, value: &str| json!({ "method": "GET", "path": "/bad", "headers": [[name, value]], "raw_names": true });
+    let bad = [
+        with("X-Upper", "1"),
+        with("connection", "close"),
+        with("transfer-encoding", "chunked"),
+        with("te", "gzip"),
+        with("x-padded", " value"),
+        with("content-length", "12a"),
+    ];
+    let mut requests: Vec<Value> = bad.to_vec();
+    requests.push(with("te", "trailers"));
+    let answer = front.h3(&python, json!({ "requests": requests }));
+    // RFC 9114 4.1.2: a malformed request is a stream error of type H3_MESSAGE_ERROR (0x10e).
+    for i in 0..bad.len() {
+        let error = answer.0["results"][i]["error"].as_str().unwrap_or_default().to_string();
+        assert!(error.contains("stream reset with code 270"), "request {i}: {:?}", answer.0["results"][i]);
+    }
+    let fine = answer.result(bad.len());
+    assert_eq!(fine.status(), 200, "the connection goes on, and `te: trailers` is allowed");
+    assert_eq!(origin.requests(), 1, "no malformed request reached the origin");
 }
 
 /// A server that answers every request with a chunked body and trailers.

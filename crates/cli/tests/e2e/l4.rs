@@ -594,3 +594,53 @@ fn ipv6_http_and_udp_listeners_reach_ipv4_servers() {
 fn free_udp_port_v6() -> u16 {
     common::free_udp_port_on("[::1]:0".parse().expect("address"))
 }
+
+/// Echoes `ask` on a connection through the proxy and checks it comes back.
+fn echoed(stream: &mut TcpStream, ask: &[u8]) {
+    stream.write_all(ask).expect("send");
+    let mut back = vec![0; ask.len()];
+    stream.read_exact(&mut back).expect("echo");
+    assert_eq!(back, ask);
+}
+
+/// Whether the proxy closed `stream` (EOF or reset) within PATIENCE.
+fn closed_by_proxy(stream: &mut TcpStream) -> bool {
+    use std::io::ErrorKind::{TimedOut, WouldBlock};
+    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    match stream.read(&mut [0; 16]) {
+        Ok(n) => n == 0,
+        Err(e) => !matches!(e.kind(), WouldBlock | TimedOut),
+    }
+}
+
+/// A relay used within its `idle_timeout` goes on; one left alone for it is
+/// closed. Then a drain closes quiet relays at once, long before their idle
+/// timeout and the drain timeout (both 600 s: a drain that waited for them
+/// would outlast each read's PATIENCE), and the process exits.
+#[test]
+fn idle_relays_close_at_their_idle_timeout_and_at_a_drain() {
+    let server = tcp_server("127.0.0.1:0", echo);
+    let listen = proxy_addr();
+    let mut proxy = Proxy::start(&tcp_service(listen, &[server], "idle_timeout = \"2s\"", ""), listen);
+    let mut stream = TcpStream::connect(listen).expect("connect");
+    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    echoed(&mut stream, b"first");
+    thread::sleep(Duration::from_millis(700));
+    echoed(&mut stream, b"used again within idle_timeout");
+    assert!(closed_by_proxy(&mut stream), "the idle relay is closed at idle_timeout");
+
+    drop(proxy);
+    let config = format!("drain_timeout = \"600s\"\n{}", tcp_service(listen, &[server], "idle_timeout = \"600s\"", ""));
+    proxy = Proxy::start(&config, listen);
+    let mut quiet: Vec<TcpStream> = (0..40).map(|_| TcpStream::connect(listen).expect("connect")).collect();
+    for (i, s) in quiet.iter_mut().enumerate() {
+        s.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        echoed(s, format!("connection {i}").as_bytes());
+    }
+    proxy.sigterm();
+    for (i, s) in quiet.iter_mut().enumerate() {
+        assert!(closed_by_proxy(s), "quiet relay {i} must be closed by the drain");
+    }
+    let status = proxy.wait_exit(PATIENCE).expect("switchyard exits after the drain");
+    assert!(status.success(), "exit status {status}:\n{}", proxy.log());
+}

@@ -3,7 +3,7 @@
 //! both ways, many client connections multiplexed over few server connections, status codes
 //! and timeouts, a server that dies and comes back, a server that only speaks HTTP/1.1, the
 //! refused WebSocket switch, reset codes both ways, a refused stream retried on another
-//! server, and a server's 103 Early Hints relayed.
+//! server (a POST too, with its body), and a server's 103 Early Hints relayed.
 
 use crate::common;
 
@@ -431,6 +431,31 @@ fn a_refused_stream_is_retried_on_another_server() {
     }
     let log = proxy.log();
     assert!(log.contains("idempotent request retried on another server"), "{log}");
+    assert!(log.contains("server refused the HTTP/2 stream"), "{log}");
+}
+
+#[test]
+fn a_refused_post_is_retried_on_another_server_with_its_body() {
+    // A POST is not idempotent, but a refused stream was provably not processed (RFC 9113
+    // 8.7): it goes on to the second server with its body, which the client gets echoed.
+    let (seen_tx, _seen) = std::sync::mpsc::channel();
+    let refusing = resetting_server(seen_tx);
+    let origin = Origin::start("h2c");
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&h2_config(listen, &[refusing, origin.addr], "", "retries = 1\n"), listen);
+    for i in 0..4 {
+        let body = format!("payload {i}");
+        let mut client = proxy.connect();
+        // Head and body in one write: the body is at hand when the stream is refused.
+        let request =
+            format!("POST /refuse?echo=1 HTTP/1.1\r\nhost: t\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+        client.send(request.as_bytes()).expect("request");
+        let r = client.read_response().expect("response");
+        assert_eq!((r.status, r.origin()), (200, "h2c"), "{}\n{}", r.text(), proxy.log());
+        assert_eq!(r.text(), body, "{}", proxy.log());
+    }
+    let log = proxy.log();
+    assert!(log.contains("request the server did not process retried on another server"), "{log}");
     assert!(log.contains("server refused the HTTP/2 stream"), "{log}");
 }
 

@@ -30,7 +30,8 @@ Plan:
                            "early_results")}
 
 A request may carry "expect_continue": true: its body is sent only once a
-`100 Continue` came (the request's headers should include expect: 100-continue).
+`100 Continue` came (the request's headers should include expect: 100-continue);
+and "raw_names": true: its header names are sent as given, not lower-cased.
 
 Answer: {"results": [{"status", "headers", "body_hex", "trailers", "interim"} or {"error"}...],
          "ports": [local port of each socket used],
@@ -112,7 +113,7 @@ class Client(QuicConnectionProtocol):
             if getattr(h3_event, "stream_ended", False):
                 exchange.finish()
 
-    async def request(self, method, authority, path, headers, body, expect_continue=False) -> Exchange:
+    async def request(self, method, authority, path, headers, body, expect_continue=False, raw_names=False) -> Exchange:
         if self.closed is not None:
             raise RuntimeError(f"connection closed with code {self.closed}")
         stream_id = self._quic.get_next_available_stream_id()
@@ -123,7 +124,7 @@ class Client(QuicConnectionProtocol):
             (b":scheme", b"https"),
             (b":authority", authority.encode()),
             (b":path", path.encode()),
-        ] + [(k.lower().encode(), v.encode()) for k, v in headers]
+        ] + [((k if raw_names else k.lower()).encode(), v.encode()) for k, v in headers]
         self.http.send_headers(stream_id, fields, end_stream=not body)
         if body and expect_continue:
             self.transmit()
@@ -197,7 +198,13 @@ async def one(client, plan, req, jar) -> dict:
     authority = f"{plan['server_name']}:{plan['port']}"
     try:
         exchange = await client.request(
-            req.get("method", "GET"), authority, req["path"], headers, body, req.get("expect_continue", False)
+            req.get("method", "GET"),
+            authority,
+            req["path"],
+            headers,
+            body,
+            req.get("expect_continue", False),
+            req.get("raw_names", False),
         )
     except Exception as e:  # reported per request: the test decides
         return {"error": f"{type(e).__name__}: {e}"}

@@ -52,6 +52,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use switchyard_config::{Cache as CacheConfig, CacheKeyPart};
+use switchyard_http::head_writer::HeadWriter;
 use tokio::sync::watch;
 
 pub use self::partial::{Partial, Piece};
@@ -523,12 +524,14 @@ pub fn key(parts: &[CacheKeyPart], scheme: &str, method: &str, host: &str, path:
     key
 }
 
-/// Writes the response head of a hit: status line, stored headers, `Age`,
-/// `Content-Length`, and the connection headers the caller decides.
-pub fn hit_head(out: &mut Vec<u8>, entry: &Entry, age: Duration, status: u16, close: bool, keep_alive_10: bool) {
+/// Writes the response head of a hit through the client's head writer
+/// (HTTP/1.1 bytes, or an HTTP/2 and HTTP/3 header list): status, stored
+/// headers, `Age`, `Content-Length`, and the connection headers the caller
+/// decides.
+pub fn hit_head<W: HeadWriter>(w: &mut W, entry: &Entry, age: Duration, status: u16, close: bool, keep_alive_10: bool) {
     let length = (status != 304 && status != 204).then_some(entry.body.len() as u64);
     let head = Head { status, length, drop_content_type: false, extra: &[] };
-    write_head(out, entry, age, &head, close, keep_alive_10);
+    write_head(w, entry, age, &head, close, keep_alive_10);
 }
 
 /// What a head written from a stored entry says beyond the entry's headers.
@@ -543,39 +546,38 @@ pub struct Head<'a> {
     pub extra: &'a [(&'a str, &'a [u8])],
 }
 
-/// Writes a response head from a stored entry: status line, stored headers,
-/// `Age`, what `head` adds, and the connection headers the caller decides.
-pub fn write_head(out: &mut Vec<u8>, entry: &Entry, age: Duration, head: &Head<'_>, close: bool, keep_alive_10: bool) {
-    out.clear();
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(itoa::Buffer::new().format(head.status).as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(switchyard_http::error::reason_phrase(head.status).as_bytes());
-    out.extend_from_slice(b"\r\n");
-    let field = |out: &mut Vec<u8>, name: &[u8], value: &[u8]| {
-        out.extend_from_slice(name);
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
-    };
+/// Writes a response head from a stored entry through a head writer: status
+/// (with the standard reason phrase), stored headers (parsed once, when the
+/// entry was stored: no framing or connection fields among them), `Age`,
+/// what `head` adds, and the connection headers the caller decides (which a
+/// header list leaves out).
+pub fn write_head<W: HeadWriter>(
+    w: &mut W,
+    entry: &Entry,
+    age: Duration,
+    head: &Head<'_>,
+    close: bool,
+    keep_alive_10: bool,
+) {
+    w.start(head.status, b"");
     for (name, value) in &entry.headers {
         if !(head.drop_content_type && name == "content-type") {
-            field(out, name.as_bytes(), value);
+            w.field(name.as_bytes(), value);
         }
     }
-    field(out, b"age", itoa::Buffer::new().format(age.as_secs()).as_bytes());
+    w.field(b"age", itoa::Buffer::new().format(age.as_secs()).as_bytes());
     for (name, value) in head.extra {
-        field(out, name.as_bytes(), value);
+        w.field(name.as_bytes(), value);
     }
     if let Some(length) = head.length {
-        field(out, b"content-length", itoa::Buffer::new().format(length).as_bytes());
+        w.field(b"content-length", itoa::Buffer::new().format(length).as_bytes());
     }
     if close {
-        out.extend_from_slice(b"connection: close\r\n");
+        w.field(b"connection", b"close");
     } else if keep_alive_10 {
-        out.extend_from_slice(b"connection: keep-alive\r\n");
+        w.field(b"connection", b"keep-alive");
     }
-    out.extend_from_slice(b"\r\n");
+    w.end();
 }
 
 /// Whether a client's own conditional request is satisfied by `entry`, so

@@ -16,10 +16,12 @@ use bytes::Bytes;
 
 pub use super::policy::range::{evaluate, if_range_holds, Ranges};
 use super::{policy, write_head, Entry, Head};
+use switchyard_http::head_writer::HeadWriter;
 
-/// Writes the head of the answer into `out` and returns its status and body.
-pub fn answer(
-    out: &mut Vec<u8>,
+/// Writes the head of the answer through the client's head writer `out`
+/// and returns its status and body.
+pub fn answer<W: HeadWriter>(
+    out: &mut W,
     entry: &Entry,
     age: Duration,
     ranges: Ranges,

@@ -190,7 +190,7 @@ fn the_origin_age_counts_and_is_not_stored() {
     assert!(!e.usable_fresh(Instant::now()));
     assert!(policy::header(&e.headers, "age").is_none(), "the served Age is computed, not the stored one");
     let mut out = Vec::new();
-    hit_head(&mut out, &e, e.age(Instant::now()), 200, false, false);
+    hit_head(&mut switchyard_http::head_writer::Http1Head::new(&mut out), &e, e.age(Instant::now()), 200, false, false);
     let text = String::from_utf8(out).expect("ascii head");
     assert_eq!(text.matches("age: ").count(), 1, "{text}");
     assert!(text.contains("age: 7200\r\n"), "{text}");

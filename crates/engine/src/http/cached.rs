@@ -31,12 +31,14 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::{Buf, Bytes};
 use switchyard_config::{Compression, Service};
 
-use super::body::write_all_two;
+use super::body::{write_all, write_all_two};
 use super::{route, Client, ClientStream, RequestInfo, Routed};
 use crate::cache::policy::range::Ranges;
 use crate::cache::{self, policy, range, Cache, Capture, Coalesce, Entry, Fetch, Found, Piece};
 use crate::worker::Worker;
+use switchyard_http::head_writer::{FieldList, HeadWriter, Http1Head};
 use switchyard_http::parse::{self, RequestHead, Version};
+use switchyard_http::request_writer::RequestWriter;
 
 /// Longest a request waits for another request's fetch of the same key.
 const MAX_COALESCE_WAIT: Duration = Duration::from_secs(10);
@@ -384,23 +386,16 @@ async fn gateway_timeout<S: ClientStream>(
     keep && ok
 }
 
-/// Adds the stale entry's validators to the forwarded request head in `out`.
-pub(super) fn add_validators(out: &mut Vec<u8>, plan: &Plan<'_>) {
+/// Adds the stale entry's validators to the forwarded request head `w` wrote.
+pub(super) fn add_validators<W: RequestWriter>(w: &mut W, plan: &Plan<'_>) {
     let Some(entry) = plan.stale.as_ref().filter(|_| plan.revalidating) else { return };
     let (etag, modified) = entry.validators();
-    // Before the head's final CRLF.
-    out.truncate(out.len().saturating_sub(2));
     if let Some(etag) = etag {
-        out.extend_from_slice(b"if-none-match: ");
-        out.extend_from_slice(etag);
-        out.extend_from_slice(b"\r\n");
+        w.append(b"if-none-match", etag);
     }
     if let Some(modified) = modified {
-        out.extend_from_slice(b"if-modified-since: ");
-        out.extend_from_slice(modified);
-        out.extend_from_slice(b"\r\n");
+        w.append(b"if-modified-since", modified);
     }
-    out.extend_from_slice(b"\r\n");
 }
 
 /// How the forwarded request ended, as the cache sees it.
@@ -534,7 +529,10 @@ fn keep_piece(plan: &Plan<'_>, headers: Vec<(String, Vec<u8>)>, body: bytes::Byt
 /// Writes a stored response to the client: the entry, or 304 when the
 /// client's own conditional request matches it (RFC 9111 §4.3.2), or the
 /// ranges a GET asks of it (206, 416: [`ranged`]); a HEAD gets the head only.
-/// `head_len`: request head bytes still to consume from `client.buf`.
+/// The head goes through the client's head writer, as a relayed one does:
+/// HTTP/1.1 bytes, or a header list for an HTTP/2 or HTTP/3 stream (no text
+/// for the stream to parse). `head_len`: request head bytes still to
+/// consume from `client.buf`.
 #[allow(clippy::too_many_arguments)]
 async fn serve<S: ClientStream>(
     client: &mut Client<S>,
@@ -548,29 +546,54 @@ async fn serve<S: ClientStream>(
 ) -> bool {
     client.buf.advance(head_len);
     let keep = info.keep_alive && !draining;
+    let port = super::alt_svc(client, service);
+    let idle = service.timeouts.client_idle;
+    let (status, body, ok, head_bytes) = if client.stream.takes_fields() {
+        let mut list = FieldList::with_capacity(256 + entry.headers.len() * 48, entry.headers.len() + 4);
+        let (status, body) = hit(&mut list, plan, entry, info, keep, port);
+        let ok = client.stream.send_fields(&list).is_ok() && write_all(&mut client.stream, &body, idle).await.is_ok();
+        (status, body, ok, list.text_len())
+    } else {
+        let (status, body) = hit(&mut Http1Head::new(&mut client.out), plan, entry, info, keep, port);
+        let ok = write_all_two(&mut client.stream, &client.out, &body, idle).await.is_ok();
+        (status, body, ok, client.out.len())
+    };
+    entry.hits.fetch_add(1, Ordering::Relaxed);
+    plan.cache.stats.served_bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
+    client.trace.bytes_out = (head_bytes + body.len()) as u64;
+    client.trace.body_out = body.len() as u64;
+    client.trace.cache = Some(how);
+    client.trace.cache_status = status;
+    keep && ok
+}
+
+/// Writes the head of a stored response (see [`serve`]) through `w`, with
+/// `alt-svc` when HTTP/3 is advertised on `port`; its status and body.
+fn hit<W: HeadWriter>(
+    w: &mut W,
+    plan: &Plan<'_>,
+    entry: &Entry,
+    info: RequestInfo,
+    keep: bool,
+    port: Option<u16>,
+) -> (u16, Bytes) {
     let (close, keep_alive_10) = (!keep, keep && info.version == Version::Http10);
     let age = entry.age(Instant::now());
     let conditional = cache::not_modified(entry, plan.header("if-none-match"), plan.header("if-modified-since"));
-    let (status, body) = match ranged(plan, entry, info).filter(|_| !conditional) {
-        Some(ranges) => range::answer(&mut client.out, entry, age, ranges, close, keep_alive_10),
+    let answer = match ranged(plan, entry, info).filter(|_| !conditional) {
+        Some(ranges) => range::answer(w, entry, age, ranges, close, keep_alive_10),
         None => {
             let status = if conditional { 304 } else { entry.status };
-            cache::hit_head(&mut client.out, entry, age, status, close, keep_alive_10);
+            cache::hit_head(w, entry, age, status, close, keep_alive_10);
             let body =
                 if info.head_method || status == 304 || status == 204 { Bytes::new() } else { entry.body.clone() };
             (status, body)
         }
     };
-    let port = super::alt_svc(client, service);
-    super::add_alt_svc(&mut client.out, port);
-    entry.hits.fetch_add(1, Ordering::Relaxed);
-    plan.cache.stats.served_bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
-    let ok = write_all_two(&mut client.stream, &client.out, &body, service.timeouts.client_idle).await.is_ok();
-    client.trace.bytes_out = (client.out.len() + body.len()) as u64;
-    client.trace.body_out = body.len() as u64;
-    client.trace.cache = Some(how);
-    client.trace.cache_status = status;
-    keep && ok
+    if let Some(port) = port {
+        w.alt_svc(port);
+    }
+    answer
 }
 
 /// The byte ranges a GET asks of a stored 200 (RFC 9110 §14.2), when its

@@ -45,7 +45,7 @@ use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 use switchyard_config::{Action, HeaderEdits, PoolId, Service, UpstreamProtocol};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::AsyncReadExt;
 use tokio::time::timeout_at;
 
 use self::body::{relay, write_all, Body, RelayError};
@@ -57,10 +57,12 @@ use crate::cache;
 use crate::live::{ActiveGuard, PickView};
 use crate::protection::Refusal;
 pub use crate::transport::{ClientStream, Transport};
+use crate::upstream::stream::ServerRead;
 use crate::upstream::{self, UpstreamConn};
 use crate::worker::{Local, Scratch, Worker};
 use switchyard_http::error::{Kind, ProxyError};
 use switchyard_http::head_writer::{FieldList, HeadWriter, Http1Head};
+use switchyard_http::request_writer::{Http1Request, RequestList};
 
 /// Initial size of a client connection's read buffer.
 const CLIENT_BUF: usize = 4 * 1024;
@@ -91,6 +93,9 @@ struct Client<S> {
     decoded: Option<Box<RequestHead>>,
     /// Head sent towards the server or client, rebuilt per message.
     out: Vec<u8>,
+    /// The request head towards an HTTP/2 server, as a list (`out` is not
+    /// used for it).
+    up_head: RequestList,
     /// Header positions of the current response head.
     resp_fields: Vec<Field>,
     /// Lower-cased host, when the request's was not already.
@@ -198,6 +203,7 @@ impl<S> Idle<S> {
             decoded: head,
             resp_fields,
             out,
+            up_head: RequestList::default(),
             host,
             line,
             ip: self.ip,
@@ -679,9 +685,13 @@ async fn handle<S: ClientStream>(
         cached::Lookup::Forward(plan) => plan,
     };
     // Phase 4: request rewrite (and the cache's validators and capture).
-    rewrite_request(client, &head, service, local, pool, &routed, info);
+    let listed = rewrite_request(client, &head, service, local, pool, &routed, info);
     if let Some(plan) = &plan {
-        cached::add_validators(&mut client.out, plan);
+        if listed {
+            cached::add_validators(&mut client.up_head, plan);
+        } else {
+            cached::add_validators(&mut Http1Request::new(&mut client.out), plan);
+        }
         client.capture = plan.capture();
         client.intercept = plan.intercept(Instant::now());
     }
@@ -894,9 +904,11 @@ async fn cache_lookup<'l, S: ClientStream>(
 }
 
 /// Phase 4: the head towards the server (hop-by-hop fields removed,
-/// forwarding headers, the rules' edits) into `client.out`. The head is
-/// consumed from the buffer once rewritten; what follows it is body or the
-/// next request.
+/// forwarding headers, the rules' edits), written by the server's head
+/// writer: HTTP/1.1 bytes into `client.out`, or for an HTTP/2 pool a
+/// request list into `client.up_head` (then the result is true). The head
+/// is consumed from the buffer once rewritten; what follows it is body or
+/// the next request.
 fn rewrite_request<S>(
     client: &mut Client<S>,
     head: &RequestHead,
@@ -905,7 +917,7 @@ fn rewrite_request<S>(
     pool: PoolId,
     routed: &Routed<'_>,
     info: RequestInfo,
-) {
+) -> bool {
     let buf = &client.buf[..head.len];
     let (origin_target, authority) = split_target(&buf[head.target.clone()]);
     let upgrade = head.upgrade.clone().filter(|_| info.upgrade).map(|r| &buf[r]);
@@ -921,23 +933,26 @@ fn rewrite_request<S>(
         }),
         trace: client.otel.as_ref().map(|s| s.propagation()),
     };
-    // Only HTTP/1.0 requests may lack a Host; they get the server's address.
+    let pool = local.gen.config.pool(pool);
+    let listed = pool.protocol == UpstreamProtocol::Http2;
+    // Only HTTP/1.0 requests may lack a Host; they get the server's address
+    // (an HTTP/2 stream fills in the address of the server it goes to).
     let server_host = match head.host {
         Some(_) => String::new(),
-        None => local.gen.config.pool(pool).servers.first().map(|s| s.addr.to_string()).unwrap_or_default(),
+        None if listed => String::new(),
+        None => pool.servers.first().map(|s| s.addr.to_string()).unwrap_or_default(),
     };
-    rewrite::request_head(
-        &mut client.out,
-        buf,
-        head,
-        &client.fields,
-        origin_target,
-        authority,
-        server_host.as_bytes(),
-        &routed.edits,
-        &fwd,
-    );
+    let (fields, edits, host) = (&client.fields, &routed.edits, server_host.as_bytes());
+    if listed {
+        client.out.clear();
+        let w = &mut client.up_head;
+        rewrite::write_request_head(w, buf, head, fields, origin_target, authority, host, edits, &fwd);
+    } else {
+        let w = &mut Http1Request::new(&mut client.out);
+        rewrite::write_request_head(w, buf, head, fields, origin_target, authority, host, edits, &fwd);
+    }
     client.buf.advance(head.len);
+    listed
 }
 
 /// Phase 10, after the exchange: the cache stores a complete response or
@@ -1021,9 +1036,12 @@ fn reset_client<S: ClientStream>(client: &Client<S>, code: u32) -> bool {
 /// yet for this request: after a connect failure (nothing was sent), and for
 /// an idempotent bodiless request ([`RequestInfo::replayable`]) whose server
 /// failed before any response byte. A request that is not replayable (a POST,
-/// a body) is never sent twice once its head was written. Separately, such a
-/// replayable request that met a dead reused keep-alive connection is sent
-/// once more on a fresh connection to the same server.
+/// a body) is never sent twice once its head was written, unless an HTTP/2
+/// server provably did not process it (REFUSED_STREAM, above a GOAWAY's
+/// last stream id: RFC 9113 8.7) and its whole body is still at hand
+/// ([`whole_body`]). Separately, such a retry-safe request that met a dead
+/// reused connection is sent once more on a fresh connection to the same
+/// server.
 async fn forward<S: ClientStream>(
     client: &mut Client<S>,
     service: &Service,
@@ -1138,6 +1156,10 @@ async fn forward<S: ClientStream>(
             p.set_cookie(server, routed.sticky)
         });
         let sticky = Sticky { set_cookie, learn: persistence.filter(|p| p.learned_cookie().is_some()), server };
+        // What a server that refuses the request unprocessed leaves to send
+        // again elsewhere, whatever the method (HTTP/2 only: RFC 9113 8.7).
+        let replay = if h2 && !info.replayable { whole_body(client, info) } else { None };
+        let unread = client.buf.len();
         match exchange(client, &mut conn, service, worker, local.gen.number, routed, info, sticky).await {
             Ok((outcome, reusable)) => {
                 let healthy = !crate::live::passive_failure_status(outcome.status);
@@ -1160,8 +1182,14 @@ async fn forward<S: ClientStream>(
                 if failed.error.side() == switchyard_http::error::Side::Server && !stale {
                     live.servers[server].observe(pool_cfg.passive.as_ref(), false, failed.error.reason());
                 }
-                if failed.relayed.is_some() || !info.replayable {
+                let unprocessed = failed.relayed.is_none() && replay.is_some() && conn.stream.h2_unprocessed();
+                if failed.relayed.is_some() || !(info.replayable || unprocessed) {
                     return Err(failed);
+                }
+                if let Some(body) = replay.as_deref().filter(|_| unprocessed) {
+                    // The body bytes this try took go back in front of the buffer.
+                    let taken = unread.saturating_sub(client.buf.len()).min(body.len());
+                    put_back(&mut client.buf, &body[..taken]);
                 }
                 if stale && !fresh_only {
                     // A keep-alive connection the server had closed: the same
@@ -1172,10 +1200,17 @@ async fn forward<S: ClientStream>(
                 if redispatchable(failed.error.kind()) && retries < pool_cfg.retries {
                     // The final record names the next server: count this one's failure now.
                     live.servers[server].metrics.connect_failed(worker.id, failed.error.reason());
-                    tracing::warn!(
-                        service = %service.name, server = %addr, reason = failed.error.reason(),
-                        "idempotent request retried on another server"
-                    );
+                    if info.replayable {
+                        tracing::warn!(
+                            service = %service.name, server = %addr, reason = failed.error.reason(),
+                            "idempotent request retried on another server"
+                        );
+                    } else {
+                        tracing::warn!(
+                            service = %service.name, server = %addr, reason = failed.error.reason(),
+                            "request the server did not process retried on another server"
+                        );
+                    }
                     retries += 1;
                     tried |= bit(server);
                     fresh_only = false;
@@ -1186,6 +1221,36 @@ async fn forward<S: ClientStream>(
             }
         }
     }
+}
+
+/// Largest request body kept to be sent again after an HTTP/2 server
+/// refused the request unprocessed.
+const REPLAY_MAX: usize = 64 * 1024;
+
+/// A copy of the request body, when all of it is in the client's buffer
+/// already and small (empty for a bodiless request): sent again if an
+/// HTTP/2 server refuses the request unprocessed. `None` otherwise (a
+/// chunked body, one still to come, one the client waits to send until
+/// `100 Continue`): such a request is never sent twice.
+fn whole_body<S>(client: &Client<S>, info: RequestInfo) -> Option<Vec<u8>> {
+    let n = match info.framing {
+        _ if info.expect_continue => return None,
+        Framing::Empty => 0,
+        Framing::Length(n) => usize::try_from(n).ok()?,
+        Framing::Chunked | Framing::UntilClose => return None,
+    };
+    (n <= REPLAY_MAX && n <= client.buf.len()).then(|| client.buf[..n].to_vec())
+}
+
+/// Puts `taken` back in front of `buf`.
+fn put_back(buf: &mut BytesMut, taken: &[u8]) {
+    if taken.is_empty() {
+        return;
+    }
+    let mut joined = BytesMut::with_capacity(taken.len() + buf.len());
+    joined.extend_from_slice(taken);
+    joined.extend_from_slice(buf);
+    *buf = joined;
 }
 
 /// Phases 6–9 on one server connection. On success, also says whether the
@@ -1236,7 +1301,7 @@ async fn exchange<S: ClientStream>(
         Ok(body) => body,
         Err(e) => return early(request_relay_error(e)),
     };
-    if let Err(e) = body::send_head(&client.out, &mut client.buf, &mut conn.stream, &mut upload, t.client_idle).await {
+    if let Err(e) = send_request_head(client, conn, &mut upload, info.framing, t.client_idle).await {
         return early(request_relay_error(e));
     }
     let relayed = Cell::new(None);
@@ -1344,6 +1409,32 @@ async fn exchange<S: ClientStream>(
     count_compressed(client, worker, &done);
     let outcome = Outcome { client_keep_alive: done.outcome.client_keep_alive && complete, ..done.outcome };
     Ok((outcome, done.server_keeps && complete && conn.buf.is_empty()))
+}
+
+/// Phase 6's head and the body bytes already read: HTTP/1.1 bytes from
+/// `client.out` in one write with them, or, to an HTTP/2 server, the
+/// stream opened with `client.up_head` (waiting for the server's stream
+/// limit within `idle`) and the body bytes after it.
+async fn send_request_head<S>(
+    client: &mut Client<S>,
+    conn: &mut UpstreamConn,
+    upload: &mut Body,
+    framing: Framing,
+    idle: std::time::Duration,
+) -> Result<(), RelayError> {
+    let opened = match &mut conn.stream {
+        upstream::stream::ServerStream::H2(stream) => {
+            Some(tokio::time::timeout(idle, stream.send_head(&client.up_head, framing)).await)
+        }
+        _ => None,
+    };
+    let head = match opened {
+        None => &client.out[..],
+        Some(Ok(Ok(()))) => &[][..],
+        Some(Ok(Err(e))) => return Err(RelayError::Write(e)),
+        Some(Err(_)) => return Err(RelayError::WriteTimeout),
+    };
+    body::send_head(head, &mut client.buf, &mut conn.stream, upload, idle).await
 }
 
 /// Adds an encoded response's payload bytes to the service's compression counters.
@@ -1515,7 +1606,7 @@ struct Responded {
 /// Phases 7–9: read the response head (skipping interim 1xx responses),
 /// rewrite it, decide on compression, and stream the response to the client.
 #[allow(clippy::too_many_arguments)]
-async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
+async fn respond<R: ServerRead, W: body::Sink>(
     server: &mut R,
     buf: &mut BytesMut,
     client: &mut W,
@@ -1528,8 +1619,21 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
     let t = &service.timeouts;
     let early = |error| Err(Failed { error, relayed: None });
     let deadline = tokio::time::Instant::now() + t.server_response;
+    // An HTTP/2 stream's heads come decoded: nothing to parse.
+    let decoded = server.decodes_heads();
     let head = loop {
-        match parse::parse_response(buf, MAX_RESPONSE_HEAD, response.fields) {
+        let parsed = if decoded {
+            let next = std::future::poll_fn(|cx| server.poll_head(cx, buf, response.fields));
+            match timeout_at(deadline, next).await {
+                Err(_) => return early(ProxyError::new(Kind::ServerTimeout)),
+                // Nothing of the response came: as a closed connection.
+                Ok(Err(_)) => return early(ProxyError::retryable(Kind::ServerClosed)),
+                Ok(Ok(head)) => Ok(Some(head)),
+            }
+        } else {
+            parse::parse_response(buf, MAX_RESPONSE_HEAD, response.fields)
+        };
+        match parsed {
             Err(error) => return early(error),
             Ok(Some(head)) if head.status == 101 && info.upgrade => {
                 // The switch is relayed: pass the head on; the caller then
@@ -1599,7 +1703,17 @@ async fn respond<R: AsyncRead + Unpin, W: body::Sink>(
         let bodiless = head.status == 304 || head.framing == Framing::Empty || head.framing == Framing::Length(0);
         let server_keeps = bodiless && head.version == Version::Http11 && !head.connection.close;
         response.out.clear();
-        response.out.extend_from_slice(&buf[..head.len]);
+        if decoded {
+            // The cache keeps the head as HTTP/1.1 text.
+            let mut w = Http1Head::new(response.out);
+            w.start(head.status, b"");
+            for f in response.fields.iter() {
+                w.field(&buf[f.name.clone()], &buf[f.value.clone()]);
+            }
+            w.end();
+        } else {
+            response.out.extend_from_slice(&buf[..head.len]);
+        }
         buf.advance(head.len);
         let outcome = Outcome { status: head.status, client_keep_alive: info.keep_alive, intercepted: true };
         return Ok(Responded {

@@ -52,7 +52,6 @@ use crate::transport::Transport;
 use crate::worker::{Local, Worker};
 use switchyard_http::http2::frame::code;
 use switchyard_http::http2::server::{self, Event, Server, StreamMap};
-use switchyard_http::parse::{Field, Framing};
 
 /// The client connection preface of HTTP/2 (RFC 9113 3.4).
 pub const PREFACE: &[u8; 24] = server::PREFACE;
@@ -506,24 +505,15 @@ fn on_event(
 ) {
     match event {
         Event::Request { stream, request, end_stream } => {
-            let Some(head) = request.head.as_ref() else { return };
+            if request.head.is_none() {
+                return;
+            }
             // The worker's pooled working memory, as an HTTP/1.1 connection
             // gets it: the pipeline gives it back when the stream is done.
             let mut scratch = shared.worker.lend_scratch();
-            scratch.buf.extend_from_slice(&request.buf);
-            scratch.fields.clear();
-            scratch.fields.extend_from_slice(&request.fields);
-            let mut head = head.clone();
-            if head.framing == Framing::Chunked {
-                // A body of unknown length reaches the pipeline in chunked
-                // coding, which it relays verbatim: its head says so.
-                let at = scratch.buf.len();
-                scratch.buf.extend_from_slice(b"transfer-encodingchunked");
-                scratch.fields.push(Field { name: at..at + 17, value: at + 17..at + 24 });
-            }
-            head.len = scratch.buf.len();
-            // One stream, one request.
-            head.connection.close = true;
+            let Some(head) = crate::translate::head::load(request, &mut scratch.buf, &mut scratch.fields) else {
+                return;
+            };
             slots.insert(stream, Slot { end: end_stream, ..Slot::default() });
             started.push((stream, scratch, head));
         }

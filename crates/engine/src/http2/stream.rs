@@ -8,11 +8,11 @@
 //! length is unknown), and what the pipeline writes back — a response head,
 //! then its body — goes out as HEADERS (1xx as informational HEADERS), DATA
 //! frames and trailers ([`Out`]) through the codec, straight into the
-//! connection's output. The head comes as a header list from the pipeline's
-//! HTTP/2 head writer ([`FieldList`], taken by [`Sink::send_fields`]):
-//! connection-specific fields already left out, HPACK-encoded without a
-//! parse. Only the heads the pipeline still writes as HTTP/1.1 bytes (cache
-//! hits) are parsed here first. Every phase (route, persistence, cache, rewrite,
+//! connection's output. Every head (relayed, the proxy's own, a cache
+//! hit's) comes as a header list from the pipeline's HTTP/2 head writer
+//! ([`FieldList`], taken by [`Sink::send_fields`]): connection-specific
+//! fields already left out, HPACK-encoded without a parse; bytes written
+//! before the final head are an error. Every phase (route, persistence, cache, rewrite,
 //! pick, forward, compress, log) is the pipeline's, unchanged; there is no
 //! pipe and no task of its own.
 //!
@@ -42,9 +42,6 @@ use switchyard_http::chunked::ChunkedScanner;
 use switchyard_http::head_writer::FieldList;
 use switchyard_http::http2::frame::code;
 use switchyard_http::parse::{self, Field, Framing, RequestHead};
-
-/// Largest response head the pipeline writes.
-const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
 /// How a stream ended, for the connection's rapid-reset defence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +85,7 @@ pub(super) async fn serve(id: u32, mut scratch: Scratch, head: RequestHead, conn
     let chunked = head.framing == Framing::Chunked;
     scratch.head = Some(Box::new(head));
     let resets = Rc::new(Resets::default());
-    let out = Rc::new(RefCell::new(Out { id, state: State::Head(BytesMut::new()), head_request, conn: conn.clone() }));
+    let out = Rc::new(RefCell::new(Out { id, state: State::Head, head_request, conn: conn.clone() }));
     let client = H2Client {
         rd: Rd { id, conn: conn.clone(), chunked, pending: Bytes::new(), done: false, resets: resets.clone() },
         wr: Wr { out: out.clone() },
@@ -225,8 +222,8 @@ struct Out {
 }
 
 enum State {
-    /// Reading the response head the pipeline writes.
-    Head(BytesMut),
+    /// Waiting for the final response head (a header list).
+    Head,
     /// Sending its body.
     Body(Body),
     /// Complete (or reset).
@@ -318,13 +315,9 @@ impl Body {
 impl Out {
     fn poll_write(&mut self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         match &mut self.state {
-            State::Head(buf) => {
-                if buf.len() + data.len() > MAX_RESPONSE_HEAD {
-                    return Poll::Ready(Err(invalid("response head too large")));
-                }
-                buf.extend_from_slice(data);
-                Poll::Ready(self.head().map(|()| data.len()))
-            }
+            State::Head if data.is_empty() => Poll::Ready(Ok(0)),
+            // Every head comes as a header list ([`Out::send_fields`]).
+            State::Head => Poll::Ready(Err(invalid("body bytes before the response head"))),
             State::Body(_) => {
                 match self.flush(cx) {
                     Poll::Ready(Ok(())) => {}
@@ -347,44 +340,11 @@ impl Out {
         }
     }
 
-    /// A response head the pipeline wrote as HTTP/1.1 bytes (its own
-    /// answers and errors, cache hits): parsed once it is complete (interim
-    /// ones as they come) and sent, the body bytes written with it taken.
-    /// Relayed responses come as a header list instead ([`Out::send_fields`]).
-    fn head(&mut self) -> io::Result<()> {
-        let State::Head(buf) = &mut self.state else {
-            return Ok(());
-        };
-        let conn = self.conn.clone();
-        let mut fields: Vec<Field> = Vec::with_capacity(crate::translate::head::HEAD_FIELDS);
-        let head = loop {
-            match parse::parse_response(buf, MAX_RESPONSE_HEAD, &mut fields) {
-                Ok(None) => return Ok(()),
-                Ok(Some(head)) if (100..200).contains(&head.status) && head.status != 101 => {
-                    // `100 Continue` for `expect: 100-continue`, 103 Early Hints...
-                    let pairs = fields.iter().map(|f| (&buf[f.name.clone()], &buf[f.value.clone()]));
-                    conn.wire.borrow_mut().codec.send_head(self.id, head.status, pairs, false);
-                    buf.advance(head.len);
-                }
-                Ok(Some(head)) if head.status >= 200 => break head,
-                // The pipeline writes only heads it parsed itself.
-                Ok(Some(_)) | Err(_) => return Err(invalid("unexpected response head")),
-            }
-        };
-        let pairs = fields.iter().map(|f| (&buf[f.name.clone()], &buf[f.value.clone()]));
-        let empty = send_final(&conn, self.id, self.head_request, head.status, head.framing, pairs)?;
-        buf.advance(head.len);
-        let rest = std::mem::take(buf);
-        self.begin_body(empty, head.framing, &rest)
-    }
-
     /// Sends a head the pipeline wrote as a header list: an interim one as
     /// it is, a final one with the body to follow.
     fn send_fields(&mut self, list: &FieldList) -> io::Result<()> {
-        match &self.state {
-            // Not after bytes of a head written as text.
-            State::Head(buf) if buf.is_empty() => {}
-            _ => return Err(invalid("unexpected response head")),
+        if !matches!(self.state, State::Head) {
+            return Err(invalid("unexpected response head"));
         }
         let status = list.status();
         if (100..200).contains(&status) {
@@ -396,25 +356,7 @@ impl Out {
             return Ok(());
         }
         let empty = send_final(&self.conn, self.id, self.head_request, status, list.framing(), list.pairs())?;
-        self.begin_body(empty, list.framing(), &[])
-    }
-
-    /// After the final head: the body in `framing` (nothing when `empty`),
-    /// starting with the bytes `rest` written together with the head.
-    fn begin_body(&mut self, empty: bool, framing: Framing, rest: &[u8]) -> io::Result<()> {
-        if empty {
-            self.state = State::Done;
-            return Ok(());
-        }
-        let mut body = Body::new(framing);
-        // Body bytes written together with the head are taken without
-        // waiting for the window (held: at most this one write).
-        let mut at = 0;
-        while at < rest.len() && !body.complete {
-            at += body.take(&rest[at..])?;
-        }
-        self.state = State::Body(body);
-        let _ = self.flush(&mut Context::from_waker(std::task::Waker::noop()));
+        self.state = if empty { State::Done } else { State::Body(Body::new(list.framing())) };
         Ok(())
     }
 
@@ -498,7 +440,7 @@ impl Out {
         }
         match std::mem::replace(&mut self.state, State::Done) {
             State::Done => Poll::Ready(Ended::Done),
-            State::Head(_) | State::Body(_) => {
+            State::Head | State::Body(_) => {
                 self.conn.wire.borrow_mut().codec.send_reset(self.id, reset_code);
                 Poll::Ready(Ended::Failed)
             }

@@ -90,6 +90,9 @@ pub(super) struct Shared {
     name: String,
     /// What the QUIC glue saw: floods, and each request stream's facts.
     watch: Rc<quic::Watch>,
+    /// A request's fields while they are checked ([`stream`]), kept with
+    /// their allocations from stream to stream.
+    checked: RefCell<switchyard_http::http2::head::Request>,
 }
 
 impl Shared {
@@ -356,6 +359,7 @@ async fn connection(
         serving: RefCell::new((local, service)),
         name,
         watch,
+        checked: RefCell::default(),
     });
     let resets = Tally::new(http3.max_resets, tokio::time::Instant::now());
     let closing = |reason: &'static str| {

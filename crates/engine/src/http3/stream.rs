@@ -3,14 +3,20 @@
 //! [`crate::http2`]'s `H2Client` is the HTTP/2 one.
 //!
 //! The stream is the pipeline's client connection ([`H3Client`], a
-//! [`ClientStream`]): its request head is written as HTTP/1.1 into the
-//! scratch buffer the read-head phase parses (the same translation as
-//! HTTP/2's, [`head::request_head`]), its DATA frames are read as the body
-//! ([`Inbound`]), and what the pipeline writes back — a response head, then
-//! its body and trailers — goes out as HEADERS, DATA and trailing HEADERS
-//! frames ([`Out`], then [`Outbound`]). Every phase (route, persistence,
-//! cache, rewrite, pick, forward, compress, log) is the pipeline's,
-//! unchanged; there is no pipe and no task of its own.
+//! [`ClientStream`]), on the HTTP/2 stream's model: its request head is
+//! checked as an HTTP/2 head is (`h3`'s `http` parts written back as a field
+//! list and checked by the same function: [`head::request`]; malformed:
+//! H3_MESSAGE_ERROR) and handed over decoded, as a `RequestHead` whose
+//! fields index the scratch buffer — no HTTP/1.1 text, no re-parse. Its DATA
+//! frames are read as the body ([`Inbound`]). The response head comes as a
+//! header list from the pipeline's HTTP/2 head writer ([`FieldList`], taken
+//! by [`Sink::send_fields`]; relayed, local and cached responses alike) and
+//! goes to `h3` as the `http::Response` built from it
+//! ([`head::response`]); the body and trailers the pipeline writes after it
+//! go out as DATA and trailing HEADERS frames ([`Out`], then
+//! [`Outbound`]). Every phase (route, persistence, cache, rewrite, pick,
+//! forward, compress, log) is the pipeline's, unchanged; there is no pipe
+//! and no task of its own.
 //!
 //! Whether a request without `content-length` has a body is known only from
 //! its stream: the first DATA frame or the end of the stream is awaited
@@ -48,13 +54,13 @@ use super::body::{Inbound, Outbound, RecvHalf, Step};
 use super::quic::Stopped;
 use super::Shared;
 use crate::translate::data::trailer_map;
-use crate::translate::head::{self, RequestBody};
+use crate::translate::head;
 use crate::transport::{Resets, Sink, StreamClient};
+use crate::worker::Scratch;
 use switchyard_http::chunked::ChunkedScanner;
-use switchyard_http::parse::{self, Field, Framing};
+use switchyard_http::head_writer::FieldList;
+use switchyard_http::parse::{self, Framing, RequestHead};
 
-/// Largest response head the pipeline writes.
-const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 /// RST_STREAM codes the pipeline may ask for (RFC 9113 7).
 const REFUSED_STREAM: u32 = 0x7;
 const CANCEL: u32 = 0x8;
@@ -119,23 +125,23 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
     if early && !replay_safe(&parts, end_stream) {
         return too_early(&mut out, &conn).await;
     }
-    // The worker's pooled working memory; the pipeline gives it back.
-    let mut scratch = conn.worker.lend_scratch();
-    let inbound = match head::request_head(&parts, end_stream, &mut scratch.buf) {
-        Ok(RequestBody::None) => Inbound::empty(),
-        Ok(RequestBody::Length) => Inbound::new(recv, false, first),
-        Ok(RequestBody::Chunked) => Inbound::new(recv, true, first),
-        Err(_) => {
-            out.reset(Code::H3_MESSAGE_ERROR).await;
-            return Ended::Failed;
-        }
+    let Some((mut scratch, mut head)) = checked_head(&conn, &parts, end_stream) else {
+        out.reset(Code::H3_MESSAGE_ERROR).await;
+        return Ended::Failed;
+    };
+    let inbound = match head.framing {
+        Framing::Length(_) => Inbound::new(recv, false, first),
+        Framing::Chunked => Inbound::new(recv, true, first),
+        _ => Inbound::empty(),
     };
     drop(parts);
     if early {
-        early_data_field(&mut scratch.buf);
+        // RFC 8470 5.1: the server may answer 425 itself.
+        head::add_field(&mut scratch.buf, &mut scratch.fields, &mut head, b"early-data", b"1");
     }
+    scratch.head = Some(Box::new(head));
     let resets = Rc::new(Resets::default());
-    let wr = Rc::new(RefCell::new(Out { state: State::Head(BytesMut::new()), head_request, send: out }));
+    let wr = Rc::new(RefCell::new(Out { state: State::Head, head_request, send: out, held: None }));
     let rd = Rd { body: inbound, resets: resets.clone() };
     let client = H3Client { rd, wr: Wr { out: wr.clone() }, local: conn.local_addr, resets: resets.clone() };
     let (local, service) = conn.current();
@@ -182,13 +188,20 @@ fn replay_safe(parts: &http::request::Parts, end_stream: bool) -> bool {
     safe && end_stream && !parts.headers.contains_key(http::header::CONTENT_LENGTH)
 }
 
-/// Adds `early-data: 1` to the translated request head (RFC 8470 5.1), so
-/// that the server may answer 425 itself.
-fn early_data_field(pre: &mut BytesMut) {
-    if pre.ends_with(b"\r\n\r\n") {
-        pre.truncate(pre.len() - 2);
-        pre.extend_from_slice(b"early-data: 1\r\n\r\n");
+/// The request's head checked as an HTTP/2 request's is
+/// ([`head::request`]), then put into a scratch set from the worker's pool
+/// (which the pipeline gives back) as the read-head phase takes a decoded
+/// head; `None` when it is malformed (a stream error, H3_MESSAGE_ERROR, RFC
+/// 9114 4.1.2).
+fn checked_head(conn: &Shared, parts: &http::request::Parts, end_stream: bool) -> Option<(Scratch, RequestHead)> {
+    let mut checked = conn.checked.borrow_mut();
+    if let Err(why) = head::request(parts, end_stream, &mut checked) {
+        tracing::debug!(service = %conn.name, client = %conn.connection.remote_address(), why, "malformed HTTP/3 request");
+        return None;
     }
+    let mut scratch = conn.worker.lend_scratch();
+    let head = head::load(&checked, &mut scratch.buf, &mut scratch.fields)?;
+    Some((scratch, head))
 }
 
 /// Answers `425 Too Early` (RFC 8470 5.2) to a request in early data that
@@ -246,11 +259,14 @@ struct Out {
     state: State,
     head_request: bool,
     send: Outbound,
+    /// Heads the pipeline gave ([`Out::send_fields`]) while a send operation
+    /// was in flight: they go with the next write, or at the end.
+    held: Option<Step>,
 }
 
 enum State {
-    /// Reading the response head the pipeline writes.
-    Head(BytesMut),
+    /// Waiting for the final response head (a header list).
+    Head,
     /// Sending its body, framed as the pipeline writes it.
     Body(Framer),
     /// Complete.
@@ -310,15 +326,10 @@ impl Out {
             return Poll::Ready(Err(e));
         }
         Poll::Ready(match &mut self.state {
-            State::Head(buf) => {
-                if buf.len() + data.len() > MAX_RESPONSE_HEAD {
-                    return Poll::Ready(Err(invalid("response head too large")));
-                }
-                buf.extend_from_slice(data);
-                self.head(cx).map(|()| data.len())
-            }
+            State::Head if data.is_empty() => Ok(0),
+            State::Head => Err(invalid("body bytes before the response head")),
             State::Body(framer) => {
-                let (step, n) = match framer.take(data) {
+                let (mut step, n) = match framer.take(data) {
                     Ok(taken) => taken,
                     Err(e) => return Poll::Ready(Err(e)),
                 };
@@ -328,7 +339,11 @@ impl Out {
                 if step.end {
                     self.state = State::Done;
                 }
-                if step.data.is_empty() && !step.end && step.trailers.is_none() {
+                if let Some(held) = self.held.take() {
+                    (step.informational, step.head) = (held.informational, held.head);
+                }
+                let nothing = step.data.is_empty() && step.trailers.is_none() && step.head.is_none();
+                if nothing && !step.end {
                     Ok(n)
                 } else {
                     self.send.start(step, cx).map(|()| n)
@@ -339,55 +354,54 @@ impl Out {
         })
     }
 
-    /// Sends the response head once it is complete, with the body bytes
-    /// written together with it; interim heads go out as they come.
-    fn head(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        let State::Head(buf) = &mut self.state else {
-            return Ok(());
-        };
-        let mut fields: Vec<Field> = Vec::with_capacity(head::HEAD_FIELDS);
-        let mut informational = Vec::new();
-        let head = loop {
-            match parse::parse_response(buf, MAX_RESPONSE_HEAD, &mut fields) {
-                Ok(None) => break None,
-                Ok(Some(head)) if (100..200).contains(&head.status) && head.status != 101 => {
-                    // `100 Continue` for `expect: 100-continue`, 103 Early Hints...
-                    let bytes = buf.split_to(head.len).freeze();
-                    if let Ok(interim) = head::response_head(&bytes, &head, &fields) {
-                        informational.push(interim);
-                    }
+    /// Takes a head the pipeline wrote as a header list: an interim one as
+    /// it is, a final one with the body to follow in the framing the list
+    /// says (none for a HEAD request, a 204 or a 304). Either starts at once
+    /// when no send operation is in flight, else waits in `held`.
+    fn send_fields(&mut self, list: &FieldList) -> io::Result<()> {
+        if !matches!(self.state, State::Head) {
+            return Err(invalid("unexpected response head"));
+        }
+        let status = list.status();
+        // 101 has no meaning in HTTP/3 (RFC 9114 4.5).
+        if status == 101 {
+            return Err(invalid("unexpected response head"));
+        }
+        let response = head::response(list).map_err(invalid)?;
+        let held = self.held.get_or_insert_with(Step::default);
+        if status < 200 {
+            held.informational.push(response);
+        } else {
+            held.head = Some(response);
+            let framing =
+                if parse::response_has_body(self.head_request, status) { list.framing() } else { Framing::Empty };
+            self.state = match framing {
+                Framing::Length(0) | Framing::Empty => {
+                    held.end = true;
+                    State::Done
                 }
-                Ok(Some(head)) if head.status >= 200 => break Some(head),
-                // The pipeline writes only heads it parsed itself.
-                Ok(Some(_)) | Err(_) => return Err(invalid("unexpected response head")),
-            }
-        };
-        let Some(head) = head else {
-            if informational.is_empty() {
-                return Ok(());
-            }
-            return self.send.start(Step { informational, ..Step::default() }, cx);
-        };
-        let bytes = buf.split_to(head.len).freeze();
-        let response = head::response_head(&bytes, &head, &fields).map_err(invalid)?;
-        let framing =
-            if parse::response_has_body(self.head_request, head.status) { head.framing } else { Framing::Empty };
-        let rest = std::mem::take(buf);
-        let mut step = match framing {
-            Framing::Length(0) | Framing::Empty => {
-                self.state = State::Done;
-                Step { end: true, ..Step::default() }
-            }
-            framing => {
-                let mut framer = Framer::new(framing);
-                let (step, _) = framer.take(&rest)?;
-                self.state = if step.end { State::Done } else { State::Body(framer) };
-                step
-            }
-        };
-        step.head = Some(response);
-        step.informational = informational;
-        self.send.start(step, cx)
+                framing => State::Body(Framer::new(framing)),
+            };
+        }
+        match crate::transport::now(|cx| self.start_held(cx)) {
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Starts what `held` holds once no send operation is in flight.
+    fn start_held(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        std::task::ready!(self.send.poll_idle(cx))?;
+        Poll::Ready(match self.held.take() {
+            Some(step) => self.send.start(step, cx),
+            None => Ok(()),
+        })
+    }
+
+    /// Sends what is held and waits for it to be sent.
+    async fn flush(&mut self) -> io::Result<()> {
+        std::future::poll_fn(|cx| self.start_held(cx)).await?;
+        self.send.flush().await
     }
 
     /// After the pipeline: the response goes out whole, or the stream is
@@ -399,13 +413,13 @@ impl Out {
             _ => Code::H3_INTERNAL_ERROR,
         };
         match std::mem::replace(&mut self.state, State::Done) {
-            State::Head(_) => {
+            State::Head => {
                 self.send.reset(code).await;
                 Ended::Failed
             }
             State::Body(framer) if resets.to_client.get().is_none() && framer.ends_with_close() => {
                 // A body delimited by the end of the server's connection.
-                let ended = match self.send.flush().await {
+                let ended = match self.flush().await {
                     Ok(()) => {
                         std::future::poll_fn(|cx| {
                             Poll::Ready(self.send.start(Step { end: true, ..Step::default() }, cx))
@@ -425,7 +439,7 @@ impl Out {
                 Ended::Failed
             }
             State::Done => {
-                let flushed = self.send.flush().await;
+                let flushed = self.flush().await;
                 self.done(flushed).await
             }
         }
@@ -487,6 +501,14 @@ impl Sink for Wr {
 
     fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
         crate::transport::write_two_now(self, a, b)
+    }
+
+    fn takes_fields(&self) -> bool {
+        true
+    }
+
+    fn send_fields(&mut self, head: &FieldList) -> io::Result<()> {
+        self.out.borrow_mut().send_fields(head)
     }
 }
 

@@ -5,7 +5,9 @@
 //!   connection and moves bytes both ways until both directions have ended,
 //!   with splice(2) through a pipe per direction (no copy through user space)
 //!   or through two fixed buffers. Half-closes pass through; a reset on one
-//!   side ends both; an idle timeout ends the relay.
+//!   side ends both; an idle timeout ends the relay, and so does a drain once
+//!   the relay is quiet. One poll function over both sockets, its deadline
+//!   an entry in the worker's idle table: no timer, no future per direction.
 //! - [`udp::UdpRelay`] serves one UDP listener socket: a [`udp::FlowTable`]
 //!   maps each client address to its flow (the server it sticks to and a
 //!   connected upstream socket per server), bounded and idle-expired, and a
@@ -36,7 +38,7 @@ mod tcp_tests;
 #[path = "udp_tests.rs"]
 mod udp_tests;
 
-pub use tcp::{relay, End, RelayOptions, RelayOutcome};
+pub use tcp::{relay, Deadlines, End, Relay, RelayOptions, RelayOutcome, Watch, QUIET_TO_LEAVE};
 #[cfg(all(test, target_os = "linux"))]
 pub(crate) use tcp_tests::segments_in;
 pub use udp::{serve_udp, Admit, Flow, FlowStats, FlowTable, UdpOptions, UdpRelay};

@@ -9,8 +9,19 @@
 //! each, where a pipe would cost two `pipe2`, four `fcntl` and four `close`
 //! more per connection. With `zero_copy` a direction moves to a pipe once a
 //! single read fills its buffer (bulk), at a moment the buffer is empty.
-//! Both pumps and an idle timer run inside one future, so the caller spawns
-//! one task per connection.
+//!
+//! A relay is one future ([`Relay`]) and one poll function over both sockets:
+//! each round steps both directions with tokio's `poll_read_ready` /
+//! `poll_write_ready` and non-blocking operations, until neither can go on
+//! without waiting. No `select!`, no future per direction, no timer: a relay
+//! waiting for bytes holds its two sockets, two stages (empty buffers hold no
+//! memory), a few counters and the key of its entry in the worker's deadline
+//! table ([`Deadlines`], the idle table L7's keep-alive connections use),
+//! whose one expiry task wakes it when its idle timeout may have passed. The
+//! deadline is re-set lazily: moving bytes only stamps `last`, and a wake
+//! from the table reads the clock and re-arms the entry if bytes moved since.
+//! A drain or a reload that removes the relay's service wakes every entry;
+//! such a relay then closes once quiet for [`QUIET_TO_LEAVE`].
 //!
 //! Invariants:
 //! - A direction ends only when its reader has sent FIN *and* every byte read
@@ -31,9 +42,11 @@
 //!   alone and the pump drains the pipe first.
 //! - Byte counts are bytes *written* to the far side.
 
-use std::cell::Cell;
+use std::future::Future;
 use std::io;
 use std::net::Shutdown;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use socket2::SockRef;
@@ -79,6 +92,9 @@ pub enum End {
     ClientReset,
     /// The server reset (or aborted) the connection.
     ServerReset,
+    /// The relay could no longer stay (its worker drains, or a reload
+    /// removed its service) and was quiet for [`QUIET_TO_LEAVE`].
+    Drained,
     /// Any other failure: on whose socket ([`Side::Internal`] for the
     /// relay's own pipes or runtime) and the system's error kind.
     Error(Side, io::ErrorKind),
@@ -92,6 +108,7 @@ impl End {
             End::IdleTimeout => "idle-timeout",
             End::ClientReset => "client-reset",
             End::ServerReset => "server-reset",
+            End::Drained => "drain",
             End::Error(Side::Client, _) => "client-error",
             End::Error(Side::Server, _) => "server-error",
             End::Error(Side::Internal, _) => "internal-error",
@@ -113,62 +130,298 @@ pub struct RelayOutcome {
     pub zero_copy: bool,
 }
 
-/// Relays bytes between `client` and `server` until both directions have
-/// ended, one of them fails, or nothing moves for `opts.idle`; then closes
-/// both connections.
-pub async fn relay(client: TcpStream, server: TcpStream, opts: RelayOptions) -> RelayOutcome {
-    let (mut up, mut down) = (Stage::start(&opts), Stage::start(&opts));
-    let meter = Meter::new();
-    let end = {
-        let c2s = pump(&client, &server, &mut up, Dir::ClientToServer, &meter);
-        let s2c = pump(&server, &client, &mut down, Dir::ServerToClient, &meter);
-        drive(c2s, s2c, &meter, opts.idle).await
-    };
-    let zero_copy = up.is_pipe() || down.is_pipe();
-    match end {
-        End::ClientReset => pass_reset(&server),
-        End::ServerReset => pass_reset(&client),
-        _ => {}
-    }
-    RelayOutcome { client_to_server: meter.c2s.get(), server_to_client: meter.s2c.get(), end, zero_copy }
+/// Where a relay keeps its deadline while it waits: the worker's idle table
+/// (`idle::Table`), whose one expiry task wakes each entry once its deadline
+/// has passed, and wakes them all on a drain or a reload. A relay thus holds
+/// no timer of its own, only the key of its entry.
+pub trait Deadlines {
+    /// Adds an entry, to wake `waker` once `deadline` has passed; its key.
+    fn insert(&self, deadline: Instant, waker: Waker) -> usize;
+    /// Whether the deadline of entry `key` has passed; keeps `waker` as the
+    /// one to wake otherwise.
+    fn check(&self, key: usize, waker: &Waker) -> bool;
+    /// Gives entry `key` a new deadline and waker (its old one may have
+    /// passed: the relay moved bytes since, or must leave sooner).
+    fn reset(&self, key: usize, deadline: Instant, waker: &Waker);
+    /// Removes entry `key`.
+    fn remove(&self, key: usize);
 }
 
-/// Runs both pumps and the idle timer until both pumps are done or one
-/// fails or the timer fires.
-async fn drive(
-    c2s: impl std::future::Future<Output = Result<(), End>>,
-    s2c: impl std::future::Future<Output = Result<(), End>>,
-    meter: &Meter,
+/// What a relay answers to besides its two sockets: the table that keeps
+/// its deadline, and whether it may stay open (`false` once its worker
+/// drains or a reload removed its service; checked at every wake, the
+/// table's drain and reload wakes included).
+#[derive(Clone, Copy)]
+pub struct Watch<'a> {
+    /// The worker's deadline table.
+    pub table: &'a dyn Deadlines,
+    /// Whether the relay may stay open.
+    pub stay: &'a dyn Fn() -> bool,
+}
+
+/// How long a relay must have been quiet (nothing moved either way, nothing
+/// in transit) to close when it may no longer stay ([`End::Drained`]): a
+/// layer-4 relay has no request boundaries, so a pause is the only sign
+/// that closing it interrupts nothing.
+pub const QUIET_TO_LEAVE: Duration = Duration::from_secs(1);
+
+/// Rounds of both directions a relay makes in one poll before it lets other
+/// tasks run (tokio's budget usually stops it sooner).
+const ROUNDS: usize = 64;
+
+/// Relays bytes between `client` and `server` until both directions have
+/// ended, one of them fails, nothing moves for `opts.idle`, or the relay may
+/// no longer stay and has been quiet for [`QUIET_TO_LEAVE`]; then closes both
+/// connections. The relay is one future polling both sockets, with no timer
+/// and no future per direction (see the module's doc).
+pub fn relay(client: TcpStream, server: TcpStream, opts: RelayOptions, watch: Watch<'_>) -> Relay<'_> {
+    Relay {
+        client,
+        server,
+        up: Half::new(&opts),
+        down: Half::new(&opts),
+        last: Instant::now(),
+        // A zero idle means no timeout; a year stands in for "never".
+        idle: if opts.idle.is_zero() { Duration::from_secs(365 * 24 * 3600) } else { opts.idle },
+        watch,
+        key: None,
+    }
+}
+
+/// A relay in progress: [`relay`]'s future, resolving to its
+/// [`RelayOutcome`] once both connections are closed.
+pub struct Relay<'a> {
+    client: TcpStream,
+    server: TcpStream,
+    /// Client to server.
+    up: Half,
+    /// Server to client.
+    down: Half,
+    /// When bytes last moved.
+    last: Instant,
     idle: Duration,
-) -> End {
-    tokio::pin!(c2s, s2c);
-    // A zero idle means no timeout; a year stands in for "never".
-    let idle = if idle.is_zero() { Duration::from_secs(365 * 24 * 3600) } else { idle };
-    let timer = tokio::time::sleep_until(meter.last.get() + idle);
-    tokio::pin!(timer);
-    let (mut c2s_done, mut s2c_done) = (false, false);
-    while !(c2s_done && s2c_done) {
-        tokio::select! {
-            r = &mut c2s, if !c2s_done => match r {
-                Ok(()) => c2s_done = true,
-                Err(end) => return end,
-            },
-            r = &mut s2c, if !s2c_done => match r {
-                Ok(()) => s2c_done = true,
-                Err(end) => return end,
-            },
-            () = &mut timer => {
-                // The timer is re-armed lazily: pumps only stamp the time of
-                // their last move, and the timer checks it when it fires.
-                let deadline = meter.last.get() + idle;
-                if Instant::now() >= deadline {
-                    return End::IdleTimeout;
-                }
-                timer.as_mut().reset(deadline);
-            }
+    watch: Watch<'a>,
+    /// The relay's entry in the deadline table, once it has waited.
+    key: Option<usize>,
+}
+
+/// One direction of a relay.
+struct Half {
+    stage: Stage,
+    /// The reader sent FIN.
+    eof: bool,
+    /// Ended: FIN seen and everything read written out.
+    done: bool,
+    /// Bytes written to the far side.
+    moved: u64,
+}
+
+impl Half {
+    fn new(opts: &RelayOptions) -> Self {
+        Half { stage: Stage::start(opts), eof: false, done: false, moved: 0 }
+    }
+}
+
+impl Future for Relay<'_> {
+    type Output = RelayOutcome;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<RelayOutcome> {
+        let this = self.get_mut();
+        let end = std::task::ready!(this.advance(cx));
+        match end {
+            End::ClientReset => pass_reset(&this.server),
+            End::ServerReset => pass_reset(&this.client),
+            _ => {}
+        }
+        let zero_copy = this.up.stage.is_pipe() || this.down.stage.is_pipe();
+        Poll::Ready(RelayOutcome { client_to_server: this.up.moved, server_to_client: this.down.moved, end, zero_copy })
+    }
+}
+
+impl Drop for Relay<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.watch.table.remove(key);
         }
     }
-    End::Closed
+}
+
+impl Relay<'_> {
+    /// Moves what both sockets allow until neither can go on without
+    /// waiting (every socket it waits on then holds this task's waker), then
+    /// checks its deadlines.
+    fn advance(&mut self, cx: &mut Context<'_>) -> Poll<End> {
+        for _ in 0..ROUNDS {
+            if self.up.done && self.down.done {
+                return Poll::Ready(End::Closed);
+            }
+            match self.round(cx) {
+                Err(end) => return Poll::Ready(end),
+                Ok(false) => return self.poll_watch(cx),
+                Ok(true) => {}
+            }
+        }
+        // Still busy: let the worker's other tasks run first.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// One step of each direction; whether either changed anything.
+    fn round(&mut self, cx: &mut Context<'_>) -> Result<bool, End> {
+        let last = &mut self.last;
+        let up = pump(&self.client, &self.server, &mut self.up, self.down.done, Dir::ClientToServer, cx, last)?;
+        let down = pump(&self.server, &self.client, &mut self.down, self.up.done, Dir::ServerToClient, cx, last)?;
+        Ok(up || down)
+    }
+
+    /// Bytes read and not yet written, both ways.
+    fn in_transit(&self) -> usize {
+        self.up.stage.pending() + self.down.stage.pending()
+    }
+
+    /// When the idle timeout falls, and, for a relay that may no longer stay
+    /// and has nothing in transit, when it has been quiet long enough to leave.
+    fn deadlines(&self, leaving: bool) -> (Instant, Option<Instant>) {
+        let quiet = (leaving && self.in_transit() == 0).then(|| self.last + QUIET_TO_LEAVE);
+        (self.last + self.idle, quiet)
+    }
+
+    /// With nothing to move: keeps the relay's entry in the deadline table,
+    /// and ends the relay once a deadline has passed. The clock is read only
+    /// when the table says the entry's deadline passed (it was set from an
+    /// older `last`, so the relay may simply have moved bytes since) or when
+    /// the relay may no longer stay.
+    fn poll_watch(&mut self, cx: &mut Context<'_>) -> Poll<End> {
+        let table = self.watch.table;
+        let leaving = !(self.watch.stay)();
+        let key = match self.key {
+            Some(key) if table.check(key, cx.waker()) || leaving => key,
+            Some(_) => return Poll::Pending,
+            None => {
+                let (idle, quiet) = self.deadlines(leaving);
+                let key = table.insert(quiet.map_or(idle, |q| q.min(idle)), cx.waker().clone());
+                self.key = Some(key);
+                if !leaving {
+                    return Poll::Pending;
+                }
+                key
+            }
+        };
+        let now = Instant::now();
+        let (idle, quiet) = self.deadlines(leaving);
+        if now >= idle {
+            return Poll::Ready(End::IdleTimeout);
+        }
+        if quiet.is_some_and(|q| now >= q) {
+            return Poll::Ready(End::Drained);
+        }
+        table.reset(key, quiet.map_or(idle, |q| q.min(idle)), cx.waker());
+        Poll::Pending
+    }
+}
+
+/// One step of one direction: writes what its stage holds, ends the
+/// direction once its reader's FIN has come and everything is written
+/// (half-closing the far side unless the other direction has ended already:
+/// the close that follows then sends the FIN), and reads what the reader
+/// has. Whether anything changed; a failure ends the relay.
+fn pump(
+    from: &TcpStream,
+    to: &TcpStream,
+    half: &mut Half,
+    other_done: bool,
+    dir: Dir,
+    cx: &mut Context<'_>,
+    last: &mut Instant,
+) -> Result<bool, End> {
+    if half.done {
+        return Ok(false);
+    }
+    let mut changed = false;
+    // Draining first keeps the stage empty, so each fill can take more.
+    if half.stage.pending() > 0 {
+        if let Poll::Ready(n) = poll_drain(to, &mut half.stage, half.eof, dir, cx)? {
+            half.moved += n as u64;
+            *last = Instant::now();
+            half.stage.settle();
+            changed = true;
+        }
+    }
+    if half.eof && half.stage.pending() == 0 {
+        if !other_done {
+            // Why ignore: if `to` is gone already, the other direction says so.
+            let _ = SockRef::from(to).shutdown(Shutdown::Write);
+        }
+        half.done = true;
+        return Ok(true);
+    }
+    if !half.eof && half.stage.has_room() {
+        if let Poll::Ready(fill) = poll_fill(from, &mut half.stage, dir, cx)? {
+            match fill {
+                Fill::Moved => *last = Instant::now(),
+                Fill::MovedThenEof => {
+                    *last = Instant::now();
+                    half.eof = true;
+                }
+                Fill::Eof => half.eof = true,
+                // The pipe is full: the next round drains it.
+                Fill::Stalled => {}
+            }
+            changed = true;
+        }
+    }
+    Ok(changed)
+}
+
+/// Writes what `stage` holds to `to` once it is writable; the count written.
+/// Bytes after which the reader's FIN follows (`last`) are held for it
+/// (`MSG_MORE`).
+fn poll_drain(
+    to: &TcpStream,
+    stage: &mut Stage,
+    last: bool,
+    dir: Dir,
+    cx: &mut Context<'_>,
+) -> Poll<Result<usize, End>> {
+    loop {
+        if let Err(e) = std::task::ready!(to.poll_write_ready(cx)) {
+            return Poll::Ready(Err(End::Error(Side::Internal, e.kind())));
+        }
+        match stage.drain(to, last) {
+            Ok(n) => return Poll::Ready(Ok(n)),
+            // The socket was full after all: its readiness is cleared, so the
+            // next poll registers this task to be woken.
+            Err(e) if is_transient(&e) => {}
+            Err(e) => return Poll::Ready(Err(failure(dir.writer(), &e))),
+        }
+    }
+}
+
+/// Reads what `from` has into `stage` once it is readable.
+fn poll_fill(from: &TcpStream, stage: &mut Stage, dir: Dir, cx: &mut Context<'_>) -> Poll<Result<Fill, End>> {
+    loop {
+        if let Err(e) = std::task::ready!(from.poll_read_ready(cx)) {
+            return Poll::Ready(Err(End::Error(Side::Internal, e.kind())));
+        }
+        let closed = stage.wants_close_hint() && read_closed(from);
+        match stage.fill(from, closed) {
+            Ok(fill) => return Poll::Ready(Ok(fill)),
+            Err(e) if is_transient(&e) => {}
+            Err(e) => return Poll::Ready(Err(failure(dir.reader(), &e))),
+        }
+    }
+}
+
+/// Whether the event loop has seen the peer of `from` half-close (epoll's
+/// `EPOLLRDHUP`), once `from` is known readable. tokio's `poll_read_ready`
+/// does not say; its `ready()` future does, and, the socket being readable
+/// already, answers on its first poll without registering anything (a
+/// `Pending` there could only mean the readiness was cleared meanwhile,
+/// and then nothing is known).
+fn read_closed(from: &TcpStream) -> bool {
+    let ready = std::pin::pin!(from.ready(Interest::READABLE));
+    let mut cx = Context::from_waker(Waker::noop());
+    matches!(ready.poll(&mut cx), Poll::Ready(Ok(r)) if r.is_read_closed())
 }
 
 /// Sends `data` with `MSG_MORE` (Linux): the kernel queues a tail shorter
@@ -226,86 +479,6 @@ fn is_transient(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted)
 }
 
-/// Byte counts and the time of the last move, shared by both pumps.
-struct Meter {
-    c2s: Cell<u64>,
-    s2c: Cell<u64>,
-    last: Cell<Instant>,
-    /// One direction has ended cleanly (FIN passed on).
-    one_ended: Cell<bool>,
-}
-
-impl Meter {
-    fn new() -> Self {
-        Meter { c2s: Cell::new(0), s2c: Cell::new(0), last: Cell::new(Instant::now()), one_ended: Cell::new(false) }
-    }
-
-    fn touch(&self) {
-        self.last.set(Instant::now());
-    }
-
-    fn delivered(&self, dir: Dir, n: usize) {
-        let counter = match dir {
-            Dir::ClientToServer => &self.c2s,
-            Dir::ServerToClient => &self.s2c,
-        };
-        counter.set(counter.get() + n as u64);
-        self.touch();
-    }
-}
-
-/// Moves bytes `from` → `to` until `from` has sent FIN and everything read
-/// has been written, then half-closes `to`.
-async fn pump(from: &TcpStream, to: &TcpStream, stage: &mut Stage, dir: Dir, meter: &Meter) -> Result<(), End> {
-    let mut eof = false;
-    loop {
-        let pending = stage.pending();
-        if eof && pending == 0 {
-            // The last direction to end leaves its FIN to the close that follows
-            // at once (nothing is left unread on either socket, so it is a FIN).
-            if !meter.one_ended.replace(true) {
-                // Why ignore: if `to` is gone already, the other direction says so.
-                let _ = SockRef::from(to).shutdown(Shutdown::Write);
-            }
-            return Ok(());
-        }
-        let can_fill = !eof && stage.has_room();
-        // Draining first keeps the stage empty, so each fill can take more.
-        tokio::select! {
-            biased;
-            ready = to.writable(), if pending > 0 => {
-                ready.map_err(|e| End::Error(Side::Internal, e.kind()))?;
-                // Bytes after which the reader's FIN follows are held for it (MSG_MORE).
-                match stage.drain(to, eof) {
-                    Ok(n) => {
-                        meter.delivered(dir, n);
-                        stage.settle();
-                    }
-                    Err(e) if is_transient(&e) => {}
-                    Err(e) => return Err(failure(dir.writer(), &e)),
-                }
-            }
-            ready = from.ready(Interest::READABLE), if can_fill => {
-                let ready = ready.map_err(|e| End::Error(Side::Internal, e.kind()))?;
-                match stage.fill(from, ready.is_read_closed()) {
-                    Ok(Fill::Moved) => meter.touch(),
-                    Ok(Fill::MovedThenEof) => {
-                        meter.touch();
-                        eof = true;
-                    }
-                    Ok(Fill::Eof) => eof = true,
-                    Ok(Fill::Stalled) => {}
-                    Err(e) if is_transient(&e) => {}
-                    Err(e) => return Err(failure(dir.reader(), &e)),
-                }
-            }
-            // Unreachable by the stage invariants (no room implies pending
-            // bytes); ending beats spinning or panicking if they ever break.
-            else => return Err(End::Error(Side::Internal, io::ErrorKind::Other)),
-        }
-    }
-}
-
 /// The result of one successful read into a stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Fill {
@@ -343,7 +516,7 @@ impl Stage {
         if !(b.bulk && b.buf.is_empty()) {
             return;
         }
-        let Some(size) = b.pipe.take() else { return };
+        let Some(size) = b.pipe.take().map(|s| s as usize) else { return };
         #[cfg(target_os = "linux")]
         match super::splice::Pipe::new(size) {
             Ok(p) => *self = Stage::Pipe(p),
@@ -351,6 +524,12 @@ impl Stage {
         }
         #[cfg(not(target_os = "linux"))]
         let _ = size;
+    }
+
+    /// Whether a fill uses the hint that the reader's FIN has arrived (a
+    /// buffer does, to read the FIN before writing the last bytes).
+    fn wants_close_hint(&self) -> bool {
+        matches!(self, Stage::Buffer(_))
     }
 
     fn is_pipe(&self) -> bool {
@@ -365,7 +544,7 @@ impl Stage {
         match self {
             #[cfg(target_os = "linux")]
             Stage::Pipe(p) => p.pending(),
-            Stage::Buffer(b) => b.buf.len() - b.start,
+            Stage::Buffer(b) => b.buf.len() - b.start as usize,
         }
     }
 
@@ -373,7 +552,7 @@ impl Stage {
         match self {
             #[cfg(target_os = "linux")]
             Stage::Pipe(p) => p.has_room(),
-            Stage::Buffer(b) => b.buf.len() < b.size,
+            Stage::Buffer(b) => b.buf.len() < b.size as usize,
         }
     }
 
@@ -446,17 +625,19 @@ mod spare {
 /// an idle direction holds none.
 struct Buffer {
     buf: Vec<u8>,
-    size: usize,
-    start: usize,
+    /// Capacity (`u32`: a relay's buffer is far below 4 GiB; the narrower
+    /// fields keep an idle relay small).
+    size: u32,
+    start: u32,
     /// Pipe capacity to move to on bulk (`None`: stay buffered).
-    pipe: Option<usize>,
+    pipe: Option<u32>,
     /// A single read filled the buffer: the peer sends in bulk.
     bulk: bool,
 }
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        if self.buf.capacity() == self.size {
+        if self.buf.capacity() == self.size as usize {
             spare::give_back(std::mem::take(&mut self.buf));
         }
     }
@@ -464,15 +645,16 @@ impl Drop for Buffer {
 
 impl Buffer {
     fn new(size: usize, pipe: Option<usize>) -> Self {
-        Buffer { buf: Vec::new(), size: size.max(1), start: 0, pipe, bulk: false }
+        let narrow = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Buffer { buf: Vec::new(), size: narrow(size.max(1)), start: 0, pipe: pipe.map(narrow), bulk: false }
     }
 
     fn fill(&mut self, from: &TcpStream, closed: bool) -> io::Result<Fill> {
         use bytes::BufMut;
         if self.buf.capacity() == 0 {
-            self.buf = spare::take(self.size);
+            self.buf = spare::take(self.size as usize);
         }
-        let room = self.size - self.buf.len();
+        let room = self.size as usize - self.buf.len();
         let mut read = None;
         let mut then_eof = false;
         let buf = &mut self.buf;
@@ -500,7 +682,7 @@ impl Buffer {
             }
             Ok(())
         });
-        if self.buf.is_empty() && self.buf.capacity() == self.size {
+        if self.buf.is_empty() && self.buf.capacity() == self.size as usize {
             // Nothing came (the socket was empty after all, or at its end):
             // an idle direction holds no buffer.
             spare::give_back(std::mem::take(&mut self.buf));
@@ -518,13 +700,13 @@ impl Buffer {
     }
 
     fn drain(&mut self, to: &TcpStream, last: bool) -> io::Result<usize> {
-        let pending = &self.buf[self.start..];
+        let pending = &self.buf[self.start as usize..];
         let n = if last { send_held(to, pending)? } else { to.try_write(pending)? };
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
-        self.start += n;
-        if self.start == self.buf.len() {
+        self.start += n as u32;
+        if self.start as usize == self.buf.len() {
             // Everything went out: give the memory back, so an idle connection
             // holds no buffer (the next read takes one again).
             self.start = 0;

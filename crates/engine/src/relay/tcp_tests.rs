@@ -1,7 +1,9 @@
 //! TCP relay tests over real loopback sockets: bulk both ways (splice and
-//! buffered), half-close with a slow reader, idle timeout, resets. Each test
-//! asserts what arrived and why the relay ended, never how fast.
+//! buffered), half-close each way, idle timeout and drain through a worker's
+//! idle table and its expiry task, resets. Each test asserts what arrived and
+//! why the relay ended, never how fast.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::io;
 use std::time::Duration;
@@ -9,8 +11,10 @@ use std::time::Duration;
 use socket2::SockRef;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 
-use super::tcp::{relay, End, RelayOptions};
+use super::tcp::{relay, End, Relay, RelayOptions, RelayOutcome, Watch};
+use crate::idle::{self, Table};
 
 /// A connected pair of loopback sockets.
 async fn pair() -> (TcpStream, TcpStream) {
@@ -25,6 +29,40 @@ async fn setup() -> (TcpStream, TcpStream, TcpStream, TcpStream) {
     let (client, proxy_client) = pair().await;
     let (proxy_server, server) = pair().await;
     (client, server, proxy_client, proxy_server)
+}
+
+/// What a worker gives its relays: an idle table, its expiry task, the
+/// drain and reload notifications and whether relays may stay.
+#[derive(Default)]
+struct Worker {
+    table: Table,
+    drain: Notify,
+    reloaded: Notify,
+    leaving: Cell<bool>,
+}
+
+impl Worker {
+    /// Runs `relay` (made with this worker's [`Watch`]) beside the table's
+    /// expiry task, as a worker's runtime does, until it ends.
+    async fn run(&self, client: TcpStream, server: TcpStream, options: RelayOptions) -> RelayOutcome {
+        let stay = || !self.leaving.get();
+        let watch = Watch { table: &self.table, stay: &stay };
+        tokio::select! {
+            out = relay(client, server, options, watch) => out,
+            () = idle::run(&self.table, &self.drain, &self.reloaded) => unreachable!("the expiry never ends"),
+        }
+    }
+
+    /// What a worker does when it starts to drain.
+    fn start_drain(&self) {
+        self.leaving.set(true);
+        self.drain.notify_waiters();
+    }
+}
+
+/// Relays between `client` and `server` on a worker of its own.
+async fn run_relay(client: TcpStream, server: TcpStream, options: RelayOptions) -> RelayOutcome {
+    Worker::default().run(client, server, options).await
 }
 
 fn opts(zero_copy: bool) -> RelayOptions {
@@ -94,7 +132,7 @@ async fn bulk(options: RelayOptions, up: u64, down: u64) {
     let (mut sr, mut sw) = server.split();
     let (outcome, up_sent, down_sent, up_got, down_got) = bounded(async {
         tokio::join!(
-            relay(pc, ps, options),
+            run_relay(pc, ps, options),
             send_noise(&mut cw, 1, up),
             send_noise(&mut sw, 2, down),
             recv_checked(&mut sr, 1),
@@ -136,7 +174,7 @@ async fn small_exchanges_stay_buffered() {
         server.shutdown().await?;
         io::Result::Ok(got)
     };
-    let (outcome, got) = bounded(async { tokio::join!(relay(pc, ps, opts(true)), exchange) }).await;
+    let (outcome, got) = bounded(async { tokio::join!(run_relay(pc, ps, opts(true)), exchange) }).await;
     assert_eq!(got.expect("the exchange completes"), [7; 128]);
     assert_eq!((outcome.end, outcome.client_to_server, outcome.server_to_client), (End::Closed, 128, 128));
     assert!(!outcome.zero_copy, "128 bytes each way took a pipe");
@@ -175,7 +213,7 @@ async fn half_close(zero_copy: bool) {
         Ok::<_, io::Error>(got)
     };
     let (outcome, reply, request) =
-        bounded(async { tokio::join!(relay(pc, ps, opts(zero_copy)), client_side, server_side) }).await;
+        bounded(async { tokio::join!(run_relay(pc, ps, opts(zero_copy)), client_side, server_side) }).await;
     assert_eq!(request.expect("server side"), REQUEST);
     assert_eq!(reply.expect("client side"), REPLY);
     assert_eq!(outcome.end, End::Closed);
@@ -205,7 +243,7 @@ async fn idle_relay_times_out_and_closes_both() {
             let (mut a, mut b) = ([0; 8], [0; 8]);
             Ok::<_, io::Error>((client.read(&mut a).await?, server.read(&mut b).await?))
         };
-        let (outcome, ends) = bounded(async { tokio::join!(relay(pc, ps, options), peers) }).await;
+        let (outcome, ends) = bounded(async { tokio::join!(run_relay(pc, ps, options), peers) }).await;
         assert_eq!(outcome.end, End::IdleTimeout);
         assert_eq!(outcome.client_to_server, 2);
         assert_eq!(ends.expect("peers"), (0, 0), "both peers see EOF");
@@ -243,7 +281,7 @@ async fn server_reset_ends_both_sides() {
             reset(server);
         };
         let (outcome, client_saw_end, ()) =
-            bounded(async { tokio::join!(relay(pc, ps, opts(zero_copy)), client_side, server_side) }).await;
+            bounded(async { tokio::join!(run_relay(pc, ps, opts(zero_copy)), client_side, server_side) }).await;
         assert_eq!(outcome.end, End::ServerReset);
         assert_eq!(outcome.client_to_server, 5);
         assert!(client_saw_end);
@@ -264,7 +302,7 @@ async fn client_reset_ends_both_sides() {
             reset(client);
         };
         let (outcome, server_saw_end, ()) =
-            bounded(async { tokio::join!(relay(pc, ps, opts(zero_copy)), server_side, client_side) }).await;
+            bounded(async { tokio::join!(run_relay(pc, ps, opts(zero_copy)), server_side, client_side) }).await;
         assert_eq!(outcome.end, End::ClientReset);
         assert_eq!(outcome.server_to_client, 6);
         assert!(server_saw_end);
@@ -317,8 +355,79 @@ async fn a_fin_that_came_with_the_last_bytes_leaves_with_them() {
         (got, segments)
     };
     let (outcome, (got, segments)) =
-        bounded(async { tokio::join!(relay(proxy_client, proxy_server, opts(false)), read) }).await;
+        bounded(async { tokio::join!(run_relay(proxy_client, proxy_server, opts(false)), read) }).await;
     assert_eq!(got, b"the whole answer");
     assert_eq!(segments, 1, "the answer and the FIN in one segment");
     assert_eq!((outcome.end, outcome.server_to_client), (End::Closed, 16));
+}
+
+/// The server half-closes first (a greeting, then FIN) while the client goes
+/// on sending: the client sees the greeting and the end, and the server still
+/// receives everything the client sends afterwards.
+async fn server_half_closes_first(zero_copy: bool) {
+    const REQUEST: u64 = 4 << 20;
+    let (mut client, mut server, pc, ps) = setup().await;
+    let (mut cr, mut cw) = client.split();
+    let (mut sr, mut sw) = server.split();
+    let server_side = async {
+        sw.write_all(b"greeting").await?;
+        sw.shutdown().await?;
+        recv_checked(&mut sr, 5).await
+    };
+    let client_side = async {
+        let mut got = Vec::new();
+        cr.read_to_end(&mut got).await?;
+        send_noise(&mut cw, 5, REQUEST).await?;
+        Ok::<_, io::Error>(got)
+    };
+    let (outcome, request, greeting) =
+        bounded(async { tokio::join!(run_relay(pc, ps, opts(zero_copy)), server_side, client_side) }).await;
+    assert_eq!(greeting.expect("client side"), b"greeting");
+    assert_eq!(request.expect("server side"), REQUEST);
+    assert_eq!(outcome.end, End::Closed);
+    assert_eq!((outcome.client_to_server, outcome.server_to_client), (REQUEST, 8));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_server_half_close_passes_through_with_splice() {
+    server_half_closes_first(true).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_server_half_close_passes_through_buffered() {
+    server_half_closes_first(false).await;
+}
+
+/// A drain ends a quiet relay long before its idle timeout: both peers see
+/// the end, the outcome says why, and the bytes moved before are counted.
+#[tokio::test(flavor = "current_thread")]
+async fn a_drain_ends_a_quiet_relay() {
+    let worker = Worker::default();
+    let (mut client, mut server, pc, ps) = setup().await;
+    let options = RelayOptions { idle: Duration::from_secs(600), ..opts(false) };
+    let peers = async {
+        client.write_all(b"ping").await?;
+        let mut four = [0; 4];
+        server.read_exact(&mut four).await?;
+        server.write_all(b"pong").await?;
+        client.read_exact(&mut four).await?;
+        worker.start_drain();
+        let (mut a, mut b) = ([0; 8], [0; 8]);
+        Ok::<_, io::Error>((client.read(&mut a).await?, server.read(&mut b).await?))
+    };
+    let (outcome, ends) = bounded(async { tokio::join!(worker.run(pc, ps, options), peers) }).await;
+    assert_eq!(ends.expect("peers"), (0, 0), "both peers see EOF");
+    assert_eq!(outcome.end, End::Drained);
+    assert_eq!((outcome.client_to_server, outcome.server_to_client), (4, 4));
+    assert!(worker.table.is_empty(), "the relay's entry left the table with it");
+}
+
+/// A relay is one small future: its sockets, stages, counters and the key
+/// of its table entry; no timer and no future per direction. A bound with
+/// room for compiler changes, so that a timer or a per-direction future put
+/// back fails here rather than as memory per connection in the bench.
+#[test]
+fn a_relay_is_a_small_future() {
+    let size = std::mem::size_of::<Relay<'static>>();
+    assert!(size <= 320, "a relay is {size} bytes");
 }

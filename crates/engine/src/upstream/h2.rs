@@ -11,27 +11,33 @@
 //! rather than opening one connection each; a connection counts as opened
 //! once the server's SETTINGS arrived.
 //!
-//! A request's stream is the pipeline's server connection, an [`H2Stream`]:
-//! the request head the pipeline writes (HTTP/1.1 text: the pipeline's
-//! interface) is parsed once and HPACK-encoded from its field ranges into the
-//! HEADERS that open the stream (no `http::Request`); its body goes out as
-//! DATA frames (a chunked body's trailer section as trailers), taken as the
-//! server's windows allow. The server's response is written by the
-//! connection's task, from the decoded field ranges (no `HeaderMap`), as the
-//! HTTP/1.1 bytes the pipeline reads: interim 1xx heads, then the final
-//! head, then the DATA frames (chunked, with the trailers, when it has no
-//! length). No pipe, no task per stream. Dropping the [`H2Stream`] (the
-//! pipeline is done, timed out or failed) resets the stream if it is still
-//! open. Timeouts stay the pipeline's: it sees a server that answers slowly
-//! exactly as it would over HTTP/1.1.
+//! A request's stream is the pipeline's server connection, an [`H2Stream`].
+//! No HTTP/1.1 text crosses for the heads: the request head comes as the
+//! pipeline's request list ([`RequestList`], written by the same rewrite
+//! that writes HTTP/1.1 bytes for other pools) and [`H2Stream::send_head`]
+//! has the codec HPACK-encode it into the HEADERS that open the stream (no
+//! `http::Request`); its body goes out as DATA frames (a chunked body's
+//! trailer section as trailers), taken as the server's windows allow. The
+//! connection's task keeps each response head decoded (names and values,
+//! field ranges: no `HeaderMap`) until the pipeline takes it with
+//! [`Rd::poll_head`] as the HTTP/1.1 parser would have given it (interim
+//! 1xx heads first); the body is then read as bytes: the DATA frames as they
+//! came when the server gave a length, else chunked with the trailers (the
+//! pipeline's relay is byte-based). No pipe, no task per stream. Dropping
+//! the [`H2Stream`] (the pipeline is done, timed out or failed) resets the
+//! stream if it is still open. Timeouts stay the pipeline's: it sees a
+//! server that answers slowly exactly as it would over HTTP/1.1.
 //!
 //! A failed connection or a GOAWAY ends the streams it carried (above the
 //! GOAWAY's last id): their reads fail before or during the response, which
 //! the pipeline reports as a closed server connection (502, or another
 //! server when the request may be retried), with the HTTP/2 cause kept for
 //! the log ([`H2Stream::failure`]) and a server's RST_STREAM code for the
-//! client ([`H2Stream::reset`]). An [`H2Stream`] never goes to the HTTP/1.1
-//! idle pool: the shared connection is the reuse.
+//! client ([`H2Stream::reset`]); a stream the server provably did not process
+//! (REFUSED_STREAM, above the GOAWAY's last id, never opened) says so
+//! ([`H2Stream::unprocessed`]): the pipeline may send any request again
+//! then. An [`H2Stream`] never goes to the HTTP/1.1 idle pool: the shared
+//! connection is the reuse.
 //!
 //! Invariants: no server input can panic this code; a failed connection
 //! fails only the streams it carried.
@@ -51,6 +57,7 @@ use switchyard_config::Pool;
 use switchyard_http::chunked::ChunkedScanner;
 use switchyard_http::http2::client::{self, Client, OpenError, RequestLine};
 use switchyard_http::http2::frame::code;
+use switchyard_http::request_writer::RequestList;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
@@ -61,7 +68,7 @@ use super::UpstreamConn;
 use crate::translate::data::may_trail;
 use crate::transport::Resets;
 use switchyard_http::error::{Kind, ProxyError};
-use switchyard_http::parse::{self, Field, Framing, HeadLimits};
+use switchyard_http::parse::{Connection, Field, Framing, ResponseHead, Version};
 
 /// Flow-control window of each stream: response bytes a server may send
 /// before the client it goes to has taken them.
@@ -71,10 +78,6 @@ const STREAM_WINDOW: u32 = 256 * 1024;
 const CONNECTION_WINDOW: u32 = 8 * 1024 * 1024;
 /// The largest response head (decoded header list) taken from a server.
 const MAX_HEADER_LIST: usize = 256 * 1024;
-/// The request head the pipeline writes is one it built; these only bound it.
-const HEAD_LIMITS: HeadLimits = HeadLimits { max_bytes: 256 * 1024, max_fields: 1024 };
-/// Field positions reserved for the request head at once.
-const HEAD_FIELDS: usize = 16;
 
 /// Where and how to reach one server of an HTTP/2 pool.
 #[derive(Debug, Clone, Copy)]
@@ -268,16 +271,12 @@ async fn connect(target: &Target<'_>, deadline: tokio::time::Instant) -> Result<
 fn open_stream(shared: &Shared, scheme: &'static str, target: &Target<'_>) -> UpstreamConn {
     shared.streams.set(shared.streams.get() + 1);
     let link: Link = Rc::new(RefCell::new(StreamState::new()));
-    let wr = Wr {
-        conn: shared.clone(),
-        link: link.clone(),
-        state: RefCell::new(Up::Head(BytesMut::new())),
-        scheme,
-        server: target.addr,
-    };
+    let wr =
+        Wr { conn: shared.clone(), link: link.clone(), state: RefCell::new(Up::Head), scheme, server: target.addr };
     let rd = Rd { conn: shared.clone(), link: link.clone() };
     let stream = H2Stream { rd, wr, link, client: target.client.cloned(), _open: StreamGuard(shared.clone()) };
-    UpstreamConn { stream: ServerStream::H2(Box::new(stream)), buf: BytesMut::with_capacity(16 * 1024), served: 0 }
+    // The response head is copied in, the body's first read makes room.
+    UpstreamConn { stream: ServerStream::H2(Box::new(stream)), buf: BytesMut::new(), served: 0 }
 }
 
 /// Counts a stream as open on its connection until dropped.
@@ -294,11 +293,12 @@ impl Drop for StreamGuard {
     }
 }
 
-/// One request's stream as the pipeline sees it: a server connection that
-/// takes an HTTP/1.1 request ([`Wr`]: the head opens the stream, the body
-/// goes out as DATA frames and trailers) and answers an HTTP/1.1 response
-/// ([`Rd`]: the head written from the server's HEADERS, then its DATA
-/// frames, chunked with the trailers when it has no length). Dropping it
+/// One request's stream as the pipeline sees it: a server connection whose
+/// request head is a list ([`H2Stream::send_head`]) and whose body is
+/// written as HTTP/1.1 body bytes ([`Wr`]: DATA frames and trailers), and
+/// whose response heads come decoded ([`Rd::poll_head`]), then the body as
+/// bytes (its DATA frames, chunked with the trailers when it has no
+/// length). Dropping it
 /// ends the exchange: a stream still open is reset (CANCEL, or the client's
 /// own code when an HTTP/2 client reset its stream).
 pub struct H2Stream {
@@ -323,8 +323,8 @@ pub struct Wr {
 }
 
 enum Up {
-    /// Reading the request head the pipeline writes.
-    Head(BytesMut),
+    /// Waiting for the request head ([`H2Stream::send_head`]).
+    Head,
     /// Sending its body.
     Body(Body),
     /// Sent whole.
@@ -416,6 +416,33 @@ impl H2Stream {
     pub fn writer(&self) -> &Wr {
         &self.wr
     }
+
+    /// Whether the stream failed before the server processed any of the
+    /// request (RST_STREAM REFUSED_STREAM, above a GOAWAY's last stream id,
+    /// or never opened: RFC 9113 8.7), so that it may go to another server
+    /// whatever its method.
+    pub fn unprocessed(&self) -> bool {
+        self.link.borrow().failure.is_some_and(|f| f.unprocessed)
+    }
+
+    /// Opens the stream with the request head `list`, which the codec
+    /// HPACK-encodes (no HTTP/1.1 text), once the server's stream limit lets
+    /// it. The request body then follows as written bytes in `framing`
+    /// (the client's HTTP/1.1 framing, removed on the way to DATA frames).
+    pub async fn send_head(&mut self, list: &RequestList, framing: Framing) -> io::Result<()> {
+        let wr = &self.wr;
+        std::future::poll_fn(|cx| wr.poll_open(cx, list, framing)).await
+    }
+
+    /// The next response head, interim ones first: see [`Rd::poll_head`].
+    pub fn poll_head(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+        fields: &mut Vec<Field>,
+    ) -> Poll<io::Result<ResponseHead>> {
+        self.rd.poll_head(cx, buf, fields)
+    }
 }
 
 fn aborted() -> io::Error {
@@ -435,7 +462,7 @@ impl Wr {
     fn poll_write(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         let mut state = self.state.borrow_mut();
         match &mut *state {
-            Up::Head(_) => self.write_head(cx, &mut state, data),
+            Up::Head => Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidInput, "request head not sent"))),
             Up::Body(_) => self.write_body(cx, &mut state, data),
             Up::Sent if data.is_empty() => Poll::Ready(Ok(0)),
             Up::Sent => Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, "bytes after the request"))),
@@ -443,62 +470,57 @@ impl Wr {
         }
     }
 
-    /// Takes request head bytes once a stream may open (nothing is taken
-    /// while the server's stream limit is reached); opens the stream when
-    /// the head is complete.
-    fn write_head(&self, cx: &mut Context<'_>, state: &mut Up, data: &[u8]) -> Poll<io::Result<usize>> {
+    /// Opens the stream with the request head once a stream may open
+    /// (pending while the server's stream limit is reached). A connection
+    /// that failed or is going away fails the stream unprocessed: nothing
+    /// of the request was sent.
+    fn poll_open(&self, cx: &mut Context<'_>, list: &RequestList, framing: Framing) -> Poll<io::Result<()>> {
+        let mut state = self.state.borrow_mut();
+        if !matches!(*state, Up::Head) {
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidInput, "request head sent twice")));
+        }
         {
             let mut inner = self.conn.inner.borrow_mut();
             if let Some(failure) = inner.failed {
                 drop(inner);
-                return Poll::Ready(Err(self.failed(state, failure)));
+                let failure = Failure { unprocessed: true, ..failure };
+                return Poll::Ready(Err(self.failed(&mut state, failure)));
             }
             if !inner.usable() {
                 drop(inner);
-                let failure = Failure { why: "server went away (HTTP/2 GOAWAY)", reset: None };
-                return Poll::Ready(Err(self.failed(state, failure)));
+                let failure = Failure { why: "server went away (HTTP/2 GOAWAY)", reset: None, unprocessed: true };
+                return Poll::Ready(Err(self.failed(&mut state, failure)));
             }
             if !inner.codec.can_open() {
                 inner.waiting.push(cx.waker().clone());
                 return Poll::Pending;
             }
         }
-        let Up::Head(buf) = state else { return Poll::Ready(Err(aborted())) };
-        buf.extend_from_slice(data);
-        Poll::Ready(self.open(state).map(|()| data.len()))
+        Poll::Ready(self.open(&mut state, list, framing))
     }
 
-    /// Opens the stream once the request head is complete, and sends the
-    /// body bytes written with it.
-    fn open(&self, state: &mut Up) -> io::Result<()> {
-        let Up::Head(buf) = state else { return Ok(()) };
-        let mut fields = Vec::with_capacity(HEAD_FIELDS);
-        let head = match parse::parse_request(buf, HEAD_LIMITS, &mut fields) {
-            Ok(Some(head)) => head,
-            Ok(None) => return Ok(()),
-            Err(_) => return Err(io::Error::new(io::ErrorKind::InvalidData, "invalid request head")),
-        };
-        let bytes = buf.split_to(head.len);
-        let method = &bytes[head.method.clone()];
-        let path = &bytes[head.target.clone()];
+    /// Opens the stream: the codec HPACK-encodes `list` into the HEADERS
+    /// frame (END_STREAM when the request has no body).
+    fn open(&self, state: &mut Up, list: &RequestList, framing: Framing) -> io::Result<()> {
+        let path = list.path();
         if !(path.first() == Some(&b'/') || path == b"*") {
-            return Err(self.failed(state, Failure { why: "invalid target for HTTP/2", reset: None }));
+            let failure = Failure { why: "invalid target for HTTP/2", reset: None, unprocessed: false };
+            return Err(self.failed(state, failure));
         }
-        // Written out only for a request without `Host` (HTTP/1.0).
+        // The server's address stands in for a request without `Host` (HTTP/1.0).
         let server;
-        let authority = match head.host.clone().filter(|r| !r.is_empty()) {
-            Some(host) => &bytes[host],
+        let authority = match list.authority() {
+            Some(authority) => authority,
             None => {
                 server = self.server.to_string();
                 server.as_bytes()
             }
         };
+        let method = list.method();
         let line = RequestLine { method, scheme: self.scheme.as_bytes(), authority, path };
-        let chunked = head.framing == Framing::Chunked;
-        let bodiless = matches!(head.framing, Framing::Empty | Framing::Length(0));
-        let fields = request_fields(&bytes, &fields, chunked);
+        let bodiless = matches!(framing, Framing::Empty | Framing::Length(0));
         let mut inner = self.conn.inner.borrow_mut();
-        let id = match inner.codec.open(line, fields, bodiless) {
+        let id = match inner.codec.open(line, list.pairs(), bodiless) {
             Ok(id) => id,
             Err(e) => {
                 drop(inner);
@@ -506,7 +528,7 @@ impl Wr {
                     OpenError::AtLimit | OpenError::GoingAway => "server went away (HTTP/2 GOAWAY)",
                     OpenError::Closed => "HTTP/2 connection closed",
                 };
-                return Err(self.failed(state, Failure { why, reset: None }));
+                return Err(self.failed(state, Failure { why, reset: None, unprocessed: true }));
             }
         };
         {
@@ -515,26 +537,11 @@ impl Wr {
             s.head_request = method == b"HEAD";
         }
         inner.streams.insert(id, self.link.clone());
-        let rest = std::mem::take(buf);
-        let mut body = match head.framing {
-            _ if bodiless => None,
-            Framing::Length(n) => Some(Body::Length(n)),
-            _ => Some(Body::Chunked(Box::new(ChunkedScanner::collecting_trailers()), Vec::new())),
-        };
-        let mut ended = body.is_none();
-        if let Some(body) = body.as_mut() {
-            // Taken whole: the codec queues what the windows do not allow yet.
-            let (n, end) = take(&mut inner.codec, id, body, &rest)?;
-            ended = end;
-            if n < rest.len() {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, "bytes after the end of the message"));
-            }
-        }
         inner.kick();
-        drop(inner);
-        *state = match body {
-            Some(body) if !ended => Up::Body(body),
-            _ => Up::Sent,
+        *state = match framing {
+            _ if bodiless => Up::Sent,
+            Framing::Length(n) => Up::Body(Body::Length(n)),
+            _ => Up::Body(Body::Chunked(Box::new(ChunkedScanner::collecting_trailers()), Vec::new())),
         };
         Ok(())
     }
@@ -571,22 +578,6 @@ impl Wr {
         }
         Poll::Ready(Ok(n))
     }
-}
-
-/// The request's fields for HTTP/2: `host` is `:authority` and the codec
-/// leaves out connection-specific fields; a chunked body's length is
-/// unknown, so a `content-length` beside it goes too.
-fn request_fields<'a>(
-    bytes: &'a [u8],
-    fields: &'a [Field],
-    chunked: bool,
-) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
-    fields.iter().filter_map(move |f| {
-        let (name, value) = (bytes.get(f.name.clone())?, bytes.get(f.value.clone())?);
-        let dropped =
-            name.eq_ignore_ascii_case(b"http2-settings") || (chunked && name.eq_ignore_ascii_case(b"content-length"));
-        (!dropped).then_some((name, value))
-    })
 }
 
 /// Removes the HTTP/1.1 framing from `data` and hands the payload to the
@@ -630,8 +621,48 @@ fn take(codec: &mut Client, id: u32, body: &mut Body, data: &[u8]) -> io::Result
 }
 
 impl Rd {
+    /// The next response head as the connection's task decoded it (interim
+    /// 1xx heads first): its names and values are appended to `buf`, which
+    /// must be empty, `fields` (cleared first) index them, as a parse of
+    /// the same head as HTTP/1.1 would have. A head without a length gets
+    /// the framing its body is read with: `transfer-encoding: chunked`, or
+    /// `content-length: 0` when the HEADERS ended the stream.
+    pub fn poll_head(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+        fields: &mut Vec<Field>,
+    ) -> Poll<io::Result<ResponseHead>> {
+        let mut s = self.link.borrow_mut();
+        if s.heads.is_empty() {
+            if s.failure.is_some() {
+                return Poll::Ready(Err(aborted()));
+            }
+            if s.phase == Phase::Done {
+                return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into()));
+            }
+            s.reader = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        if !buf.is_empty() {
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, "bytes before a response head")));
+        }
+        let mark = s.heads.remove(0);
+        buf.extend_from_slice(&s.inbound[..mark.len]);
+        s.inbound.advance(mark.len);
+        fields.clear();
+        fields.extend(s.head_fields.drain(..mark.fields));
+        let connection = Connection::default();
+        let (len, status, framing) = (mark.len, mark.status, mark.framing);
+        Poll::Ready(Ok(ResponseHead { len, status, version: Version::Http11, framing, connection }))
+    }
+
     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let mut s = self.link.borrow_mut();
+        if !s.heads.is_empty() {
+            // The pipeline takes heads with `poll_head`; the bytes are the body's.
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, "response head not taken")));
+        }
         if !s.inbound.is_empty() {
             let n = s.inbound.len().min(buf.remaining());
             buf.put_slice(&s.inbound[..n]);

@@ -1,6 +1,8 @@
 //! The byte stream to a server: clear TCP, TLS over TCP (re-encryption), or
-//! one HTTP/2 stream read and written as HTTP/1.1 bytes ([`super::h2`]); in the
-//! in-process tests also an in-memory connection ([`super::memory`]).
+//! one HTTP/2 stream ([`super::h2`]: the request head goes in as a list, the
+//! response heads come out decoded through [`ServerRead`], the bodies as
+//! bytes); in the in-process tests also an in-memory connection
+//! ([`super::memory`]).
 //!
 //! An enum rather than a generic parameter, so one idle pool holds both kinds
 //! and the pipeline is compiled once. The clear path stays what it was: the
@@ -17,6 +19,9 @@ use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
+
+use bytes::BytesMut;
+use switchyard_http::parse::{Field, ResponseHead};
 
 use super::h2::H2Stream;
 use crate::transport::Sink;
@@ -93,6 +98,15 @@ impl ServerStream {
         }
     }
 
+    /// For an HTTP/2 stream that failed, whether the server provably did not
+    /// process the request ([`H2Stream::unprocessed`]).
+    pub fn h2_unprocessed(&self) -> bool {
+        match self {
+            ServerStream::H2(s) => s.unprocessed(),
+            _ => false,
+        }
+    }
+
     /// For an HTTP/2 stream the server reset, its RST_STREAM code.
     pub fn h2_reset(&self) -> Option<u32> {
         match self {
@@ -128,6 +142,66 @@ impl ServerStream {
                 let (r, w) = (&mut s.rd, &mut s.wr);
                 (ServerRd::Piped(r), ServerWr::Piped(w))
             }
+        }
+    }
+}
+
+/// A server connection's response side as the pipeline reads it: bytes
+/// whose response heads it parses, or, from an HTTP/2 stream, heads already
+/// decoded (no HTTP/1.1 text written and parsed again), then body bytes.
+pub trait ServerRead: AsyncRead + Unpin {
+    /// Whether response heads come decoded ([`ServerRead::poll_head`])
+    /// rather than as bytes to parse.
+    fn decodes_heads(&self) -> bool {
+        false
+    }
+
+    /// Where [`ServerRead::decodes_heads`]: the next response head, interim
+    /// ones first. Its names and values are appended to the empty `buf`,
+    /// `fields` (cleared first) index them, as a parse of the same head as
+    /// HTTP/1.1 would have; the body's bytes are then read as usual.
+    fn poll_head(
+        &mut self,
+        _cx: &mut Context<'_>,
+        _buf: &mut BytesMut,
+        _fields: &mut Vec<Field>,
+    ) -> Poll<io::Result<ResponseHead>> {
+        Poll::Ready(Err(io::ErrorKind::Unsupported.into()))
+    }
+}
+
+impl ServerRead for ServerStream {
+    fn decodes_heads(&self) -> bool {
+        matches!(self, ServerStream::H2(_))
+    }
+
+    fn poll_head(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+        fields: &mut Vec<Field>,
+    ) -> Poll<io::Result<ResponseHead>> {
+        match self {
+            ServerStream::H2(s) => s.poll_head(cx, buf, fields),
+            _ => Poll::Ready(Err(io::ErrorKind::Unsupported.into())),
+        }
+    }
+}
+
+impl ServerRead for ServerRd<'_> {
+    fn decodes_heads(&self) -> bool {
+        matches!(self, ServerRd::H2(_))
+    }
+
+    fn poll_head(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+        fields: &mut Vec<Field>,
+    ) -> Poll<io::Result<ResponseHead>> {
+        match self {
+            ServerRd::H2(r) => r.poll_head(cx, buf, fields),
+            _ => Poll::Ready(Err(io::ErrorKind::Unsupported.into())),
         }
     }
 }

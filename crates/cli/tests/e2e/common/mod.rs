@@ -721,3 +721,18 @@ pub async fn h2_body(recv: &mut h2::RecvStream) -> Result<Vec<u8>, h2::Error> {
     }
     Ok(body)
 }
+
+/// Response fields comparable across protocols: names lower-cased, sorted, without the
+/// connection-specific ones (never sent over HTTP/2 or HTTP/3) nor those named in `drop`,
+/// and with `age`'s value left out (it grows).
+pub fn comparable_fields(fields: impl IntoIterator<Item = (String, String)>, drop: &[&str]) -> Vec<(String, String)> {
+    let hop = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"];
+    let mut out: Vec<(String, String)> = fields
+        .into_iter()
+        .map(|(n, v)| (n.to_ascii_lowercase(), v))
+        .filter(|(n, _)| !hop.contains(&n.as_str()) && !drop.contains(&n.as_str()))
+        .map(|(n, v)| if n == "age" { (n, String::new()) } else { (n, v) })
+        .collect();
+    out.sort();
+    out
+}

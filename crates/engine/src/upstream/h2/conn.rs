@@ -5,11 +5,13 @@
 //!
 //! The driving task ([`drive`]) owns the socket: it writes out what the
 //! codec queued and feeds it what the server sent, and turns the codec's
-//! events into each stream's state: the response written as the HTTP/1.1
-//! bytes the pipeline reads (status line and fields, then the body as it
-//! came when it has a length, else chunked with the trailers as the last
-//! chunk's trailer section; interim 1xx heads before the final one), or the
-//! stream's failure. Streams wake it when they queue frames; it wakes them
+//! events into each stream's state: each response head kept decoded (its
+//! names and values in the stream's `inbound`, its field ranges beside
+//! them: [`HeadMark`]; interim 1xx heads before the final one) for the
+//! pipeline to take as it is, then the body as it came when it has a
+//! length, else chunked with the trailers as the last chunk's trailer
+//! section (bytes: the pipeline's relay reads bytes); or the stream's
+//! failure, and whether the server provably did not process it. Streams wake it when they queue frames; it wakes them
 //! when their response grows, their window opens or the connection fails.
 //!
 //! Invariants: no server input can panic this code; a failed connection
@@ -31,6 +33,7 @@ use switchyard_http::http2::client::{Client, Event};
 use switchyard_http::http2::frame::code;
 use switchyard_http::http2::response::Response;
 use switchyard_http::http2::server::StreamMap;
+use switchyard_http::parse::{Field, Framing};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::super::stream::ServerStream;
@@ -45,6 +48,20 @@ const READ_BUF: usize = 64 * 1024;
 pub(super) struct Failure {
     pub why: &'static str,
     pub reset: Option<u32>,
+    /// The server provably did not process the request (RFC 9113 8.7):
+    /// REFUSED_STREAM, above a GOAWAY's last stream id, or never opened.
+    pub unprocessed: bool,
+}
+
+/// A response head decoded for the pipeline, not yet taken: its names and
+/// values are the first `len` bytes of the stream's `inbound` (after the
+/// heads before it), its first `fields` of `head_fields` index them.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct HeadMark {
+    pub len: usize,
+    pub status: u16,
+    pub framing: Framing,
+    pub fields: usize,
 }
 
 /// Where a stream's response is.
@@ -62,7 +79,12 @@ pub(super) enum Phase {
 pub(super) struct StreamState {
     /// The stream id; 0 until the request head opened it.
     pub id: u32,
-    /// Response bytes, as HTTP/1.1, not yet read by the pipeline.
+    /// Response heads decoded and not yet taken, in order ([`HeadMark`]).
+    pub heads: Vec<HeadMark>,
+    /// Their fields' ranges, relative to each head's first byte.
+    pub head_fields: Vec<Field>,
+    /// Response bytes not yet taken by the pipeline: the pending heads'
+    /// names and values, then the body as it goes to the pipeline.
     pub inbound: BytesMut,
     /// Body bytes in `inbound` whose flow-control room is not yet released.
     pub held: usize,
@@ -82,6 +104,8 @@ impl StreamState {
     pub fn new() -> Self {
         StreamState {
             id: 0,
+            heads: Vec::new(),
+            head_fields: Vec::new(),
             inbound: BytesMut::new(),
             held: 0,
             chunked: false,
@@ -279,7 +303,7 @@ pub(super) async fn drive(conn: Rc<Conn>, mut io: ServerStream, server: SocketAd
             "invalid HTTP/2 from server"
         }
     };
-    conn.inner.borrow_mut().fail(Failure { why, reset: None });
+    conn.inner.borrow_mut().fail(Failure { why, reset: None, unprocessed: false });
     conn.closed.set(true);
     // Our GOAWAY, if any, goes out as far as the socket takes it at once.
     let _ = poll_fn(|cx| Poll::Ready(write_out(&conn, &mut io, cx, &mut flushed))).await;
@@ -366,7 +390,7 @@ fn on_event(streams: &mut StreamMap<Link>, event: Event<'_>, released: &mut Vec<
         Event::Interim { stream, response } => {
             if let Some(link) = streams.get(&stream) {
                 let mut s = link.borrow_mut();
-                write_head(&mut s.inbound, response, None);
+                push_head(&mut s, response, Framing::Empty, None);
                 s.wake();
             }
         }
@@ -374,13 +398,16 @@ fn on_event(streams: &mut StreamMap<Link>, event: Event<'_>, released: &mut Vec<
             let Some(link) = streams.get(&stream) else { return };
             let mut s = link.borrow_mut();
             s.body = switchyard_http::parse::response_has_body(s.head_request, response.status);
-            let framing = match (s.body, end_stream, response.content_length) {
-                (true, false, None) => Some(&b"transfer-encoding: chunked"[..]),
-                (true, true, None) => Some(&b"content-length: 0"[..]),
-                _ => None,
+            // The framing the body reaches the pipeline in, and the field
+            // that says so to an HTTP/1.1 client, where the server gave no length.
+            let (framing, added) = match (s.body, end_stream, response.content_length) {
+                (_, _, Some(n)) => (Framing::Length(n), None),
+                (true, false, None) => (Framing::Chunked, Some((&b"transfer-encoding"[..], &b"chunked"[..]))),
+                (true, true, None) => (Framing::Length(0), Some((&b"content-length"[..], &b"0"[..]))),
+                (false, _, None) => (Framing::Empty, None),
             };
-            s.chunked = s.body && !end_stream && response.content_length.is_none();
-            write_head(&mut s.inbound, response, framing);
+            s.chunked = framing == Framing::Chunked;
+            push_head(&mut s, response, framing, added);
             s.phase = if end_stream { Phase::Done } else { Phase::Body };
             s.wake();
         }
@@ -435,7 +462,8 @@ fn on_event(streams: &mut StreamMap<Link>, event: Event<'_>, released: &mut Vec<
                 (true, _) => "server reset the HTTP/2 stream",
                 (false, _) => "invalid HTTP/2 from server",
             };
-            link.borrow_mut().fail(Failure { why, reset: by_peer.then_some(code) });
+            let refused = by_peer && code == self::code::REFUSED_STREAM;
+            link.borrow_mut().fail(Failure { why, reset: by_peer.then_some(code), unprocessed: refused });
         }
         Event::GoAway { last_stream, code } => {
             tracing::debug!(last_stream, code, "server sent GOAWAY");
@@ -443,35 +471,29 @@ fn on_event(streams: &mut StreamMap<Link>, event: Event<'_>, released: &mut Vec<
         Event::Unprocessed { stream } => {
             // Not processed (RFC 9113 6.8): safe to send again.
             if let Some(link) = streams.get(&stream) {
-                link.borrow_mut().fail(Failure { why: "server went away (HTTP/2 GOAWAY)", reset: None });
+                let why = "server went away (HTTP/2 GOAWAY)";
+                link.borrow_mut().fail(Failure { why, reset: None, unprocessed: true });
             }
         }
     }
 }
 
-/// Writes a response head as HTTP/1.1 text, `framing` added when the
-/// body's length is not given by the server.
-fn write_head(out: &mut BytesMut, response: &Response, framing: Option<&[u8]>) {
-    let mut digits = [b'0'; 3];
-    let mut n = response.status.min(999);
-    for d in digits.iter_mut().rev() {
-        *d = b'0' + (n % 10) as u8;
-        n /= 10;
+/// Queues a decoded response head for the pipeline ([`super::Rd::poll_head`]):
+/// its names and values appended to `inbound`, their ranges to
+/// `head_fields`, `added` after the server's fields.
+fn push_head(s: &mut StreamState, response: &Response, framing: Framing, added: Option<(&[u8], &[u8])>) {
+    let start = s.inbound.len();
+    let mut fields = 0;
+    for (name, value) in response.iter().chain(added) {
+        let at = s.inbound.len() - start;
+        s.inbound.extend_from_slice(name);
+        let mid = s.inbound.len() - start;
+        s.inbound.extend_from_slice(value);
+        s.head_fields.push(Field { name: at..mid, value: mid..s.inbound.len() - start });
+        fields += 1;
     }
-    let reason = http::StatusCode::from_u16(response.status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(&digits);
-    out.extend_from_slice(b" ");
-    out.extend_from_slice(reason.as_bytes());
-    out.extend_from_slice(b"\r\n");
-    for (name, value) in response.iter() {
-        field(out, name, value);
-    }
-    if let Some(line) = framing {
-        out.extend_from_slice(line);
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
+    let len = s.inbound.len() - start;
+    s.heads.push(HeadMark { len, status: response.status, framing, fields });
 }
 
 fn field(out: &mut BytesMut, name: &[u8], value: &[u8]) {

@@ -40,8 +40,8 @@ pub struct BenchArgs {
     /// l4-throughput, l7-cps, l7-rps, l7-keepalive-rps, l7-keepalive-access-log,
     /// l7-throughput, l7-cookie-persistence, tls-handshake-rsa2048,
     /// tls-handshake-ecdsa-p256, tls-bulk, compression-gzip, compression-brotli,
-    /// compression-zstd, cache-hit, concurrent-connections, udp-frames, udp-imix,
-    /// l7-failover, http2-tls, http2-clear, http2-upstream, l7-keepalive-traced-one-percent,
+    /// compression-zstd, cache-hit, concurrent-connections, concurrent-connections-l4, udp-frames,
+    /// udp-imix, l7-failover, http2-tls, http2-clear, http2-upstream, l7-keepalive-traced-one-percent,
     /// l7-keepalive-traced-all, http3.
     #[arg(long, value_delimiter = ',', value_name = "TESTS")]
     only: Vec<String>,

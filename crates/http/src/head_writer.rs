@@ -64,7 +64,8 @@ impl<'a> Http1Head<'a> {
     }
 }
 
-fn write_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+/// One `name: value` line of an HTTP/1.1 head.
+pub(crate) fn write_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);

@@ -25,7 +25,7 @@
 
 use std::ops::Range;
 
-use crate::head_writer::connection_specific;
+use crate::head_writer::{connection_specific, write_field};
 use crate::parse::Field;
 
 /// Writes a request head, one operation at a time.
@@ -57,13 +57,6 @@ impl<'a> Http1Request<'a> {
     pub fn new(out: &'a mut Vec<u8>) -> Self {
         Http1Request { out }
     }
-}
-
-fn write_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 impl RequestWriter for Http1Request<'_> {

@@ -251,11 +251,12 @@ impl Relay<'_> {
     /// waiting (every socket it waits on then holds this task's waker), then
     /// checks its deadlines.
     fn advance(&mut self, cx: &mut Context<'_>) -> Poll<End> {
+        let mut waiting = Waiting::default();
         for _ in 0..ROUNDS {
             if self.up.done && self.down.done {
                 return Poll::Ready(End::Closed);
             }
-            match self.round(cx) {
+            match self.round(cx, &mut waiting) {
                 Err(end) => return Poll::Ready(end),
                 Ok(false) => return self.poll_watch(cx),
                 Ok(true) => {}
@@ -267,10 +268,13 @@ impl Relay<'_> {
     }
 
     /// One step of each direction; whether either changed anything.
-    fn round(&mut self, cx: &mut Context<'_>) -> Result<bool, End> {
+    fn round(&mut self, cx: &mut Context<'_>, waiting: &mut Waiting) -> Result<bool, End> {
         let last = &mut self.last;
-        let up = pump(&self.client, &self.server, &mut self.up, self.down.done, Dir::ClientToServer, cx, last)?;
-        let down = pump(&self.server, &self.client, &mut self.down, self.up.done, Dir::ServerToClient, cx, last)?;
+        let (client, server) = (&self.client, &self.server);
+        let up = Ends { from: client, to: server, dir: Dir::ClientToServer };
+        let up = pump(up, &mut self.up, self.down.done, &mut waiting.up, cx, last)?;
+        let down = Ends { from: server, to: client, dir: Dir::ServerToClient };
+        let down = pump(down, &mut self.down, self.up.done, &mut waiting.down, cx, last)?;
         Ok(up || down)
     }
 
@@ -323,54 +327,105 @@ impl Relay<'_> {
 /// One step of one direction: writes what its stage holds, ends the
 /// direction once its reader's FIN has come and everything is written
 /// (half-closing the far side unless the other direction has ended already:
-/// the close that follows then sends the FIN), and reads what the reader
-/// has. Whether anything changed; a failure ends the relay.
+/// the close that follows then sends the FIN), reads what the reader has and
+/// writes it on at once. Whether anything changed; a failure ends the relay.
 fn pump(
-    from: &TcpStream,
-    to: &TcpStream,
+    ends: Ends<'_>,
     half: &mut Half,
     other_done: bool,
-    dir: Dir,
+    waiting: &mut Wait,
     cx: &mut Context<'_>,
     last: &mut Instant,
 ) -> Result<bool, End> {
     if half.done {
         return Ok(false);
     }
-    let mut changed = false;
     // Draining first keeps the stage empty, so each fill can take more.
-    if half.stage.pending() > 0 {
-        if let Poll::Ready(n) = poll_drain(to, &mut half.stage, half.eof, dir, cx)? {
-            half.moved += n as u64;
-            *last = Instant::now();
-            half.stage.settle();
-            changed = true;
-        }
-    }
+    let mut changed = drain(ends, half, waiting, cx, last)?;
     if half.eof && half.stage.pending() == 0 {
         if !other_done {
             // Why ignore: if `to` is gone already, the other direction says so.
-            let _ = SockRef::from(to).shutdown(Shutdown::Write);
+            let _ = SockRef::from(ends.to).shutdown(Shutdown::Write);
         }
         half.done = true;
         return Ok(true);
     }
-    if !half.eof && half.stage.has_room() {
-        if let Poll::Ready(fill) = poll_fill(from, &mut half.stage, dir, cx)? {
-            match fill {
-                Fill::Moved => *last = Instant::now(),
-                Fill::MovedThenEof => {
-                    *last = Instant::now();
-                    half.eof = true;
-                }
-                Fill::Eof => half.eof = true,
-                // The pipe is full: the next round drains it.
-                Fill::Stalled => {}
-            }
-            changed = true;
+    if half.eof || !half.stage.has_room() || waiting.read {
+        return Ok(changed);
+    }
+    let Poll::Ready(fill) = poll_fill(ends.from, &mut half.stage, ends.dir, cx)? else {
+        waiting.read = true;
+        return Ok(changed);
+    };
+    match fill {
+        Fill::Moved => *last = Instant::now(),
+        Fill::MovedThenEof => {
+            *last = Instant::now();
+            half.eof = true;
+        }
+        Fill::Eof => half.eof = true,
+        // The pipe is full: the next round drains it.
+        Fill::Stalled => return Ok(true),
+    }
+    // What came in goes out in the same step: a small message then costs
+    // one round, not two.
+    changed = true;
+    drain(ends, half, waiting, cx, last)?;
+    Ok(changed)
+}
+
+/// Writes what the stage of `half` holds, unless the writer was found full
+/// earlier in this poll; whether anything went out.
+fn drain(
+    ends: Ends<'_>,
+    half: &mut Half,
+    waiting: &mut Wait,
+    cx: &mut Context<'_>,
+    last: &mut Instant,
+) -> Result<bool, End> {
+    if half.stage.pending() == 0 || waiting.write {
+        return Ok(false);
+    }
+    match poll_drain(ends.to, &mut half.stage, half.eof, ends.dir, cx)? {
+        Poll::Ready(n) => {
+            half.moved += n as u64;
+            *last = Instant::now();
+            half.stage.settle();
+            Ok(true)
+        }
+        Poll::Pending => {
+            waiting.write = true;
+            Ok(false)
         }
     }
-    Ok(changed)
+}
+
+/// The two sockets of one direction: read `from`, write `to`.
+#[derive(Clone, Copy)]
+struct Ends<'s> {
+    from: &'s TcpStream,
+    to: &'s TcpStream,
+    dir: Dir,
+}
+
+/// What one direction waits for since it last asked, within one poll of the
+/// relay: a readiness that answered `Pending` has registered the task's
+/// waker, which the event loop wakes once the socket is ready, so asking
+/// again in a later round of the same poll would only take the socket's
+/// waker lock to store the same waker once more.
+#[derive(Debug, Default, Clone, Copy)]
+struct Wait {
+    /// The reader is not readable.
+    read: bool,
+    /// The writer is not writable.
+    write: bool,
+}
+
+/// Both directions' [`Wait`], for one poll of the relay.
+#[derive(Debug, Default)]
+struct Waiting {
+    up: Wait,
+    down: Wait,
 }
 
 /// Writes what `stage` holds to `to` once it is writable; the count written.

@@ -194,7 +194,7 @@ impl<S> Idle<S> {
     /// The connection's state while busy; `scratch` holds bytes already
     /// read, or is empty (lent from the worker's pool when bytes arrive).
     fn busy(self, scratch: Scratch) -> Client<S> {
-        let Scratch { buf, fields, resp_fields, out, host, line, meta, stick_key, head } = scratch;
+        let Scratch { buf, fields, resp_fields, out, host, line, meta, stick_key, up_head, head } = scratch;
         Client {
             stream: self.stream,
             peer: self.peer,
@@ -203,7 +203,7 @@ impl<S> Idle<S> {
             decoded: head,
             resp_fields,
             out,
-            up_head: RequestList::default(),
+            up_head,
             host,
             line,
             ip: self.ip,
@@ -519,6 +519,7 @@ fn lend<S>(client: &mut Client<S>, worker: &Worker) {
     client.line = s.line;
     client.meta = s.meta;
     client.stick_key = s.stick_key;
+    client.up_head = s.up_head;
     if client.buf.capacity() == 0 {
         client.buf.reserve(CLIENT_BUF);
     }
@@ -546,6 +547,7 @@ fn stash<S>(client: &mut Client<S>, worker: &Worker) {
         line: std::mem::take(&mut client.line),
         meta: std::mem::take(&mut client.meta),
         stick_key: std::mem::take(&mut client.stick_key),
+        up_head: std::mem::take(&mut client.up_head),
         head: None,
     };
     if s.buf.capacity() <= SCRATCH_KEEP && s.out.capacity() <= SCRATCH_KEEP {

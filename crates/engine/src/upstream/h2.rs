@@ -289,7 +289,13 @@ impl Drop for StreamGuard {
         if c.streams.get() == 0 {
             c.idle_since.set(Instant::now());
         }
-        c.nudge();
+        // The guard drops last of its stream's fields: with only the guard
+        // and the driving task left holding the connection (the pool let it
+        // go), the task must wake to close it. While others hold it (the
+        // pool, other streams) there is nothing for the task to do.
+        if Rc::strong_count(c) <= 2 {
+            c.nudge();
+        }
     }
 }
 

@@ -59,29 +59,26 @@ impl Request {
 
 /// A valid field name: lowercase token characters (RFC 9113 8.2.1, RFC 9110 5.6.2).
 pub fn valid_name(name: &[u8]) -> bool {
-    !name.is_empty()
-        && name.iter().all(|&b| {
-            b.is_ascii_lowercase()
-                || b.is_ascii_digit()
-                || matches!(
-                    b,
-                    b'!' | b'#'
-                        | b'$'
-                        | b'%'
-                        | b'&'
-                        | b'\''
-                        | b'*'
-                        | b'+'
-                        | b'-'
-                        | b'.'
-                        | b'^'
-                        | b'_'
-                        | b'`'
-                        | b'|'
-                        | b'~'
-                )
-        })
+    !name.is_empty() && name.iter().all(|&b| NAME_BYTE[b as usize])
 }
+
+/// The bytes of a valid HTTP/2 field name: `tchar` without upper case, by
+/// byte value (one load per byte on the hot path of every request head).
+static NAME_BYTE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_lowercase()
+            || c.is_ascii_digit()
+            || matches!(
+                c,
+                b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~'
+            );
+        b += 1;
+    }
+    t
+};
 
 /// A valid field value: no NUL, CR, LF, no whitespace at either end (8.2.1).
 pub fn valid_value(value: &[u8]) -> bool {
@@ -293,4 +290,20 @@ pub fn trailers(buf: &[u8], fields: &[Field]) -> Result<(), Malformed> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valid_name;
+
+    /// Every byte value, against RFC 9110's `tchar` less upper case.
+    #[test]
+    fn field_names_take_lowercase_token_characters_only() {
+        let tchar = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz";
+        for b in 0..=255u8 {
+            assert_eq!(valid_name(&[b]), tchar.contains(&b), "byte {b:#04x}");
+            assert_eq!(valid_name(&[b'a', b, b'z']), tchar.contains(&b), "byte {b:#04x} inside");
+        }
+        assert!(!valid_name(b""));
+    }
 }

@@ -482,6 +482,19 @@ fn on_event(streams: &mut StreamMap<Link>, event: Event<'_>, released: &mut Vec<
 /// its names and values appended to `inbound`, their ranges to
 /// `head_fields`, `added` after the server's fields.
 fn push_head(s: &mut StreamState, response: &Response, framing: Framing, added: Option<(&[u8], &[u8])>) {
+    // One allocation for the head and, when the server gave a small length,
+    // the body too: growing field by field reallocates (and copies) each time.
+    let (mut size, mut count) = (0, 0);
+    for (name, value) in response.iter().chain(added) {
+        size += name.len() + value.len();
+        count += 1;
+    }
+    let body = match framing {
+        Framing::Length(n) => usize::try_from(n).unwrap_or(usize::MAX).min(BODY_HINT),
+        _ => 0,
+    };
+    s.inbound.reserve(size + body);
+    s.head_fields.reserve(count);
     let start = s.inbound.len();
     let mut fields = 0;
     for (name, value) in response.iter().chain(added) {
@@ -495,6 +508,10 @@ fn push_head(s: &mut StreamState, response: &Response, framing: Framing, added: 
     let len = s.inbound.len() - start;
     s.heads.push(HeadMark { len, status: response.status, framing, fields });
 }
+
+/// The most body room a response head reserves for, from its length: a
+/// small body then lands in the allocation its head made.
+const BODY_HINT: usize = 16 * 1024;
 
 fn field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);

@@ -76,6 +76,7 @@ fn read_int(src: &[u8], at: &mut usize, n: u32) -> Result<usize, Error> {
 
 /// Encodes `value` as an HPACK integer with an `n`-bit prefix whose other
 /// bits are `flags`.
+#[inline]
 fn write_int(out: &mut Vec<u8>, flags: u8, n: u32, mut value: usize) {
     let max = (1usize << n) - 1;
     if value < max {
@@ -278,6 +279,9 @@ impl Encoder {
 
     /// Encodes one field; `name` must be lowercase (HTTP/2 field names are).
     pub fn field(&mut self, name: &[u8], value: &[u8], out: &mut Vec<u8>) {
+        // Room for the literal at its longest (two length prefixes, a flags
+        // byte): the pushes below then never grow the block.
+        out.reserve(name.len() + value.len() + 16);
         let flags = if sensitive(name) { 0x10 } else { 0x00 };
         match table::static_name(name) {
             Some(i) => write_int(out, flags, 4, i),

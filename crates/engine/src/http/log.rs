@@ -91,7 +91,10 @@ pub(super) fn log<S>(client: &Client<S>, service: &Service, status: u16, error: 
     let t = &client.trace;
     let server =
         t.upstream.and_then(|(p, s)| Some((&gen.config.pools.get(p)?.name, gen.pools.get(p)?.servers.get(s)?)));
-    let (method, target) = client.line.split_once(' ').unwrap_or((client.line.as_str(), ""));
+    // The method is a token: the first space ends it (an ASCII byte, so both
+    // sides are whole characters).
+    let line = client.line.as_str();
+    let (method, target) = memchr::memchr(b' ', line.as_bytes()).map_or((line, ""), |i| (&line[..i], &line[i + 1..]));
     let logging = client.local.log.as_ref();
     let record = Record {
         service: &service.name,

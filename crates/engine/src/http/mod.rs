@@ -755,6 +755,20 @@ fn request_info<S>(
     }
 }
 
+/// The method and the target as text, from the request line phase 2 wrote
+/// (`METHOD target`), when it holds both as the head has them (it holds a
+/// stand-in for one that is not UTF-8: the target is then `None`, the method `""`).
+fn line_parts<'l>(line: &'l str, method: &'l [u8], target: &'l [u8]) -> (&'l str, Option<&'l str>) {
+    let m = method.len();
+    let exact = line.len() == m + 1 + target.len()
+        && line.as_bytes().get(..m) == Some(method)
+        && line.as_bytes().get(m + 1..) == Some(target);
+    match (exact, line.get(..m), line.get(m + 1..)) {
+        (true, Some(method), Some(target)) => (method, Some(target)),
+        _ => (std::str::from_utf8(method).unwrap_or(""), std::str::from_utf8(target).ok()),
+    }
+}
+
 /// Phase 3, first: the key authorization of an ACME http-01 challenge being
 /// validated (RFC 8555 8.3), for a GET of its token on an `http` service.
 fn acme_challenge<S>(client: &Client<S>, head: &RequestHead, service: &Service, local: &Local) -> Option<String> {
@@ -784,14 +798,21 @@ fn route<'a, S>(
     local: &Local,
 ) -> Routed<'a> {
     let buf = &client.buf[..head.len];
-    let method = std::str::from_utf8(&buf[head.method.clone()]).unwrap_or("");
+    // Phase 2 wrote "METHOD target" as text into `line` (UTF-8 checked
+    // there): both are taken from it when it holds them as they are.
+    let (method, target) = line_parts(&client.line, &buf[head.method.clone()], &buf[head.target.clone()]);
     let (origin_target, authority) = split_target(&buf[head.target.clone()]);
     let host_value = authority.or_else(|| head.host.clone().map(|r| &buf[r])).unwrap_or(b"");
     let host = route::routing_host(host_value, &mut client.host);
-    // One UTF-8 check for path and query together (most targets pass it).
-    let (path, query) = match std::str::from_utf8(origin_target) {
-        Ok(t) => t.split_once('?').map_or((t, None), |(p, q)| (p, Some(q))),
-        Err(_) => {
+    // In origin form (no authority in the target) the target is the origin target.
+    let origin_text = target.filter(|_| authority.is_none());
+    let (path, query) = match origin_text.or_else(|| std::str::from_utf8(origin_target).ok()) {
+        Some(t) => match memchr::memchr(b'?', t.as_bytes()) {
+            // `?` is ASCII: both sides of it are whole characters.
+            Some(i) => (&t[..i], Some(&t[i + 1..])),
+            None => (t, None),
+        },
+        None => {
             let (p, q) = split_query(origin_target);
             (std::str::from_utf8(p).unwrap_or(""), q.and_then(|q| std::str::from_utf8(q).ok()))
         }
@@ -2056,6 +2077,19 @@ mod tests {
         }
         let mapped: SocketAddr = "[::ffff:192.0.2.9]:80".parse().expect("address");
         assert_eq!(ip_text(client_ip(mapped)), "192.0.2.9");
+    }
+
+    /// Route takes the method and target from phase 2's request line only
+    /// when the line holds them as the head has them.
+    #[test]
+    fn the_request_line_lends_method_and_target_only_when_it_holds_them() {
+        assert_eq!(line_parts("GET /a?b", b"GET", b"/a?b"), ("GET", Some("/a?b")));
+        // A target that is not UTF-8 is written as "?": not taken from the line.
+        assert_eq!(line_parts("GET ?", b"GET", b"/\xff"), ("GET", None));
+        assert_eq!(line_parts("GET ?", b"GET", b"?"), ("GET", Some("?")));
+        // A line of another request (never the case, still not trusted).
+        assert_eq!(line_parts("PUT /x", b"GET", b"/x"), ("GET", Some("/x")));
+        assert_eq!(line_parts("", b"GET", b"/"), ("GET", Some("/")));
     }
 
     /// An idle keep-alive connection's task is the `serve` future (its steps

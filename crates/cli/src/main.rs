@@ -84,6 +84,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_target(false);
     tracing_subscriber::registry().with(event_log::layer()).with(stderr).with(filter).init();
+    if matches!(cli.command, Command::Up | Command::Run { .. }) {
+        alloc::huge_pages_off();
+    }
     let result = match cli.command {
         Command::Up => commands::up(),
         Command::Run { config, workers } => commands::run(&config, workers),

@@ -292,3 +292,33 @@ fn rss_kib(pid: u32) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// The proxy's memory comes in 4 KiB pages: transparent huge pages are off for
+/// its process (`THP_enabled: 0` in `/proc/PID/status`, the kernel's own
+/// account of `PR_SET_THP_DISABLE`), unless the operator sets
+/// `MIMALLOC_ALLOW_THP` (ADR 0008).
+#[test]
+fn transparent_huge_pages_are_off_unless_the_operator_keeps_them() {
+    let thp = |pid: u32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/PID/status");
+        status.lines().find_map(|l| l.strip_prefix("THP_enabled:").map(|v| v.trim().to_string()))
+    };
+    // The flag is inherited: a test run without it (or a kernel that does
+    // not report it) cannot tell the two cases apart.
+    if thp(std::process::id()).as_deref() != Some("1") {
+        eprintln!("skipped: huge pages are not enabled for the test process, or the kernel does not say");
+        return;
+    }
+    let origin = Origin::start("origin");
+    let listen = proxy_addr();
+    let config = simple_config(listen, &[origin.addr], "");
+    let off = Proxy::start(&config, listen);
+    assert_eq!(off.get("/").status, 200);
+    assert_eq!(thp(off.pid()).as_deref(), Some("0"), "huge pages still on for the proxy");
+    drop(off);
+    let listen = proxy_addr();
+    let config = simple_config(listen, &[origin.addr], "");
+    let kept = Proxy::start_with_env(&config, listen, &[("MIMALLOC_ALLOW_THP", "1")]);
+    assert_eq!(kept.get("/").status, 200);
+    assert_eq!(thp(kept.pid()).as_deref(), Some("1"), "MIMALLOC_ALLOW_THP=1 did not keep huge pages");
+}

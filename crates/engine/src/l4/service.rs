@@ -220,17 +220,35 @@ async fn peek_rdp_cookie(stream: &mut TcpStream, pre: &mut BytesMut, timeout: Du
 /// connect and confirm it. Nothing there yet (`WouldBlock`) or the end of
 /// the client's stream is fine (the relay sees that end again); a reset or
 /// other error ends the connection here (`Err(true)` for a reset).
+///
+/// The read goes into the worker's one reusable buffer and what came is
+/// copied into `pre`: a connection then allocates what its first bytes take
+/// (mostly a few hundred bytes), not a fresh 16 KiB each.
 fn first_bytes(stream: &mut LazyTcp, pre: &mut BytesMut) -> Result<(), bool> {
-    pre.reserve(FIRST_READ);
-    match stream.try_read_buf(pre) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
-        Err(e) => Err(matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted)),
-    }
+    FIRST.with(|room| {
+        let mut room = room.borrow_mut();
+        room.clear();
+        room.reserve(FIRST_READ);
+        match stream.try_read_buf(&mut room) {
+            Ok(_) => {
+                pre.extend_from_slice(&room);
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+            Err(e) => {
+                Err(matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted))
+            }
+        }
+    })
 }
 
 /// Room for the client's first bytes, read before the server's connect.
 const FIRST_READ: usize = 16 * 1024;
+
+thread_local! {
+    /// The worker's buffer for [`first_bytes`] (each worker is one thread).
+    static FIRST: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
+}
 
 /// Connects to a server of `pool` (else the service's default pool), sends
 /// the PROXY header if the pool asks for one and the bytes already read, then

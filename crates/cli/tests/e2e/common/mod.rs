@@ -218,12 +218,24 @@ impl Proxy {
 
     /// [`Proxy::run_file_with`], logging as the `SWITCHYARD_LOG` filter `log` says.
     pub fn run_file_logging(config: &Path, addr: SocketAddr, workers: usize, log_filter: &str) -> Proxy {
+        Proxy::spawn(config, addr, workers, log_filter, &[])
+    }
+
+    /// Writes `toml` to a temp file and runs it with one worker and the
+    /// environment variables `env` set.
+    pub fn start_with_env(toml: &str, addr: SocketAddr, env: &[(&str, &str)]) -> Proxy {
+        let config = write_temp("proxy", "switchyard.toml", toml);
+        Proxy::spawn(&config, addr, 1, "info", env)
+    }
+
+    fn spawn(config: &Path, addr: SocketAddr, workers: usize, log_filter: &str, env: &[(&str, &str)]) -> Proxy {
         let log = temp_dir("proxy-log").join("stderr.log");
         let stderr = std::fs::File::create(&log).expect("create log file");
         let child = Command::new(binary())
             .args(["run", "--workers", &workers.to_string(), "-c"])
             .arg(config)
             .env("SWITCHYARD_LOG", log_filter)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)

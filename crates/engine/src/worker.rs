@@ -74,8 +74,9 @@ pub struct Scratch {
     pub(crate) meta: Vec<u8>,
     /// The key a header-keyed stick table is updated with.
     pub(crate) stick_key: Vec<u8>,
-    /// The request head as a list, for an HTTP/2 server.
-    pub(crate) up_head: switchyard_http::request_writer::RequestList,
+    /// The request head as a list, for an HTTP/2 server (boxed: only
+    /// requests to HTTP/2 servers use it, and the set is moved whole).
+    pub(crate) up_head: Option<Box<switchyard_http::request_writer::RequestList>>,
     /// A request head already decoded (an HTTP/2 stream's): its bytes are
     /// `buf`, its fields `fields`; the read-head phase takes it as it is.
     /// Boxed: the set (and each connection's state) stays as small as it was

@@ -504,7 +504,12 @@ fn the_admin_view_shows_keys_with_age_freshness_size_and_hits() {
     client.request("GET", "/v/c?cache=60&size=1000&etag=e&ranges=1", &[("range", "bytes=0-99")]);
     assert_eq!(origin.requests(), 3);
 
-    let listing = admin_json(admin, "/api/v1/cache/web/entries?prefix=test/v/");
+    // A response is stored once its last byte went to the client (phase 10),
+    // so the client may ask before the last store is done.
+    let listing = wait_for("three keys in the cache's admin view", || {
+        let listing = admin_json(admin, "/api/v1/cache/web/entries?prefix=test/v/");
+        (listing["matched"] == 3).then_some(listing)
+    });
     assert_eq!(listing["matched"], 3, "{listing}");
     let a = &listing["keys"][0];
     assert_eq!(a["key"], "test/v/a?cache=60&size=2000");

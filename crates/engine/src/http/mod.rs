@@ -95,7 +95,7 @@ struct Client<S> {
     out: Vec<u8>,
     /// The request head towards an HTTP/2 server, as a list (`out` is not
     /// used for it).
-    up_head: RequestList,
+    up_head: Option<Box<RequestList>>,
     /// Header positions of the current response head.
     resp_fields: Vec<Field>,
     /// Lower-cased host, when the request's was not already.
@@ -547,7 +547,7 @@ fn stash<S>(client: &mut Client<S>, worker: &Worker) {
         line: std::mem::take(&mut client.line),
         meta: std::mem::take(&mut client.meta),
         stick_key: std::mem::take(&mut client.stick_key),
-        up_head: std::mem::take(&mut client.up_head),
+        up_head: client.up_head.take(),
         head: None,
     };
     if s.buf.capacity() <= SCRATCH_KEEP && s.out.capacity() <= SCRATCH_KEEP {
@@ -690,7 +690,7 @@ async fn handle<S: ClientStream>(
     let listed = rewrite_request(client, &head, service, local, pool, &routed, info);
     if let Some(plan) = &plan {
         if listed {
-            cached::add_validators(&mut client.up_head, plan);
+            cached::add_validators(&mut **client.up_head.get_or_insert_with(Box::default), plan);
         } else {
             cached::add_validators(&mut Http1Request::new(&mut client.out), plan);
         }
@@ -968,7 +968,7 @@ fn rewrite_request<S>(
     let (fields, edits, host) = (&client.fields, &routed.edits, server_host.as_bytes());
     if listed {
         client.out.clear();
-        let w = &mut client.up_head;
+        let w = &mut **client.up_head.get_or_insert_with(Box::default);
         rewrite::write_request_head(w, buf, head, fields, origin_target, authority, host, edits, &fwd);
     } else {
         let w = &mut Http1Request::new(&mut client.out);
@@ -1446,9 +1446,10 @@ async fn send_request_head<S>(
     idle: std::time::Duration,
 ) -> Result<(), RelayError> {
     let opened = match &mut conn.stream {
-        upstream::stream::ServerStream::H2(stream) => {
-            Some(tokio::time::timeout(idle, stream.send_head(&client.up_head, framing)).await)
-        }
+        upstream::stream::ServerStream::H2(stream) => Some(
+            tokio::time::timeout(idle, stream.send_head(client.up_head.get_or_insert_with(Box::default), framing))
+                .await,
+        ),
         _ => None,
     };
     let head = match opened {

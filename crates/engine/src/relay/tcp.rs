@@ -12,8 +12,10 @@
 //!
 //! A relay is one future ([`Relay`]) and one poll function over both sockets:
 //! each round steps both directions with tokio's `poll_read_ready` /
-//! `poll_write_ready` and non-blocking operations, until neither can go on
-//! without waiting. No `select!`, no future per direction, no timer: a relay
+//! `poll_write_ready` and non-blocking operations (what a step reads it
+//! writes on in the same step), until neither can go on without waiting. A
+//! readiness that answered `Pending` is not asked again in the same poll: it
+//! has registered the task's waker already. No `select!`, no future per direction, no timer: a relay
 //! waiting for bytes holds its two sockets, two stages (empty buffers hold no
 //! memory), a few counters and the key of its entry in the worker's deadline
 //! table ([`Deadlines`], the idle table L7's keep-alive connections use),

@@ -263,6 +263,31 @@ fn get_and_post_bodies_are_byte_exact_and_follow_the_png_rule() {
     assert!(lines.iter().all(|l| l["version"] == "HTTP/3"), "{lines:?}");
 }
 
+/// RFC 9114 4.1.2: a request whose DATA do not add up to its
+/// `content-length` is malformed, a stream error H3_MESSAGE_ERROR (0x10e),
+/// and is not forwarded whole; the connection goes on.
+#[test]
+fn a_body_that_does_not_match_its_content_length_resets_its_stream_only() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start(&[("main", &[origin.addr], "")], "");
+    let post = |length: usize, body: &[u8]| {
+        let headers = vec![json!(["content-length", length.to_string()])];
+        json!({ "method": "POST", "path": "/p?echo=1", "headers": headers, "body_hex": hex(body) })
+    };
+    let requests = [post(3, b"longer"), post(10, b"short"), post(5, b"exact")];
+    let answer = front.h3(&python, json!({ "requests": requests }));
+    for i in 0..2 {
+        let error = answer.0["results"][i]["error"].as_str().unwrap_or_default().to_string();
+        assert!(error.contains("stream reset with code 270"), "request {i}: {:?}", answer.0["results"][i]);
+    }
+    let fine = answer.result(2);
+    assert_eq!((fine.status(), fine.body()), (200, b"exact".to_vec()), "the connection goes on");
+    // The longer body was refused before any byte went on; the shorter one
+    // may have reached the origin in part, never as a complete request.
+    assert_eq!(origin.requests(), 1, "only the matching request reached the origin whole");
+}
+
 #[test]
 fn an_inserted_cookie_brings_the_client_back_to_its_server() {
     let Some(python) = python() else { return };

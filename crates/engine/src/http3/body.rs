@@ -57,24 +57,70 @@ pub(crate) struct Inbound {
     state: In,
     /// The body failed because the client reset the stream.
     reset_by_client: bool,
+    /// The request's `content-length`, which its DATA must add up to.
+    length: Option<u64>,
+    /// Payload bytes received so far.
+    received: u64,
+    /// The DATA did not add up to `length` (RFC 9114 4.1.2: malformed).
+    malformed: bool,
 }
 
 impl Inbound {
-    /// The body of `recv`, in chunked coding when `chunked`; `first` is the
-    /// payload already received (read before the head was written).
-    pub(crate) fn new(recv: RecvHalf, chunked: bool, first: Bytes) -> Self {
+    /// The body of `recv`, in chunked coding when `chunked`, of `length`
+    /// bytes when the request said so; `first` is the payload already
+    /// received (read before the head was written).
+    pub(crate) fn new(recv: RecvHalf, chunked: bool, first: Bytes, length: Option<u64>) -> Self {
+        let received = first.len() as u64;
         let pending = if chunked && !first.is_empty() { chunk(&first) } else { first };
-        Inbound { recv: Some(recv), chunked, pending, state: In::Data, reset_by_client: false }
+        Inbound {
+            recv: Some(recv),
+            chunked,
+            pending,
+            state: In::Data,
+            reset_by_client: false,
+            length,
+            received,
+            malformed: false,
+        }
     }
 
     /// A request without a body.
     pub(crate) fn empty() -> Self {
-        Inbound { recv: None, chunked: false, pending: Bytes::new(), state: In::Done, reset_by_client: false }
+        Inbound {
+            recv: None,
+            chunked: false,
+            pending: Bytes::new(),
+            state: In::Done,
+            reset_by_client: false,
+            length: None,
+            received: 0,
+            malformed: false,
+        }
     }
 
     /// Whether the body failed because the client reset the stream.
     pub(crate) fn reset_by_client(&self) -> bool {
         self.reset_by_client
+    }
+
+    /// Whether the body failed because its DATA did not add up to the
+    /// request's `content-length`: a malformed request (RFC 9114 4.1.2).
+    pub(crate) fn malformed(&self) -> bool {
+        self.malformed
+    }
+
+    /// Counts `n` more payload bytes, or, at the end of the DATA (`end`),
+    /// checks that they add up to the length; the error once they do not.
+    /// Bytes past the length are refused before any of them is handed on.
+    fn count(&mut self, n: usize, end: bool) -> io::Result<()> {
+        self.received += n as u64;
+        let Some(length) = self.length else { return Ok(()) };
+        if self.received > length || (end && self.received != length) {
+            self.malformed = true;
+            self.state = In::Done;
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "DATA do not add up to the content-length"));
+        }
+        Ok(())
     }
 
     /// The error to report for `e`, noting a reset by the client.
@@ -102,9 +148,13 @@ impl Inbound {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Ok(Some(mut data))) => {
                         let data = data.copy_to_bytes(data.remaining());
+                        self.count(data.len(), false)?;
                         self.pending = if self.chunked && !data.is_empty() { chunk(&data) } else { data };
                     }
-                    Poll::Ready(Ok(None)) => self.state = if self.chunked { In::Trailers } else { In::Done },
+                    Poll::Ready(Ok(None)) => {
+                        self.count(0, true)?;
+                        self.state = if self.chunked { In::Trailers } else { In::Done };
+                    }
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(self.failed(&e))),
                 },
                 In::Trailers => match recv.poll_recv_trailers(cx) {

@@ -40,7 +40,7 @@
 //! body, forwarded with `early-data: 1` (RFC 8470 5.1); any other is answered
 //! `425 Too Early` at once, and the client repeats it after the handshake.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -130,8 +130,8 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
         return Ended::Failed;
     };
     let inbound = match head.framing {
-        Framing::Length(_) => Inbound::new(recv, false, first),
-        Framing::Chunked => Inbound::new(recv, true, first),
+        Framing::Length(n) => Inbound::new(recv, false, first, Some(n)),
+        Framing::Chunked => Inbound::new(recv, true, first, None),
         _ => Inbound::empty(),
     };
     drop(parts);
@@ -142,26 +142,40 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
     scratch.head = Some(Box::new(head));
     let resets = Rc::new(Resets::default());
     let wr = Rc::new(RefCell::new(Out { state: State::Head, head_request, send: out, held: None }));
-    let rd = Rd { body: inbound, resets: resets.clone() };
+    let malformed = Rc::new(Cell::new(false));
+    let rd = Rd { body: inbound, resets: resets.clone(), malformed: malformed.clone() };
     let client = H3Client { rd, wr: Wr { out: wr.clone() }, local: conn.local_addr, resets: resets.clone() };
     let (local, service) = conn.current();
     let peer = conn.connection.remote_address();
     let pipeline =
         crate::http::serve(client, peer, scratch, local, service, conn.worker.clone(), conn.transport.clone());
-    let peer_reset = tokio::select! {
+    let cut = tokio::select! {
         biased;
-        () = reset_by_client(&resets, stopped) => true,
-        () = pipeline => false,
+        () = reset_by_client(&resets, stopped) => Some(Code::H3_REQUEST_CANCELLED),
+        () = std::future::poll_fn(|_| if malformed.get() { Poll::Ready(()) } else { Poll::Pending }) => {
+            Some(Code::H3_MESSAGE_ERROR)
+        }
+        () = pipeline => None,
     };
-    // The pipeline is done, or dropped (and with it its client): finish or
-    // reset the stream.
+    // The pipeline is done, or dropped (and with it its client and whatever
+    // it sent the server): finish or reset the stream.
     let mut out = match Rc::try_unwrap(wr) {
         Ok(cell) => cell.into_inner(),
         Err(_) => return Ended::Failed,
     };
-    if peer_reset {
-        out.send.reset(Code::H3_REQUEST_CANCELLED).await;
-        return Ended::PeerReset;
+    match cut {
+        Some(Code::H3_REQUEST_CANCELLED) => {
+            out.send.reset(Code::H3_REQUEST_CANCELLED).await;
+            return Ended::PeerReset;
+        }
+        Some(code) => {
+            // A malformed request (RFC 9114 4.1.2): a stream error, and the
+            // request is not forwarded whole.
+            tracing::debug!(service = %conn.name, "HTTP/3 request body does not match its content-length");
+            out.send.reset(code).await;
+            return Ended::Failed;
+        }
+        None => {}
     }
     out.finish(&resets).await
 }
@@ -246,6 +260,9 @@ pub(crate) type H3Client = StreamClient<Rd, Wr>;
 pub(crate) struct Rd {
     body: Inbound,
     resets: Rc<Resets>,
+    /// Set when the body turns out malformed: the stream's future then
+    /// drops the pipeline and resets the stream with H3_MESSAGE_ERROR.
+    malformed: Rc<Cell<bool>>,
 }
 
 /// The response side of the stream, shared with the stream's task (which
@@ -470,6 +487,13 @@ impl AsyncRead for Rd {
         match this.body.poll_read(cx, buf) {
             Poll::Ready(Err(_)) if this.body.reset_by_client() => {
                 this.resets.by_client.set(Some(CANCEL));
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            // Parked too: the stream's future resets the stream, and the
+            // pipeline, dropped, neither answers nor logs a failure for it.
+            Poll::Ready(Err(_)) if this.body.malformed() => {
+                this.malformed.set(true);
                 cx.waker().wake_by_ref();
                 Poll::Pending
             }

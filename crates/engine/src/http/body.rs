@@ -123,6 +123,17 @@ impl Body {
         }
     }
 
+    /// How much room a read for the rest of this body wants: what is left of
+    /// a body with a length (at least [`MIN_ROOM`]), else [`RELAY_CHUNK`]. A
+    /// fresh buffer (an HTTP/2 server stream's) is then sized for the body,
+    /// not 64 KiB for a few hundred bytes; a reused one keeps its room.
+    fn room(&self) -> usize {
+        match self.remaining {
+            Remaining::Length(n) => usize::try_from(n).unwrap_or(usize::MAX).clamp(MIN_ROOM, RELAY_CHUNK),
+            _ => RELAY_CHUNK,
+        }
+    }
+
     /// Body bytes relayed so far (framing included for chunked bodies).
     pub fn relayed(&self) -> u64 {
         self.total
@@ -206,16 +217,19 @@ pub async fn send_head<W: Sink>(
     Ok(())
 }
 
-/// Makes room for a read of [`RELAY_CHUNK`] in `buf`. An empty buffer whose
+/// Makes room for a read of `want` bytes in `buf`. An empty buffer whose
 /// allocation is too small (a new server connection's, an HTTP/2 server
 /// stream's) is replaced rather than grown: growing copies the whole old
 /// allocation over, though none of its bytes are still wanted.
-fn make_room(buf: &mut BytesMut) {
-    if !buf.try_reclaim(RELAY_CHUNK) && buf.is_empty() {
-        *buf = BytesMut::with_capacity(RELAY_CHUNK);
+fn make_room(buf: &mut BytesMut, want: usize) {
+    if !buf.try_reclaim(want) && buf.is_empty() {
+        *buf = BytesMut::with_capacity(want);
     }
-    buf.reserve(RELAY_CHUNK);
+    buf.reserve(want);
 }
+
+/// The least room a read is given ([`Body::room`]).
+const MIN_ROOM: usize = 4 * 1024;
 
 /// Relays the rest of `body` from `src` to `dst` through `buf`. On success,
 /// `buf` keeps exactly the bytes that follow the body.
@@ -227,7 +241,7 @@ pub async fn pump<R: AsyncRead + Unpin, W: Sink>(
     idle: Duration,
 ) -> Result<(), RelayError> {
     while !body.is_finished() {
-        make_room(buf);
+        make_room(buf, body.room());
         match timeout(idle, src.read_buf(buf)).await {
             Err(_) => return Err(RelayError::ReadTimeout),
             Ok(Err(e)) => return Err(RelayError::Read(e)),
@@ -357,15 +371,31 @@ mod tests {
         let mut buf = BytesMut::with_capacity(1024);
         buf.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
         buf.advance(buf.len());
-        make_room(&mut buf);
+        make_room(&mut buf, RELAY_CHUNK);
         assert!(buf.is_empty());
         assert!(buf.capacity() >= RELAY_CHUNK);
         // Bytes not yet relayed stay, in order.
         let mut buf = BytesMut::with_capacity(16);
         buf.extend_from_slice(b"head|body");
         buf.advance(5);
-        make_room(&mut buf);
+        make_room(&mut buf, RELAY_CHUNK);
         assert_eq!(&buf[..], b"body");
         assert!(buf.capacity() >= RELAY_CHUNK);
+    }
+
+    /// A short body with a length reads into a small buffer: a fresh HTTP/2
+    /// server stream's buffer is then no 64 KiB allocation for 128 bytes.
+    #[test]
+    fn a_short_body_gets_a_small_room_and_a_long_one_the_whole_chunk() {
+        let body = Body::new(Framing::Length(128), None).expect("body");
+        assert_eq!(body.room(), MIN_ROOM);
+        let mut buf = BytesMut::new();
+        make_room(&mut buf, body.room());
+        assert!((MIN_ROOM..RELAY_CHUNK).contains(&buf.capacity()), "{}", buf.capacity());
+        let body = Body::new(Framing::Length(20_000), None).expect("body");
+        assert_eq!(body.room(), 20_000);
+        for framing in [Framing::Length(1 << 40), Framing::Chunked] {
+            assert_eq!(Body::new(framing, None).expect("body").room(), RELAY_CHUNK);
+        }
     }
 }

@@ -8,6 +8,10 @@
 # with no connection. (instructions(CONNS) - instructions(0)) / CONNS is the cost of one
 # connection, start-up and shutdown cancelled out.
 #
+# A BINARY named `haproxy` runs HAProxy (the system's, `nbthread 1`, `mode tcp`, the
+# bench's L4 setup) instead: the peer's instructions for the same connections (see
+# callgrind-l7.sh on what comparing two programs' counts means).
+#
 # Usage: scripts/callgrind-l4.sh BINARY [BINARY...]
 # Environment: CONNS=500, PER_CONN=1, BASE_PORT=29000,
 #              OUT (default bench-out/callgrind-l4-<timestamp>).
@@ -55,15 +59,39 @@ name = "main"
 servers = [{ address = "$ORIGIN" }]
 EOF
 
-"$1" origin --listen "$ORIGIN" >"$OUT/origin.log" 2>&1 &
+cat >"$OUT/haproxy.cfg" <<EOF
+global
+    nbthread 1
+    maxconn 9000
+defaults
+    mode tcp
+    timeout connect 3s
+    timeout client 60s
+    timeout server 30s
+frontend l4
+    bind $LISTEN
+    default_backend main
+backend main
+    server a $ORIGIN
+EOF
+
+# The origin simulator comes with switchyard: the first switchyard binary given.
+origin_bin=""
+for bin in "$@"; do
+    [[ $bin == haproxy ]] || origin_bin=${origin_bin:-$bin}
+done
+[[ -n $origin_bin ]] || { echo "give a switchyard binary too (it runs the origin)" >&2; exit 2; }
+"$origin_bin" origin --listen "$ORIGIN" >"$OUT/origin.log" 2>&1 &
 pids+=($!)
 wait_port "$ORIGIN"
 
 # Instructions of one run of BINARY serving COUNT connections.
 instructions() {
     local bin=$1 count=$2 tag=$3
+    local cmd=("$bin" run -c "$OUT/switchyard.toml")
+    [[ $bin == haproxy ]] && cmd=(haproxy -f "$OUT/haproxy.cfg" -db)
     valgrind --tool=callgrind --callgrind-out-file="$OUT/$tag.$count.out" \
-        "$bin" run -c "$OUT/switchyard.toml" >"$OUT/$tag.$count.log" 2>&1 &
+        "${cmd[@]}" >"$OUT/$tag.$count.log" 2>&1 &
     local pid=$!
     wait_port "$LISTEN"
     if [[ $count -gt 0 ]]; then

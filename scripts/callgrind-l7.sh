@@ -24,6 +24,13 @@
 # asks the origin for a cacheable response (`cache=600`): every request after the first is
 # a cache hit, so the figure is a hit's cost (the one miss is spread over N).
 #
+# A BINARY named `haproxy` runs HAProxy (the system's, `nbthread 1`) with the bench's L7
+# setup instead (`mode http`, keep-alive both ways, `http-reuse always`, `option
+# forwardfor`, an X-Forwarded-Proto header, the `.png` rule): the peer's instructions for
+# the same requests, with PROTO=h1, POOL=h1, CACHE=0 only. Instruction counts of two
+# programs compare less than those of two builds: how fast they run also depends on the
+# memory they touch, which callgrind does not count.
+#
 # Usage: scripts/callgrind-l7.sh BINARY [BINARY...]
 # Environment: REQUESTS=2000, PER_CONN=0 (requests per connection; 0 = all on one),
 #              PROTO=h1 (or h2c, or h2 over TLS), STREAMS=10 (h2 streams at a time),
@@ -104,15 +111,53 @@ $pool_protocol
 servers = [{ address = "$ORIGIN" }]
 EOF
 
-"$1" origin --listen "$ORIGIN" >"$OUT/origin.log" 2>&1 &
+cat >"$OUT/haproxy.cfg" <<EOF
+global
+    nbthread 1
+    maxconn 9000
+defaults
+    mode http
+    option http-keep-alive
+    option forwardfor
+    http-reuse always
+    timeout http-request 10s
+    timeout http-keep-alive 60s
+    timeout connect 3s
+    timeout client 60s
+    timeout server 30s
+frontend web
+    bind $LISTEN
+    http-request set-header X-Forwarded-Proto http
+    use_backend images if { path_end .png }
+    default_backend main
+backend main
+    server a $ORIGIN
+backend images
+    server c $ORIGIN
+EOF
+
+# The origin simulator comes with switchyard: the first switchyard binary given.
+origin_bin=""
+for bin in "$@"; do
+    if [[ $bin != haproxy ]]; then
+        origin_bin=${origin_bin:-$bin}
+    elif [[ $PROTO != h1 || $POOL != h1 || $CACHE != 0 ]]; then
+        echo "haproxy: only with PROTO=h1 POOL=h1 CACHE=0" >&2
+        exit 2
+    fi
+done
+[[ -n $origin_bin ]] || { echo "give a switchyard binary too (it runs the origin)" >&2; exit 2; }
+"$origin_bin" origin --listen "$ORIGIN" >"$OUT/origin.log" 2>&1 &
 pids+=($!)
 wait_port "$ORIGIN"
 
 # Instructions of one run of BINARY serving COUNT requests.
 instructions() {
     local bin=$1 count=$2 tag=$3
+    local cmd=("$bin" run -c "$OUT/switchyard.toml")
+    [[ $bin == haproxy ]] && cmd=(haproxy -f "$OUT/haproxy.cfg" -db)
     valgrind --tool=callgrind --callgrind-out-file="$OUT/$tag.$count.out" \
-        "$bin" run -c "$OUT/switchyard.toml" >"$OUT/$tag.$count.log" 2>&1 &
+        "${cmd[@]}" >"$OUT/$tag.$count.log" 2>&1 &
     local pid=$!
     wait_port "$LISTEN" "$front_scheme"
     if [[ $count -gt 0 ]]; then

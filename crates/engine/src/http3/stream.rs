@@ -151,9 +151,9 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
         crate::http::serve(client, peer, scratch, local, service, conn.worker.clone(), conn.transport.clone());
     let cut = tokio::select! {
         biased;
-        () = reset_by_client(&resets, stopped) => Some(Code::H3_REQUEST_CANCELLED),
+        () = reset_by_client(&resets, stopped) => Some(Cut::PeerReset),
         () = std::future::poll_fn(|_| if malformed.get() { Poll::Ready(()) } else { Poll::Pending }) => {
-            Some(Code::H3_MESSAGE_ERROR)
+            Some(Cut::Malformed)
         }
         () = pipeline => None,
     };
@@ -164,20 +164,27 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
         Err(_) => return Ended::Failed,
     };
     match cut {
-        Some(Code::H3_REQUEST_CANCELLED) => {
+        Some(Cut::PeerReset) => {
             out.send.reset(Code::H3_REQUEST_CANCELLED).await;
-            return Ended::PeerReset;
+            Ended::PeerReset
         }
-        Some(code) => {
-            // A malformed request (RFC 9114 4.1.2): a stream error, and the
-            // request is not forwarded whole.
+        Some(Cut::Malformed) => {
+            // RFC 9114 4.1.2: a stream error, and the request is not
+            // forwarded whole.
             tracing::debug!(service = %conn.name, "HTTP/3 request body does not match its content-length");
-            out.send.reset(code).await;
-            return Ended::Failed;
+            out.send.reset(Code::H3_MESSAGE_ERROR).await;
+            Ended::Failed
         }
-        None => {}
+        None => out.finish(&resets).await,
     }
-    out.finish(&resets).await
+}
+
+/// Why a stream's future dropped its pipeline before the pipeline ended.
+enum Cut {
+    /// The client reset the request or stopped the response.
+    PeerReset,
+    /// The request body does not match its `content-length`.
+    Malformed,
 }
 
 /// Resolves once the client stopped the response (STOP_SENDING) or reset

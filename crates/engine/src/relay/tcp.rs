@@ -343,7 +343,10 @@ fn pump(
         return Ok(false);
     }
     // Draining first keeps the stage empty, so each fill can take more.
-    let mut changed = drain(ends, half, waiting, cx, last)?;
+    let mut changed = drain(ends, half, waiting, cx)?;
+    if changed {
+        *last = Instant::now();
+    }
     if half.eof && half.stage.pending() == 0 {
         if !other_done {
             // Why ignore: if `to` is gone already, the other direction says so.
@@ -370,28 +373,21 @@ fn pump(
         Fill::Stalled => return Ok(true),
     }
     // What came in goes out in the same step: a small message then costs
-    // one round, not two.
+    // one round, not two (and one reading of the clock, the fill's).
     changed = true;
-    drain(ends, half, waiting, cx, last)?;
+    drain(ends, half, waiting, cx)?;
     Ok(changed)
 }
 
 /// Writes what the stage of `half` holds, unless the writer was found full
-/// earlier in this poll; whether anything went out.
-fn drain(
-    ends: Ends<'_>,
-    half: &mut Half,
-    waiting: &mut Wait,
-    cx: &mut Context<'_>,
-    last: &mut Instant,
-) -> Result<bool, End> {
+/// earlier in this poll; whether anything went out (the caller stamps when).
+fn drain(ends: Ends<'_>, half: &mut Half, waiting: &mut Wait, cx: &mut Context<'_>) -> Result<bool, End> {
     if half.stage.pending() == 0 || waiting.write {
         return Ok(false);
     }
     match poll_drain(ends.to, &mut half.stage, half.eof, ends.dir, cx)? {
         Poll::Ready(n) => {
             half.moved += n as u64;
-            *last = Instant::now();
             half.stage.settle();
             Ok(true)
         }

@@ -241,7 +241,7 @@ fn server_view(gen: &Generation, p: usize, s: usize) -> ServerView {
         weight: live.ramped_weight(pool.servers[s].slow_start),
         configured_weight: pool.servers[s].weight,
         backup: pool.servers[s].backup,
-        active: u64::from(live.active.load(std::sync::atomic::Ordering::Relaxed)),
+        active: u64::from(live.in_flight()),
         requests: totals.requests,
         responses: classes(&totals.responses),
         failures: totals.failures.0.iter().sum(),
@@ -375,7 +375,7 @@ impl Backend for EngineBackend {
                     address: live.addr,
                     state: live.status(),
                     weight: live.ramped_weight(server.slow_start),
-                    active: live.active.load(std::sync::atomic::Ordering::Relaxed),
+                    active: live.in_flight(),
                     metrics: &live.metrics,
                 });
             }

@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
-use switchyard_config::{Config, Mode, Passive, Pool, Server, Service};
+use switchyard_config::{Algorithm, Config, Mode, Passive, Pool, Server, Service};
 
 use switchyard_balance::cookie::CookieKey;
 use switchyard_balance::ServerState;
@@ -86,7 +86,9 @@ pub struct ServerLive {
     pub name: Arc<str>,
     /// Address connected to.
     pub addr: SocketAddr,
-    /// Requests in flight towards the server, across all workers.
+    /// Requests in flight towards the server, across all workers, kept only
+    /// where a pick needs the sum at once ([`ActiveGuard::take`]); the count
+    /// to show is [`ServerLive::in_flight`].
     pub active: AtomicU32,
     state: AtomicU8,
     /// Whether the pool's health probe last judged the server up; always
@@ -264,6 +266,12 @@ impl ServerLive {
         u32::try_from((u64::from(self.weight()) * ramp).div_ceil(full)).unwrap_or(u32::MAX)
     }
 
+    /// Requests in flight towards the server, summed over the workers' own
+    /// counts (what operators see).
+    pub fn in_flight(&self) -> u32 {
+        self.metrics.in_flight()
+    }
+
     /// Whether new requests may go to this server.
     pub fn takes_new(&self) -> bool {
         self.state() == AdminState::Up
@@ -428,34 +436,62 @@ impl ServerState for PickView<'_> {
 }
 
 /// Holds one in-flight slot on a server; released on drop.
-pub struct ActiveGuard<'a>(&'a ServerLive);
+///
+/// Every slot counts in its worker's own count (a line no other worker
+/// writes). The count shared by all workers, whose every change moves a
+/// cache line between cores, is kept only where a pick needs the sum at once:
+/// a server with a `max_connections`, or a pool balanced by load
+/// (`least-connections`, `random-two`).
+pub struct ActiveGuard<'a> {
+    server: &'a ServerLive,
+    worker: usize,
+    /// The shared count was taken (and a full server's queue may wait for it).
+    shared: bool,
+}
 
 impl<'a> ActiveGuard<'a> {
-    /// Takes a slot on `server` unless it already has `max` requests in flight.
+    /// Worker `worker` takes a slot on `pool`'s server `i` (`server`) unless it
+    /// already has its `max_connections` requests in flight.
     ///
     /// The balancer's look at the count and the taking are separate steps, and
     /// other workers take slots in between: only this check-and-increment in
     /// one atomic step keeps a server within its `max_connections`.
-    pub fn take(server: &'a ServerLive, max: Option<u32>) -> Option<Self> {
-        match max {
-            None => {
-                server.active.fetch_add(1, Ordering::Relaxed);
-                Some(ActiveGuard(server))
+    pub fn take(server: &'a ServerLive, worker: usize, pool: &Pool, i: usize) -> Option<Self> {
+        let max = pool.servers.get(i).and_then(|s| s.max_connections);
+        let shared = match max {
+            Some(max) => {
+                server
+                    .active
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1))
+                    .ok()?;
+                true
             }
-            Some(max) => server
-                .active
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1))
-                .ok()
-                .map(|_| ActiveGuard(server)),
-        }
+            None if balances_by_load(pool) => {
+                server.active.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        };
+        server.metrics.in_flight_add(worker, 1);
+        Some(ActiveGuard { server, worker, shared })
     }
 }
 
 impl Drop for ActiveGuard<'_> {
     fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Ordering::Relaxed);
-        self.0.queue.released();
+        self.server.metrics.in_flight_add(self.worker, -1);
+        if self.shared {
+            self.server.active.fetch_sub(1, Ordering::Relaxed);
+            // Only a server that can be full makes requests wait: a slot
+            // released elsewhere frees nothing a waiter waits for.
+            self.server.queue.released();
+        }
     }
+}
+
+/// Whether `pool`'s balancing method reads the servers' in-flight counts.
+fn balances_by_load(pool: &Pool) -> bool {
+    matches!(pool.algorithm, Algorithm::LeastConnections | Algorithm::RandomTwo)
 }
 
 /// Shared, live state of one pool in one generation.
@@ -767,6 +803,48 @@ mod tests {
         assert!(fail(&server));
         assert_eq!(server.ejections(), 2);
         assert!(!server.observe(None, false, "x"), "no passive checking: nothing happens");
+    }
+
+    fn pool(extra: &str) -> Config {
+        let text = format!(
+            "[[service]]\nname = \"s\"\nlisten = \"127.0.0.1:1\"\npool = \"p\"\n[[pool]]\nname = \"p\"\n{extra}\n\
+             servers = [{{ address = \"127.0.0.1:9000\", name = \"a\", max_connections = 2 }}, \
+             {{ address = \"127.0.0.1:9001\", name = \"b\" }}]\n"
+        );
+        switchyard_config::parse(&text, "t.toml").unwrap_or_else(|d| panic!("{d}"))
+    }
+
+    #[test]
+    fn slots_count_per_worker_and_share_a_count_only_where_a_pick_reads_it() {
+        // Round robin: server b (no max) counts in its workers' own slots only.
+        let rr = pool("");
+        let p = &rr.pools[0];
+        let (a, b) =
+            (ServerLive::new(&p.servers[0], 2, Arc::default()), ServerLive::new(&p.servers[1], 2, Arc::default()));
+        let on_b = [ActiveGuard::take(&b, 0, p, 1), ActiveGuard::take(&b, 1, p, 1), ActiveGuard::take(&b, 1, p, 1)];
+        assert!(on_b.iter().all(Option::is_some));
+        assert_eq!(b.in_flight(), 3, "the sum over the workers");
+        assert_eq!(b.active.load(Ordering::Relaxed), 0, "no shared count without a reader");
+        // Server a has a max: the shared count enforces it across workers.
+        let first = ActiveGuard::take(&a, 0, p, 0);
+        let second = ActiveGuard::take(&a, 1, p, 0);
+        assert!(first.is_some() && second.is_some());
+        assert!(ActiveGuard::take(&a, 0, p, 0).is_none(), "full at 2, whichever worker asks");
+        assert_eq!((a.in_flight(), a.active.load(Ordering::Relaxed)), (2, 2));
+        drop(second);
+        assert_eq!((a.in_flight(), a.active.load(Ordering::Relaxed)), (1, 1));
+        assert!(ActiveGuard::take(&a, 0, p, 0).is_some(), "a released slot is free again");
+        drop(on_b);
+        assert_eq!(b.in_flight(), 0);
+
+        // Least connections reads the shared count at every pick.
+        let lc = pool("balance = \"least-connections\"");
+        let p = &lc.pools[0];
+        let b = ServerLive::new(&p.servers[1], 2, Arc::default());
+        let guards = [ActiveGuard::take(&b, 0, p, 1), ActiveGuard::take(&b, 1, p, 1)];
+        assert_eq!((b.in_flight(), b.active.load(Ordering::Relaxed)), (2, 2));
+        drop(guards);
+        assert_eq!((b.in_flight(), b.active.load(Ordering::Relaxed)), (0, 0));
     }
 
     #[test]

@@ -25,7 +25,7 @@ mod histogram;
 mod prometheus;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::time::SystemTime;
 
 use serde::ser::SerializeMap;
@@ -573,6 +573,8 @@ impl ServiceMetrics {
 
 #[derive(Debug)]
 struct ServerSlot {
+    /// Requests this worker has in flight towards the server (`live::ActiveGuard`).
+    in_flight: AtomicU32,
     requests: AtomicU64,
     responses: [AtomicU64; 6],
     bytes_in: AtomicU64,
@@ -612,6 +614,7 @@ impl ServerMetrics {
     pub fn new(workers: usize) -> Self {
         ServerMetrics {
             slots: Slots::new(workers, || ServerSlot {
+                in_flight: AtomicU32::new(0),
                 requests: AtomicU64::new(0),
                 responses: counters(),
                 bytes_in: AtomicU64::new(0),
@@ -621,6 +624,22 @@ impl ServerMetrics {
                 response: HistogramSlot::new(),
             }),
         }
+    }
+
+    /// Worker `w` took (`1`) or released (`-1`) a request slot on this server.
+    ///
+    /// An atomic add, not [`bump`]: an index out of range shares the last
+    /// slot, so a slot may have two writers.
+    #[inline]
+    pub fn in_flight_add(&self, w: usize, delta: i32) {
+        self.slots.get(w).in_flight.fetch_add(delta as u32, Relaxed);
+    }
+
+    /// Requests in flight towards this server, over all workers. A slot
+    /// taken on one worker is released on the same one, so the sum is exact
+    /// when read at rest; read while they change, it may be off by those.
+    pub fn in_flight(&self) -> u32 {
+        self.slots.iter().fold(0u32, |n, s| n.wrapping_add(s.in_flight.load(Relaxed)))
     }
 
     /// Worker `w` finished a request that this server was chosen for (the

@@ -11,9 +11,11 @@
 //!
 //! - **Bounded size**: [`PoolQueue::join`] counts the waiter in, or refuses
 //!   when `size` requests already wait (the caller answers 503).
-//! - **Wake-up**: releasing a slot (`live::ActiveGuard`'s drop)
-//!   calls [`PoolQueue::released`], which wakes one waiter only when someone
-//!   waits, so pools without waiters pay one atomic load per request.
+//! - **Wake-up**: releasing a slot of a server with a `max_connections`
+//!   (`live::ActiveGuard`'s drop; a server without one is never full, so its
+//!   slots free nothing a waiter waits for) calls [`PoolQueue::released`],
+//!   which wakes one waiter only when someone waits, so pools without
+//!   waiters pay one fence and one atomic load per such request.
 //!   A waiter registers for the wake-up *before* it looks for a free slot,
 //!   and a `SeqCst` fence on both sides makes sure that either the releaser
 //!   sees the waiter or the waiter sees the freed slot: no lost wake-up.

@@ -32,15 +32,14 @@ use std::collections::VecDeque;
 
 use super::frame::{self, code, flag, kind, setting, Head, HEADER_LEN, MAX_WINDOW, MIN_MAX_FRAME_SIZE};
 use super::head::connection_specific;
-use super::hpack::{self, Decoder, Encoder};
+use super::hpack::{self, Decoder};
+pub use super::link::ConnError;
+use super::link::{err, remember, shift_windows, unpad, Link, MAX_CONTINUATIONS};
 use super::response::{self, Response};
 use super::server::{StreamMap, PREFACE};
 use crate::parse::Field;
 
-/// The window both sides start with (RFC 9113 6.9.2).
-const DEFAULT_WINDOW: i64 = 65_535;
 /// Most CONTINUATION frames after one HEADERS frame.
-const MAX_CONTINUATIONS: usize = 64;
 /// Streams we reset (or that ended) remembered, so late frames on them are
 /// told from frames on streams never opened.
 const MEMORY: usize = 64;
@@ -55,16 +54,6 @@ pub struct Config {
     pub stream_window: u32,
     /// The connection's receive window.
     pub connection_window: u32,
-}
-
-/// A connection error: GOAWAY with `code` is queued (when we detected it),
-/// the connection is done.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnError {
-    /// The GOAWAY's error code.
-    pub code: u32,
-    /// What was wrong, for the log.
-    pub reason: &'static str,
 }
 
 /// Why a stream could not be opened.
@@ -162,19 +151,11 @@ pub struct Client {
     handshaken: bool,
     closed: bool,
     decoder: Decoder,
-    encoder: Encoder,
-    out: Vec<u8>,
-    /// Bytes of `out` already written out by the driver.
-    out_at: usize,
+    /// The output, the connection's windows, the server's settings.
+    link: Link,
     streams: StreamMap<Stream>,
     /// The next stream id to open.
     next_stream: u32,
-    recv_window: i64,
-    send_window: i64,
-    /// Connection bytes released and not yet given back.
-    released: u32,
-    peer_window: i64,
-    peer_max_frame: usize,
     peer_max_streams: u32,
     pending: Option<Pending>,
     response: Response,
@@ -186,8 +167,6 @@ pub struct Client {
     reset_by_us: VecDeque<u32>,
     /// Streams with bytes (or an end) queued beyond the windows.
     blocked: Vec<u32>,
-    /// A send window grew, or a stream ended, since the driver last asked.
-    window_opened: bool,
 }
 
 impl Client {
@@ -200,16 +179,9 @@ impl Client {
             handshaken: false,
             closed: false,
             decoder: Decoder::default(),
-            encoder: Encoder::default(),
-            out: Vec::with_capacity(1024),
-            out_at: 0,
+            link: Link::new(cfg.stream_window, cfg.connection_window),
             streams: StreamMap::default(),
             next_stream: 1,
-            recv_window: DEFAULT_WINDOW,
-            send_window: DEFAULT_WINDOW,
-            released: 0,
-            peer_window: DEFAULT_WINDOW,
-            peer_max_frame: MIN_MAX_FRAME_SIZE as usize,
             peer_max_streams: u32::MAX,
             pending: None,
             response: Response::default(),
@@ -217,23 +189,14 @@ impl Client {
             going_away: None,
             reset_by_us: VecDeque::new(),
             blocked: Vec::new(),
-            window_opened: false,
         };
-        client.out.extend_from_slice(PREFACE);
+        client.link.out.extend_from_slice(PREFACE);
         let list = u32::try_from(cfg.max_header_list).unwrap_or(u32::MAX);
-        frame::write_settings(
-            &mut client.out,
-            &[
-                (setting::ENABLE_PUSH, 0),
-                (setting::INITIAL_WINDOW_SIZE, cfg.stream_window.min(MAX_WINDOW as u32)),
-                (setting::MAX_HEADER_LIST_SIZE, list),
-            ],
-        );
-        let extra = i64::from(cfg.connection_window.min(MAX_WINDOW as u32)) - DEFAULT_WINDOW;
-        if extra > 0 {
-            frame::write_window_update(&mut client.out, 0, extra as u32);
-            client.recv_window += extra;
-        }
+        client.link.greet(&[
+            (setting::ENABLE_PUSH, 0),
+            (setting::INITIAL_WINDOW_SIZE, cfg.stream_window.min(MAX_WINDOW as u32)),
+            (setting::MAX_HEADER_LIST_SIZE, list),
+        ]);
         client
     }
 
@@ -241,16 +204,12 @@ impl Client {
 
     /// Frames queued and not yet written out.
     pub fn output(&self) -> &[u8] {
-        &self.out[self.out_at..]
+        self.link.output()
     }
 
     /// The driver wrote `n` bytes of [`Client::output`].
     pub fn written(&mut self, n: usize) {
-        self.out_at = (self.out_at + n).min(self.out.len());
-        if self.out_at == self.out.len() {
-            self.out.clear();
-            self.out_at = 0;
-        }
+        self.link.written(n);
     }
 
     // ---- state --------------------------------------------------------
@@ -292,14 +251,14 @@ impl Client {
     /// Whether a send window grew or a stream ended since the last call
     /// (writers waiting for room, or for a stream, may try again).
     pub fn take_window_opened(&mut self) -> bool {
-        std::mem::take(&mut self.window_opened)
+        std::mem::take(&mut self.link.window_opened)
     }
 
     /// How many more body bytes `stream` may send without queuing.
     pub fn send_capacity(&self, stream: u32) -> usize {
         match self.streams.get(&stream) {
             Some(s) if s.send_open => {
-                let room = s.send_window.min(self.send_window) - s.queued.len() as i64;
+                let room = s.send_window.min(self.link.send_window) - s.queued.len() as i64;
                 usize::try_from(room.max(0)).unwrap_or(0)
             }
             _ => 0,
@@ -339,12 +298,12 @@ impl Client {
         }
         let stream = self.next_stream;
         self.next_stream += 2;
-        let start = self.out.len();
-        self.out.extend_from_slice(&[0; HEADER_LEN]);
-        self.encoder.begin(&mut self.out);
+        let start = self.link.out.len();
+        self.link.out.extend_from_slice(&[0; HEADER_LEN]);
+        self.link.encoder.begin(&mut self.link.out);
         self.pseudo(line);
         self.encode_fields(fields, true);
-        frame::frame_block(&mut self.out, start, stream, end_stream, self.peer_max_frame);
+        frame::frame_block(&mut self.link.out, start, stream, end_stream, self.link.peer_max_frame);
         self.streams.insert(
             stream,
             Stream {
@@ -353,7 +312,7 @@ impl Client {
                 responded: false,
                 no_content: line.method == b"HEAD",
                 recv_window: i64::from(self.cfg.stream_window),
-                send_window: self.peer_window,
+                send_window: self.link.peer_window,
                 released: 0,
                 content_length: None,
                 received: 0,
@@ -367,21 +326,21 @@ impl Client {
 
     /// The pseudo-headers, fully indexed when the static table has them.
     fn pseudo(&mut self, line: RequestLine<'_>) {
-        let out = &mut self.out;
+        let out = &mut self.link.out;
         match line.method {
             b"GET" => out.push(0x82),
             b"POST" => out.push(0x83),
-            m => self.encoder.field(b":method", m, out),
+            m => self.link.encoder.field(b":method", m, out),
         }
         match line.scheme {
             b"http" => out.push(0x86),
             b"https" => out.push(0x87),
-            s => self.encoder.field(b":scheme", s, out),
+            s => self.link.encoder.field(b":scheme", s, out),
         }
-        self.encoder.field(b":authority", line.authority, out);
+        self.link.encoder.field(b":authority", line.authority, out);
         match line.path {
             b"/" => out.push(0x84),
-            p => self.encoder.field(b":path", p, out),
+            p => self.link.encoder.field(b":path", p, out),
         }
     }
 
@@ -409,12 +368,12 @@ impl Client {
             if request && name == b"host" {
                 continue;
             }
-            self.encoder.field(name, value, &mut self.out);
+            self.link.encoder.field(name, value, &mut self.link.out);
         }
         if request {
             // The proxy relays trailers, so it says it takes them (the one
             // `te` HTTP/2 allows, RFC 9113 8.2.2); gRPC servers require it.
-            self.encoder.field(b"te", b"trailers", &mut self.out);
+            self.link.encoder.field(b"te", b"trailers", &mut self.link.out);
         }
     }
 
@@ -450,20 +409,9 @@ impl Client {
         if data.is_empty() && !end_stream {
             return;
         }
-        let mut sent = 0;
-        loop {
-            let piece = (data.len() - sent).min(self.peer_max_frame);
-            let last = sent + piece == data.len();
-            frame::write_data(&mut self.out, stream, &data[sent..sent + piece], last && end_stream);
-            sent += piece;
-            if last {
-                break;
-            }
-        }
-        if let Some(s) = self.streams.get_mut(&stream) {
-            s.send_window -= data.len() as i64;
-        }
-        self.send_window -= data.len() as i64;
+        let mut gone = 0;
+        let window = self.streams.get_mut(&stream).map_or(&mut gone, |s| &mut s.send_window);
+        self.link.write_data(stream, data, end_stream, window);
     }
 
     fn block(&mut self, stream: u32) {
@@ -501,19 +449,19 @@ impl Client {
     }
 
     fn trailer_block<'f>(&mut self, stream: u32, fields: impl IntoIterator<Item = (&'f [u8], &'f [u8])>) {
-        let start = self.out.len();
-        self.out.extend_from_slice(&[0; HEADER_LEN]);
-        self.encoder.begin(&mut self.out);
+        let start = self.link.out.len();
+        self.link.out.extend_from_slice(&[0; HEADER_LEN]);
+        self.link.encoder.begin(&mut self.link.out);
         self.encode_fields(fields, false);
-        frame::frame_block(&mut self.out, start, stream, true, self.peer_max_frame);
+        frame::frame_block(&mut self.link.out, start, stream, true, self.link.peer_max_frame);
     }
 
     /// Resets `stream` with `code` (the driver's own decision: no event).
     pub fn send_reset(&mut self, stream: u32, code: u32) {
         if self.streams.remove(&stream).is_some() {
-            frame::write_reset(&mut self.out, stream, code);
-            remember(&mut self.reset_by_us, stream);
-            self.window_opened = true;
+            frame::write_reset(&mut self.link.out, stream, code);
+            remember(&mut self.reset_by_us, stream, MEMORY);
+            self.link.window_opened = true;
         }
     }
 
@@ -521,7 +469,7 @@ impl Client {
     /// streams and take no more input.
     pub fn go_away(&mut self, code: u32) {
         if !self.closed {
-            frame::write_goaway(&mut self.out, 0, code, b"");
+            frame::write_goaway(&mut self.link.out, 0, code, b"");
             self.closed = true;
         }
     }
@@ -542,7 +490,7 @@ impl Client {
     /// Flushes one stream's queue; true when nothing is left queued.
     fn flush_stream(&mut self, stream: u32) -> bool {
         let Some(s) = self.streams.get_mut(&stream) else { return true };
-        let room = usize::try_from(s.send_window.min(self.send_window).max(0)).unwrap_or(0);
+        let room = usize::try_from(s.send_window.min(self.link.send_window).max(0)).unwrap_or(0);
         let n = s.queued.len().min(room);
         let all = n == s.queued.len();
         let end = all && s.queued_end && s.queued_trailers.is_none();
@@ -591,7 +539,7 @@ impl Client {
                 return Err(self.fail(e.code, e.reason));
             }
         }
-        if !self.blocked.is_empty() && self.window_opened {
+        if !self.blocked.is_empty() && self.link.window_opened {
             self.flush_blocked();
         }
         Ok(at)
@@ -600,7 +548,7 @@ impl Client {
     /// Queues GOAWAY for a connection error and closes.
     fn fail(&mut self, code: u32, reason: &'static str) -> ConnError {
         if !self.closed {
-            frame::write_goaway(&mut self.out, 0, code, reason.as_bytes());
+            frame::write_goaway(&mut self.link.out, 0, code, reason.as_bytes());
             self.closed = true;
         }
         ConnError { code, reason }
@@ -641,15 +589,8 @@ impl Client {
     }
 
     fn data(&mut self, head: Head, payload: &[u8], on: &mut dyn FnMut(Event<'_>)) -> Result<(), ConnError> {
-        if head.stream == 0 {
-            return Err(err(code::PROTOCOL_ERROR, "DATA on stream 0"));
-        }
-        let data = unpad(head, payload)?;
+        let data = self.link.data(head, payload)?;
         let len = payload.len() as i64;
-        if len > self.recv_window {
-            return Err(err(code::FLOW_CONTROL_ERROR, "DATA beyond the connection window"));
-        }
-        self.recv_window -= len;
         let end_stream = head.has(flag::END_STREAM);
         let stream = head.stream;
         let (used, reset_by_us) = (self.was_used(stream), self.reset_by_us.contains(&stream));
@@ -682,7 +623,7 @@ impl Client {
                 }
             }
         };
-        self.give_back(payload.len());
+        self.link.give_back(payload.len());
         if let Some(code) = refused {
             self.reset(stream, code, on);
         }
@@ -858,87 +799,39 @@ impl Client {
             return Err(err(code::PROTOCOL_ERROR, "RST_STREAM on an idle stream"));
         }
         if self.streams.remove(&head.stream).is_some() {
-            self.window_opened = true;
+            self.link.window_opened = true;
             on(Event::Reset { stream: head.stream, code: u32::from_be_bytes(c), by_peer: true });
         }
         Ok(())
     }
 
     fn settings(&mut self, head: Head, payload: &[u8]) -> Result<(), ConnError> {
-        if head.stream != 0 {
-            return Err(err(code::PROTOCOL_ERROR, "SETTINGS on a stream"));
-        }
-        if head.has(flag::ACK) {
-            if !payload.is_empty() {
-                return Err(err(code::FRAME_SIZE_ERROR, "SETTINGS ACK with a payload"));
-            }
-            return Ok(());
-        }
-        if !payload.len().is_multiple_of(6) {
-            return Err(err(code::FRAME_SIZE_ERROR, "SETTINGS of the wrong size"));
-        }
-        for s in payload.chunks_exact(6) {
-            let id = u16::from_be_bytes([s[0], s[1]]);
-            let value = u32::from_be_bytes([s[2], s[3], s[4], s[5]]);
-            match id {
-                setting::HEADER_TABLE_SIZE => self.encoder.peer_table_size(value as usize),
-                setting::ENABLE_PUSH if value != 0 => {
-                    return Err(err(code::PROTOCOL_ERROR, "SETTINGS_ENABLE_PUSH from a server"));
-                }
-                setting::MAX_CONCURRENT_STREAMS => {
-                    if value > self.peer_max_streams {
-                        self.window_opened = true;
+        let (streams, max_streams, opened) = (&mut self.streams, &mut self.peer_max_streams, &mut false);
+        self.link.settings(
+            head,
+            payload,
+            |delta| shift_windows(streams.values_mut().map(|s| &mut s.send_window), delta),
+            |id, value| {
+                match id {
+                    setting::ENABLE_PUSH if value != 0 => {
+                        return Err(err(code::PROTOCOL_ERROR, "SETTINGS_ENABLE_PUSH from a server"));
                     }
-                    self.peer_max_streams = value;
-                }
-                setting::INITIAL_WINDOW_SIZE => self.peer_initial_window(value)?,
-                setting::MAX_FRAME_SIZE => {
-                    if !(MIN_MAX_FRAME_SIZE..=frame::MAX_MAX_FRAME_SIZE).contains(&value) {
-                        return Err(err(code::PROTOCOL_ERROR, "SETTINGS_MAX_FRAME_SIZE out of range"));
+                    setting::MAX_CONCURRENT_STREAMS => {
+                        *opened |= value > *max_streams;
+                        *max_streams = value;
                     }
-                    self.peer_max_frame = value as usize;
+                    // MAX_HEADER_LIST_SIZE is advisory; unknown ones are ignored.
+                    _ => {}
                 }
-                // MAX_HEADER_LIST_SIZE is advisory; unknown ones are ignored.
-                _ => {}
-            }
-        }
-        frame::write_head(&mut self.out, 0, kind::SETTINGS, flag::ACK, 0);
-        Ok(())
-    }
-
-    /// A new `SETTINGS_INITIAL_WINDOW_SIZE`: every stream's send window
-    /// moves by the difference (RFC 9113 6.9.2).
-    fn peer_initial_window(&mut self, value: u32) -> Result<(), ConnError> {
-        let value = i64::from(value);
-        if value > MAX_WINDOW {
-            return Err(err(code::FLOW_CONTROL_ERROR, "SETTINGS_INITIAL_WINDOW_SIZE above 2^31-1"));
-        }
-        let delta = value - self.peer_window;
-        self.peer_window = value;
-        for s in self.streams.values_mut() {
-            s.send_window += delta;
-            if s.send_window > MAX_WINDOW {
-                return Err(err(code::FLOW_CONTROL_ERROR, "a stream window above 2^31-1"));
-            }
-        }
-        if delta > 0 {
-            self.window_opened = true;
-        }
+                Ok(())
+            },
+        )?;
+        self.link.window_opened |= *opened;
         Ok(())
     }
 
     fn ping(&mut self, head: Head, payload: &[u8]) -> Result<(), ConnError> {
-        if head.stream != 0 {
-            return Err(err(code::PROTOCOL_ERROR, "PING on a stream"));
-        }
-        if payload.len() != 8 {
-            return Err(err(code::FRAME_SIZE_ERROR, "PING of the wrong size"));
-        }
-        if !head.has(flag::ACK) {
-            frame::write_head(&mut self.out, 8, kind::PING, flag::ACK, 0);
-            self.out.extend_from_slice(payload);
-        }
-        Ok(())
+        self.link.ping(head, payload).map(|_| ())
     }
 
     fn goaway(&mut self, head: Head, payload: &[u8], on: &mut dyn FnMut(Event<'_>)) -> Result<(), ConnError> {
@@ -959,42 +852,21 @@ impl Client {
             self.streams.remove(&stream);
             on(Event::Unprocessed { stream });
         }
-        self.window_opened = true;
+        self.link.window_opened = true;
         Ok(())
     }
 
     fn window_update(&mut self, head: Head, payload: &[u8], on: &mut dyn FnMut(Event<'_>)) -> Result<(), ConnError> {
-        let Ok(b) = <[u8; 4]>::try_from(payload) else {
-            return Err(err(code::FRAME_SIZE_ERROR, "WINDOW_UPDATE of the wrong size"));
-        };
-        let inc = i64::from(u32::from_be_bytes(b) & 0x7fff_ffff);
-        if head.stream == 0 {
-            if inc == 0 {
-                return Err(err(code::PROTOCOL_ERROR, "WINDOW_UPDATE of 0"));
-            }
-            self.send_window += inc;
-            if self.send_window > MAX_WINDOW {
-                return Err(err(code::FLOW_CONTROL_ERROR, "connection window above 2^31-1"));
-            }
-            self.window_opened = true;
-            return Ok(());
-        }
+        let Some(inc) = self.link.window_update(head, payload)? else { return Ok(()) };
         let Some(s) = self.streams.get_mut(&head.stream) else {
             if !self.was_used(head.stream) {
                 return Err(err(code::PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream"));
             }
             return Ok(());
         };
-        if inc == 0 {
-            self.reset(head.stream, code::PROTOCOL_ERROR, on);
-            return Ok(());
+        if let Err(code) = self.link.grow(&mut s.send_window, inc) {
+            self.reset(head.stream, code, on);
         }
-        s.send_window += inc;
-        if s.send_window > MAX_WINDOW {
-            self.reset(head.stream, code::FLOW_CONTROL_ERROR, on);
-            return Ok(());
-        }
-        self.window_opened = true;
         Ok(())
     }
 
@@ -1004,32 +876,9 @@ impl Client {
     /// goes back to the server, in WINDOW_UPDATEs batched to half a window.
     pub fn release(&mut self, stream: u32, n: usize) {
         let n = u32::try_from(n).unwrap_or(u32::MAX);
-        self.give_back_n(n);
-        let half = self.cfg.stream_window / 2;
-        if let Some(s) = self.streams.get_mut(&stream) {
-            if !s.recv_open {
-                return;
-            }
-            s.released = s.released.saturating_add(n);
-            if s.released >= half {
-                frame::write_window_update(&mut self.out, stream, s.released);
-                s.recv_window += i64::from(s.released);
-                s.released = 0;
-            }
-        }
-    }
-
-    /// Connection room back for bytes no stream holds.
-    fn give_back(&mut self, n: usize) {
-        self.give_back_n(u32::try_from(n).unwrap_or(u32::MAX));
-    }
-
-    fn give_back_n(&mut self, n: u32) {
-        self.released = self.released.saturating_add(n);
-        if self.released >= self.cfg.connection_window / 2 {
-            frame::write_window_update(&mut self.out, 0, self.released);
-            self.recv_window += i64::from(self.released);
-            self.released = 0;
+        self.link.give_back_n(n);
+        if let Some(s) = self.streams.get_mut(&stream).filter(|s| s.recv_open) {
+            self.link.stream_released(stream, n, &mut s.released, &mut s.recv_window);
         }
     }
 
@@ -1038,7 +887,7 @@ impl Client {
     fn forget_if_finished(&mut self, stream: u32) {
         if self.streams.get(&stream).is_some_and(Stream::finished) {
             self.streams.remove(&stream);
-            self.window_opened = true;
+            self.link.window_opened = true;
         }
     }
 
@@ -1053,32 +902,8 @@ impl Client {
     /// RST_STREAM for a stream error, the stream forgotten.
     fn stream_error(&mut self, stream: u32, code: u32) {
         self.streams.remove(&stream);
-        frame::write_reset(&mut self.out, stream, code);
-        remember(&mut self.reset_by_us, stream);
-        self.window_opened = true;
+        frame::write_reset(&mut self.link.out, stream, code);
+        remember(&mut self.reset_by_us, stream, MEMORY);
+        self.link.window_opened = true;
     }
-}
-
-/// Keeps `stream` among the last [`MEMORY`].
-fn remember(list: &mut VecDeque<u32>, stream: u32) {
-    if list.len() == MEMORY {
-        list.pop_front();
-    }
-    list.push_back(stream);
-}
-
-fn err(code: u32, reason: &'static str) -> ConnError {
-    ConnError { code, reason }
-}
-
-/// The payload of a DATA or HEADERS frame without its padding.
-fn unpad(head: Head, payload: &[u8]) -> Result<&[u8], ConnError> {
-    if !head.has(flag::PADDED) {
-        return Ok(payload);
-    }
-    let Some((&pad, rest)) = payload.split_first() else {
-        return Err(err(code::FRAME_SIZE_ERROR, "padded frame without a pad length"));
-    };
-    let keep = rest.len().checked_sub(usize::from(pad)).ok_or(err(code::PROTOCOL_ERROR, "padding too long"))?;
-    Ok(&rest[..keep])
 }

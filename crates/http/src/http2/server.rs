@@ -27,16 +27,14 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use super::frame::{self, code, flag, kind, setting, Head, HEADER_LEN, MAX_WINDOW, MIN_MAX_FRAME_SIZE};
 use super::head::{self, Request};
-use super::hpack::{self, Decoder, Encoder};
+use super::hpack::{self, Decoder};
+pub use super::link::ConnError;
+use super::link::{err, remember, shift_windows, unpad, Link, MAX_CONTINUATIONS};
 use crate::parse::Field;
 
 /// The client connection preface (RFC 9113 3.4).
 pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// The window both sides start with (RFC 9113 6.9.2).
-const DEFAULT_WINDOW: i64 = 65_535;
-/// Most CONTINUATION frames after one HEADERS frame.
-const MAX_CONTINUATIONS: usize = 64;
 /// Streams reset by us remembered, so frames the client sent before it saw
 /// the reset are dropped quietly (and as many closed streams).
 const RESET_MEMORY: usize = 64;
@@ -77,15 +75,6 @@ pub struct Config {
     pub stream_window: u32,
     /// The connection's receive window.
     pub connection_window: u32,
-}
-
-/// A connection error: GOAWAY with `code` is queued, the connection is done.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnError {
-    /// The GOAWAY's error code.
-    pub code: u32,
-    /// What was wrong, for the log (and the GOAWAY's debug data).
-    pub reason: &'static str,
 }
 
 /// What the client did, as the driver needs it. `stream` is the stream id;
@@ -163,19 +152,11 @@ pub struct Server {
     cfg: Config,
     phase: Phase,
     decoder: Decoder,
-    encoder: Encoder,
-    out: Vec<u8>,
-    /// Bytes of `out` already written out by the driver.
-    out_at: usize,
+    /// The output, the connection's windows, the client's settings.
+    link: Link,
     streams: StreamMap<Stream>,
     /// The highest stream the client opened.
     last_stream: u32,
-    recv_window: i64,
-    send_window: i64,
-    /// Connection bytes released and not yet given back.
-    released: u32,
-    peer_window: i64,
-    peer_max_frame: usize,
     pending: Option<Pending>,
     request: Request,
     /// A header block's fragments, joined (kept for its allocation).
@@ -188,8 +169,6 @@ pub struct Server {
     /// so a HEADERS frame on one is told from one below the last id.
     closed: VecDeque<u32>,
     counts: Counts,
-    /// A window grew since the driver last asked ([`Server::take_window_opened`]).
-    window_opened: bool,
     handshaken: bool,
 }
 
@@ -201,16 +180,9 @@ impl Server {
             cfg,
             phase: Phase::Preface,
             decoder: Decoder::default(),
-            encoder: Encoder::default(),
-            out: Vec::with_capacity(1024),
-            out_at: 0,
+            link: Link::new(cfg.stream_window, cfg.connection_window),
             streams: StreamMap::default(),
             last_stream: 0,
-            recv_window: DEFAULT_WINDOW,
-            send_window: DEFAULT_WINDOW,
-            released: 0,
-            peer_window: DEFAULT_WINDOW,
-            peer_max_frame: MIN_MAX_FRAME_SIZE as usize,
             pending: None,
             request: Request::default(),
             block_buf: Vec::new(),
@@ -219,23 +191,14 @@ impl Server {
             reset_by_us: VecDeque::new(),
             closed: VecDeque::new(),
             counts: Counts::default(),
-            window_opened: false,
             handshaken: false,
         };
         let list = u32::try_from(cfg.max_header_list).unwrap_or(u32::MAX);
-        frame::write_settings(
-            &mut server.out,
-            &[
-                (setting::MAX_CONCURRENT_STREAMS, cfg.max_streams),
-                (setting::INITIAL_WINDOW_SIZE, cfg.stream_window.min(MAX_WINDOW as u32)),
-                (setting::MAX_HEADER_LIST_SIZE, list),
-            ],
-        );
-        let extra = i64::from(cfg.connection_window.min(MAX_WINDOW as u32)) - DEFAULT_WINDOW;
-        if extra > 0 {
-            frame::write_window_update(&mut server.out, 0, extra as u32);
-            server.recv_window += extra;
-        }
+        server.link.greet(&[
+            (setting::MAX_CONCURRENT_STREAMS, cfg.max_streams),
+            (setting::INITIAL_WINDOW_SIZE, cfg.stream_window.min(MAX_WINDOW as u32)),
+            (setting::MAX_HEADER_LIST_SIZE, list),
+        ]);
         server
     }
 
@@ -243,16 +206,12 @@ impl Server {
 
     /// Frames queued and not yet written out.
     pub fn output(&self) -> &[u8] {
-        &self.out[self.out_at..]
+        self.link.output()
     }
 
     /// The driver wrote `n` bytes of [`Server::output`].
     pub fn written(&mut self, n: usize) {
-        self.out_at = (self.out_at + n).min(self.out.len());
-        if self.out_at == self.out.len() {
-            self.out.clear();
-            self.out_at = 0;
-        }
+        self.link.written(n);
     }
 
     // ---- state --------------------------------------------------------
@@ -280,13 +239,13 @@ impl Server {
     /// Whether a send window grew since the last call (streams waiting for
     /// room may write again).
     pub fn take_window_opened(&mut self) -> bool {
-        std::mem::take(&mut self.window_opened)
+        std::mem::take(&mut self.link.window_opened)
     }
 
     /// How many body bytes `stream` may send now.
     pub fn send_capacity(&self, stream: u32) -> usize {
         match self.streams.get(&stream) {
-            Some(s) if s.send_open => usize::try_from(s.send_window.min(self.send_window).max(0)).unwrap_or(0),
+            Some(s) if s.send_open => usize::try_from(s.send_window.min(self.link.send_window).max(0)).unwrap_or(0),
             _ => 0,
         }
     }
@@ -337,7 +296,7 @@ impl Server {
     /// Queues GOAWAY for a connection error and closes.
     fn fail(&mut self, code: u32, reason: &'static str) -> ConnError {
         if self.phase != Phase::Closed {
-            frame::write_goaway(&mut self.out, self.last_stream, code, reason.as_bytes());
+            frame::write_goaway(&mut self.link.out, self.last_stream, code, reason.as_bytes());
             self.phase = Phase::Closed;
         }
         ConnError { code, reason }
@@ -379,15 +338,8 @@ impl Server {
     }
 
     fn data(&mut self, head: Head, payload: &[u8], on: &mut dyn FnMut(Event<'_>)) -> Result<(), ConnError> {
-        if head.stream == 0 {
-            return Err(err(code::PROTOCOL_ERROR, "DATA on stream 0"));
-        }
-        let data = unpad(head, payload)?;
+        let data = self.link.data(head, payload)?;
         let len = payload.len() as i64;
-        if len > self.recv_window {
-            return Err(err(code::FLOW_CONTROL_ERROR, "DATA beyond the connection window"));
-        }
-        self.recv_window -= len;
         let end_stream = head.has(flag::END_STREAM);
         let stream = head.stream;
         let (used, reset_by_us) = (self.was_used(stream), self.reset_by_us.contains(&stream));
@@ -421,7 +373,7 @@ impl Server {
                 }
             }
         };
-        self.give_back(payload.len());
+        self.link.give_back(payload.len());
         if let Some(code) = refused {
             self.reset(stream, code, on);
         }
@@ -571,7 +523,7 @@ impl Server {
                 responded: false,
                 announced: true,
                 recv_window: i64::from(self.cfg.stream_window),
-                send_window: self.peer_window,
+                send_window: self.link.peer_window,
                 released: 0,
                 content_length: request.content_length,
                 received: 0,
@@ -652,7 +604,7 @@ impl Server {
         }
         let code = u32::from_be_bytes(c);
         if let Some(s) = self.streams.remove(&head.stream) {
-            remember(&mut self.closed, head.stream);
+            remember(&mut self.closed, head.stream, RESET_MEMORY);
             if s.announced {
                 on(Event::Reset { stream: head.stream, code, by_peer: true });
             }
@@ -661,75 +613,25 @@ impl Server {
     }
 
     fn settings(&mut self, head: Head, payload: &[u8]) -> Result<(), ConnError> {
-        if head.stream != 0 {
-            return Err(err(code::PROTOCOL_ERROR, "SETTINGS on a stream"));
-        }
-        if head.has(flag::ACK) {
-            if !payload.is_empty() {
-                return Err(err(code::FRAME_SIZE_ERROR, "SETTINGS ACK with a payload"));
-            }
-            return Ok(());
-        }
-        if !payload.len().is_multiple_of(6) {
-            return Err(err(code::FRAME_SIZE_ERROR, "SETTINGS of the wrong size"));
-        }
-        self.counts.control += 1;
-        for s in payload.chunks_exact(6) {
-            let id = u16::from_be_bytes([s[0], s[1]]);
-            let value = u32::from_be_bytes([s[2], s[3], s[4], s[5]]);
-            match id {
-                setting::HEADER_TABLE_SIZE => self.encoder.peer_table_size(value as usize),
-                setting::ENABLE_PUSH if value > 1 => {
-                    return Err(err(code::PROTOCOL_ERROR, "SETTINGS_ENABLE_PUSH not 0 or 1"));
-                }
-                setting::INITIAL_WINDOW_SIZE => self.peer_initial_window(value)?,
-                setting::MAX_FRAME_SIZE => {
-                    if !(MIN_MAX_FRAME_SIZE..=frame::MAX_MAX_FRAME_SIZE).contains(&value) {
-                        return Err(err(code::PROTOCOL_ERROR, "SETTINGS_MAX_FRAME_SIZE out of range"));
-                    }
-                    self.peer_max_frame = value as usize;
-                }
+        let streams = &mut self.streams;
+        let new = self.link.settings(
+            head,
+            payload,
+            |delta| shift_windows(streams.values_mut().map(|s| &mut s.send_window), delta),
+            |id, value| match id {
+                setting::ENABLE_PUSH if value > 1 => Err(err(code::PROTOCOL_ERROR, "SETTINGS_ENABLE_PUSH not 0 or 1")),
                 // MAX_CONCURRENT_STREAMS limits pushes (we make none),
                 // MAX_HEADER_LIST_SIZE is advisory; unknown ones are ignored.
-                _ => {}
-            }
-        }
-        frame::write_head(&mut self.out, 0, kind::SETTINGS, flag::ACK, 0);
-        Ok(())
-    }
-
-    /// A new `SETTINGS_INITIAL_WINDOW_SIZE`: every stream's send window
-    /// moves by the difference (RFC 9113 6.9.2).
-    fn peer_initial_window(&mut self, value: u32) -> Result<(), ConnError> {
-        let value = i64::from(value);
-        if value > MAX_WINDOW {
-            return Err(err(code::FLOW_CONTROL_ERROR, "SETTINGS_INITIAL_WINDOW_SIZE above 2^31-1"));
-        }
-        let delta = value - self.peer_window;
-        self.peer_window = value;
-        for s in self.streams.values_mut() {
-            s.send_window += delta;
-            if s.send_window > MAX_WINDOW {
-                return Err(err(code::FLOW_CONTROL_ERROR, "a stream window above 2^31-1"));
-            }
-        }
-        if delta > 0 {
-            self.window_opened = true;
-        }
+                _ => Ok(()),
+            },
+        )?;
+        self.counts.control += u32::from(new);
         Ok(())
     }
 
     fn ping(&mut self, head: Head, payload: &[u8]) -> Result<(), ConnError> {
-        if head.stream != 0 {
-            return Err(err(code::PROTOCOL_ERROR, "PING on a stream"));
-        }
-        if payload.len() != 8 {
-            return Err(err(code::FRAME_SIZE_ERROR, "PING of the wrong size"));
-        }
-        if !head.has(flag::ACK) {
+        if self.link.ping(head, payload)? {
             self.counts.control += 1;
-            frame::write_head(&mut self.out, 8, kind::PING, flag::ACK, 0);
-            self.out.extend_from_slice(payload);
         }
         Ok(())
     }
@@ -746,37 +648,16 @@ impl Server {
     }
 
     fn window_update(&mut self, head: Head, payload: &[u8]) -> Result<(), ConnError> {
-        let Ok(b) = <[u8; 4]>::try_from(payload) else {
-            return Err(err(code::FRAME_SIZE_ERROR, "WINDOW_UPDATE of the wrong size"));
-        };
-        let inc = i64::from(u32::from_be_bytes(b) & 0x7fff_ffff);
-        if head.stream == 0 {
-            if inc == 0 {
-                return Err(err(code::PROTOCOL_ERROR, "WINDOW_UPDATE of 0"));
-            }
-            self.send_window += inc;
-            if self.send_window > MAX_WINDOW {
-                return Err(err(code::FLOW_CONTROL_ERROR, "connection window above 2^31-1"));
-            }
-            self.window_opened = true;
-            return Ok(());
-        }
+        let Some(inc) = self.link.window_update(head, payload)? else { return Ok(()) };
         let Some(s) = self.streams.get_mut(&head.stream) else {
             if !self.was_used(head.stream) {
                 return Err(err(code::PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream"));
             }
             return Ok(());
         };
-        if inc == 0 {
-            self.refuse(head.stream, code::PROTOCOL_ERROR);
-            return Ok(());
+        if let Err(code) = self.link.grow(&mut s.send_window, inc) {
+            self.refuse(head.stream, code);
         }
-        s.send_window += inc;
-        if s.send_window > MAX_WINDOW {
-            self.refuse(head.stream, code::FLOW_CONTROL_ERROR);
-            return Ok(());
-        }
-        self.window_opened = true;
         Ok(())
     }
 
@@ -786,32 +667,9 @@ impl Server {
     /// goes back to the client, in WINDOW_UPDATEs batched to half a window.
     pub fn release(&mut self, stream: u32, n: usize) {
         let n = u32::try_from(n).unwrap_or(u32::MAX);
-        self.give_back_n(n);
-        let half = self.cfg.stream_window / 2;
-        if let Some(s) = self.streams.get_mut(&stream) {
-            if !s.recv_open {
-                return;
-            }
-            s.released = s.released.saturating_add(n);
-            if s.released >= half {
-                frame::write_window_update(&mut self.out, stream, s.released);
-                s.recv_window += i64::from(s.released);
-                s.released = 0;
-            }
-        }
-    }
-
-    /// Connection room back for bytes no stream holds.
-    fn give_back(&mut self, n: usize) {
-        self.give_back_n(u32::try_from(n).unwrap_or(u32::MAX));
-    }
-
-    fn give_back_n(&mut self, n: u32) {
-        self.released = self.released.saturating_add(n);
-        if self.released >= self.cfg.connection_window / 2 {
-            frame::write_window_update(&mut self.out, 0, self.released);
-            self.recv_window += i64::from(self.released);
-            self.released = 0;
+        self.link.give_back_n(n);
+        if let Some(s) = self.streams.get_mut(&stream).filter(|s| s.recv_open) {
+            self.link.stream_released(stream, n, &mut s.released, &mut s.recv_window);
         }
     }
 
@@ -834,12 +692,12 @@ impl Server {
         let interim = (100..200).contains(&status);
         s.responded = !interim;
         let end_stream = end_stream && !interim;
-        let start = self.out.len();
-        self.out.extend_from_slice(&[0; HEADER_LEN]);
-        self.encoder.begin(&mut self.out);
-        self.encoder.status(status, &mut self.out);
+        let start = self.link.out.len();
+        self.link.out.extend_from_slice(&[0; HEADER_LEN]);
+        self.link.encoder.begin(&mut self.link.out);
+        self.link.encoder.status(status, &mut self.link.out);
         self.encode_fields(fields);
-        frame::frame_block(&mut self.out, start, stream, end_stream, self.peer_max_frame);
+        frame::frame_block(&mut self.link.out, start, stream, end_stream, self.link.peer_max_frame);
         if end_stream {
             self.end_sent(stream);
         }
@@ -867,7 +725,7 @@ impl Server {
             if head::connection_specific(name) || name == b"te" || name.is_empty() {
                 continue;
             }
-            self.encoder.field(name, value, &mut self.out);
+            self.link.encoder.field(name, value, &mut self.link.out);
         }
     }
 
@@ -885,18 +743,7 @@ impl Server {
         if n == 0 && !(all && end_stream) {
             return Some(0);
         }
-        let mut sent = 0;
-        loop {
-            let piece = (n - sent).min(self.peer_max_frame);
-            let last = sent + piece == n;
-            frame::write_data(&mut self.out, stream, &data[sent..sent + piece], last && all && end_stream);
-            sent += piece;
-            if last {
-                break;
-            }
-        }
-        s.send_window -= n as i64;
-        self.send_window -= n as i64;
+        self.link.write_data(stream, &data[..n], all && end_stream, &mut s.send_window);
         if all && end_stream {
             self.end_sent(stream);
         }
@@ -908,11 +755,11 @@ impl Server {
         if !self.can_send(stream) {
             return false;
         }
-        let start = self.out.len();
-        self.out.extend_from_slice(&[0; HEADER_LEN]);
-        self.encoder.begin(&mut self.out);
+        let start = self.link.out.len();
+        self.link.out.extend_from_slice(&[0; HEADER_LEN]);
+        self.link.encoder.begin(&mut self.link.out);
         self.encode_fields(fields);
-        frame::frame_block(&mut self.out, start, stream, true, self.peer_max_frame);
+        frame::frame_block(&mut self.link.out, start, stream, true, self.link.peer_max_frame);
         self.end_sent(stream);
         true
     }
@@ -920,7 +767,7 @@ impl Server {
     /// Resets `stream` with `code` (the driver's own decision: no event).
     pub fn send_reset(&mut self, stream: u32, code: u32) {
         if self.streams.remove(&stream).is_some() {
-            frame::write_reset(&mut self.out, stream, code);
+            frame::write_reset(&mut self.link.out, stream, code);
             self.remember_reset(stream);
         }
     }
@@ -929,7 +776,7 @@ impl Server {
     /// open finish. `code` NO_ERROR for a graceful end.
     pub fn go_away(&mut self, code: u32) {
         if self.going_away.is_none() && self.phase != Phase::Closed {
-            frame::write_goaway(&mut self.out, self.last_stream, code, b"");
+            frame::write_goaway(&mut self.link.out, self.last_stream, code, b"");
             self.going_away = Some(self.last_stream);
         }
         if code != code::NO_ERROR {
@@ -949,7 +796,7 @@ impl Server {
     fn forget_if_closed(&mut self, stream: u32) {
         if self.streams.get(&stream).is_some_and(|s| !s.send_open && !s.recv_open) {
             self.streams.remove(&stream);
-            remember(&mut self.closed, stream);
+            remember(&mut self.closed, stream, RESET_MEMORY);
         }
     }
 
@@ -961,7 +808,7 @@ impl Server {
                 on(Event::Reset { stream, code, by_peer: false });
             }
         }
-        frame::write_reset(&mut self.out, stream, code);
+        frame::write_reset(&mut self.link.out, stream, code);
         self.remember_reset(stream);
     }
 
@@ -971,49 +818,25 @@ impl Server {
             self.counts.stream_errors += 1;
         }
         self.streams.remove(&stream);
-        frame::write_reset(&mut self.out, stream, code);
+        frame::write_reset(&mut self.link.out, stream, code);
         self.remember_reset(stream);
     }
 
     /// A header list over the limit: 431 on its stream (RFC 6585 5), whose
     /// body, if any, is then refused.
     fn too_large(&mut self, stream: u32, end_stream: bool) {
-        let start = self.out.len();
-        self.out.extend_from_slice(&[0; HEADER_LEN]);
-        self.encoder.begin(&mut self.out);
-        self.encoder.status(431, &mut self.out);
-        frame::frame_block(&mut self.out, start, stream, true, self.peer_max_frame);
+        let start = self.link.out.len();
+        self.link.out.extend_from_slice(&[0; HEADER_LEN]);
+        self.link.encoder.begin(&mut self.link.out);
+        self.link.encoder.status(431, &mut self.link.out);
+        frame::frame_block(&mut self.link.out, start, stream, true, self.link.peer_max_frame);
         if !end_stream {
-            frame::write_reset(&mut self.out, stream, code::NO_ERROR);
+            frame::write_reset(&mut self.link.out, stream, code::NO_ERROR);
         }
         self.remember_reset(stream);
     }
 
     fn remember_reset(&mut self, stream: u32) {
-        remember(&mut self.reset_by_us, stream);
+        remember(&mut self.reset_by_us, stream, RESET_MEMORY);
     }
-}
-
-/// Keeps `stream` among the last [`RESET_MEMORY`] of a kind.
-fn remember(list: &mut VecDeque<u32>, stream: u32) {
-    if list.len() == RESET_MEMORY {
-        list.pop_front();
-    }
-    list.push_back(stream);
-}
-
-fn err(code: u32, reason: &'static str) -> ConnError {
-    ConnError { code, reason }
-}
-
-/// The payload of a DATA or HEADERS frame without its padding.
-fn unpad(head: Head, payload: &[u8]) -> Result<&[u8], ConnError> {
-    if !head.has(flag::PADDED) {
-        return Ok(payload);
-    }
-    let Some((&pad, rest)) = payload.split_first() else {
-        return Err(err(code::FRAME_SIZE_ERROR, "padded frame without a pad length"));
-    };
-    let keep = rest.len().checked_sub(usize::from(pad)).ok_or(err(code::PROTOCOL_ERROR, "padding too long"))?;
-    Ok(&rest[..keep])
 }

@@ -289,6 +289,36 @@ fn a_body_that_does_not_match_its_content_length_resets_its_stream_only() {
 }
 
 #[test]
+fn data_past_the_content_length_after_the_body_went_on_resets_the_stream() {
+    let Some(python) = python() else { return };
+    let origin = Origin::start("main");
+    let front = Front::start(&[("main", &[origin.addr], "")], "");
+    // The body is whole (3 bytes) and goes on to the origin, which answers
+    // after 1 s; the client's extra DATA comes 0.2 s after the body, while
+    // the request is in flight.
+    let slow = |late: &[u8]| {
+        json!({
+            "method": "POST",
+            "path": "/p?delay_ms=1000&size=5",
+            "headers": [["content-length", "3"]],
+            "body_hex": hex(b"abc"),
+            "late_hex": hex(late),
+        })
+    };
+    let requests = [slow(b"def"), slow(b""), get("/after")];
+    let answer = front.h3(&python, json!({ "requests": requests }));
+    let error = answer.0["results"][0]["error"].as_str().unwrap_or_default().to_string();
+    assert!(error.contains("stream reset with code 270"), "extra DATA: {:?}", answer.0["results"][0]);
+    let ended_late = answer.result(1);
+    assert_eq!(
+        (ended_late.status(), ended_late.header("x-received-bytes").as_deref()),
+        (200, Some("3")),
+        "a stream that ends late without more DATA is a whole request"
+    );
+    assert_eq!(answer.result(2).status(), 200, "the connection goes on");
+}
+
+#[test]
 fn an_inserted_cookie_brings_the_client_back_to_its_server() {
     let Some(python) = python() else { return };
     let (a, b) = (Origin::start("a"), Origin::start("b"));

@@ -31,7 +31,9 @@ Plan:
 
 A request may carry "expect_continue": true: its body is sent only once a
 `100 Continue` came (the request's headers should include expect: 100-continue);
-and "raw_names": true: its header names are sent as given, not lower-cased.
+and "raw_names": true: its header names are sent as given, not lower-cased; and
+"late_hex": its body is sent without ending the stream, then, "late_pause" seconds
+later (default 0.2), these bytes as one more DATA frame that ends it.
 
 Answer: {"results": [{"status", "headers", "body_hex", "trailers", "interim"} or {"error"}...],
          "ports": [local port of each socket used],
@@ -113,7 +115,8 @@ class Client(QuicConnectionProtocol):
             if getattr(h3_event, "stream_ended", False):
                 exchange.finish()
 
-    async def request(self, method, authority, path, headers, body, expect_continue=False, raw_names=False) -> Exchange:
+    async def request(self, method, authority, path, headers, body, expect_continue=False, raw_names=False,
+                      late=None, late_pause=0.2) -> Exchange:
         if self.closed is not None:
             raise RuntimeError(f"connection closed with code {self.closed}")
         stream_id = self._quic.get_next_available_stream_id()
@@ -125,7 +128,7 @@ class Client(QuicConnectionProtocol):
             (b":authority", authority.encode()),
             (b":path", path.encode()),
         ] + [((k if raw_names else k.lower()).encode(), v.encode()) for k, v in headers]
-        self.http.send_headers(stream_id, fields, end_stream=not body)
+        self.http.send_headers(stream_id, fields, end_stream=not body and late is None)
         if body and expect_continue:
             self.transmit()
             await asyncio.wait_for(asyncio.shield(exchange.continued), 30)
@@ -133,8 +136,13 @@ class Client(QuicConnectionProtocol):
             # In pieces, so a large body spans many DATA frames.
             for at in range(0, len(body), 64 * 1024):
                 last = at + 64 * 1024 >= len(body)
-                self.http.send_data(stream_id, body[at : at + 64 * 1024], end_stream=last)
+                self.http.send_data(stream_id, body[at : at + 64 * 1024], end_stream=last and late is None)
         self.transmit()
+        if late is not None:
+            await asyncio.sleep(late_pause)
+            if not exchange.done.done():
+                self.http.send_data(stream_id, late, end_stream=True)
+                self.transmit()
         error = await asyncio.wait_for(exchange.done, 60)
         if error:
             raise RuntimeError(error)
@@ -205,6 +213,8 @@ async def one(client, plan, req, jar) -> dict:
             body,
             req.get("expect_continue", False),
             req.get("raw_names", False),
+            bytes.fromhex(req["late_hex"]) if "late_hex" in req else None,
+            req.get("late_pause", 0.2),
         )
     except Exception as e:  # reported per request: the test decides
         return {"error": f"{type(e).__name__}: {e}"}

@@ -17,6 +17,7 @@
 //! stream so that it can be reset: dropping a quinn send stream would
 //! otherwise finish it, and a response cut short would look complete.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -39,6 +40,12 @@ pub(crate) type RecvHalf = h3::server::RequestStream<super::quic::RecvSide, Byte
 fn io_error(e: &h3::error::StreamError) -> io::Error {
     io::Error::new(io::ErrorKind::ConnectionAborted, e.to_string())
 }
+
+/// The receive side of a request stream once its body reached its
+/// `content-length`, handed by [`Inbound`] to the stream's future, which
+/// watches it for DATA past the length (RFC 9114 4.1.2) while the pipeline
+/// runs: the pipeline reads no further than the length.
+pub(crate) type Tail = Rc<RefCell<Option<RecvHalf>>>;
 
 /// Where [`Inbound`] is in the message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,25 +70,57 @@ pub(crate) struct Inbound {
     received: u64,
     /// The DATA did not add up to `length` (RFC 9114 4.1.2: malformed).
     malformed: bool,
+    /// Where the stream goes once `length` bytes came (with a length only).
+    tail: Option<Tail>,
 }
 
 impl Inbound {
-    /// The body of `recv`, in chunked coding when `chunked`, of `length`
-    /// bytes when the request said so; `first` is the payload already
-    /// received (read before the head was written).
-    pub(crate) fn new(recv: RecvHalf, chunked: bool, first: Bytes, length: Option<u64>) -> Self {
-        let received = first.len() as u64;
-        let pending = if chunked && !first.is_empty() { chunk(&first) } else { first };
+    /// The body of `recv`, in chunked coding when `chunked`; `first` is the
+    /// payload already received (read before the head was written).
+    pub(crate) fn chunked(recv: RecvHalf, first: Bytes) -> Self {
+        let pending = if first.is_empty() { first } else { chunk(&first) };
         Inbound {
             recv: Some(recv),
-            chunked,
+            chunked: true,
             pending,
             state: In::Data,
             reset_by_client: false,
-            length,
-            received,
+            length: None,
+            received: 0,
             malformed: false,
+            tail: None,
         }
+    }
+
+    /// The body of `recv`, of `length` bytes as the request said; once they
+    /// came, `recv` goes to `tail`.
+    pub(crate) fn with_length(recv: RecvHalf, length: u64, tail: Tail) -> Self {
+        let mut inbound = Inbound {
+            recv: Some(recv),
+            chunked: false,
+            pending: Bytes::new(),
+            state: In::Data,
+            reset_by_client: false,
+            length: Some(length),
+            received: 0,
+            malformed: false,
+            tail: Some(tail),
+        };
+        inbound.hand_over_at_length();
+        inbound
+    }
+
+    /// Once the body has its length: the stream goes to the tail, and the
+    /// body ends here. Returns whether it did.
+    fn hand_over_at_length(&mut self) -> bool {
+        if self.length != Some(self.received) {
+            return false;
+        }
+        if let (Some(tail), Some(recv)) = (self.tail.take(), self.recv.take()) {
+            *tail.borrow_mut() = Some(recv);
+        }
+        self.state = In::Done;
+        true
     }
 
     /// A request without a body.
@@ -95,6 +134,7 @@ impl Inbound {
             length: None,
             received: 0,
             malformed: false,
+            tail: None,
         }
     }
 
@@ -150,6 +190,10 @@ impl Inbound {
                         let data = data.copy_to_bytes(data.remaining());
                         self.count(data.len(), false)?;
                         self.pending = if self.chunked && !data.is_empty() { chunk(&data) } else { data };
+                        if self.hand_over_at_length() {
+                            // The stream's future watches the tail from its next poll.
+                            cx.waker().wake_by_ref();
+                        }
                     }
                     Poll::Ready(Ok(None)) => {
                         self.count(0, true)?;

@@ -50,7 +50,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use h3::error::Code;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::body::{Inbound, Outbound, RecvHalf, Step};
+use super::body::{Inbound, Outbound, RecvHalf, Step, Tail};
 use super::quic::Stopped;
 use super::Shared;
 use crate::translate::data::trailer_map;
@@ -129,9 +129,10 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
         out.reset(Code::H3_MESSAGE_ERROR).await;
         return Ended::Failed;
     };
+    let tail = Tail::default();
     let inbound = match head.framing {
-        Framing::Length(n) => Inbound::new(recv, false, first, Some(n)),
-        Framing::Chunked => Inbound::new(recv, true, first, None),
+        Framing::Length(n) => Inbound::with_length(recv, n, tail.clone()),
+        Framing::Chunked => Inbound::chunked(recv, first),
         _ => Inbound::empty(),
     };
     drop(parts);
@@ -155,6 +156,7 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
         () = std::future::poll_fn(|_| if malformed.get() { Poll::Ready(()) } else { Poll::Pending }) => {
             Some(Cut::Malformed)
         }
+        () = data_past_length(&tail) => Some(Cut::Malformed),
         () = pipeline => None,
     };
     // The pipeline is done, or dropped (and with it its client and whatever
@@ -185,6 +187,33 @@ enum Cut {
     PeerReset,
     /// The request body does not match its `content-length`.
     Malformed,
+}
+
+/// Resolves when DATA arrives on a request stream after its body reached its
+/// `content-length` (the pipeline reads no further): a malformed request
+/// (RFC 9114 4.1.2). Never, once the stream ended there (its end, trailers,
+/// or a reset, which the other branches see).
+async fn data_past_length(tail: &Tail) {
+    let mut ended = false;
+    std::future::poll_fn(|cx| {
+        if ended {
+            return Poll::Pending;
+        }
+        let mut slot = tail.borrow_mut();
+        let Some(recv) = slot.as_mut() else { return Poll::Pending };
+        loop {
+            match recv.poll_recv_data(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(Some(data))) if data.has_remaining() => return Poll::Ready(()),
+                Poll::Ready(Ok(Some(_))) => {}
+                Poll::Ready(Ok(None) | Err(_)) => {
+                    ended = true;
+                    return Poll::Pending;
+                }
+            }
+        }
+    })
+    .await;
 }
 
 /// Resolves once the client stopped the response (STOP_SENDING) or reset

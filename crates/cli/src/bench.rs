@@ -174,6 +174,10 @@ struct ScalingArgs {
     /// Output folder (default: bench-out/scaling-<timestamp>).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Times the whole sweep runs, targets and worker counts interleaved; the report's
+    /// first table gives each cell's median over them (and its range).
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
 }
 
 /// Runs `switchyard bench scaling`.
@@ -182,6 +186,7 @@ fn scaling(args: ScalingArgs) -> anyhow::Result<()> {
     use suite::scaling::{self, ScalingOptions};
     anyhow::ensure!(args.duration.is_finite() && args.duration > 0.0, "--duration must be positive");
     anyhow::ensure!(args.connections_per_worker > 0, "--connections-per-worker must be positive");
+    anyhow::ensure!(args.rounds > 0, "--rounds must be positive");
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let workers = if args.workers.is_empty() { scaling::default_workers(cores) } else { args.workers };
     let out = args.out.unwrap_or_else(|| scaling::default_out(&suite::timestamp_slug(SystemTime::now())));
@@ -196,6 +201,7 @@ fn scaling(args: ScalingArgs) -> anyhow::Result<()> {
         duration: Duration::from_secs_f64(args.duration),
         cores,
         peers: args.peers.into_iter().filter(|p| !p.trim().is_empty()).collect(),
+        rounds: args.rounds,
     };
     stop_children_on_signal();
     let result = scaling::run(&opts)?;

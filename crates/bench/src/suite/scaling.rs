@@ -15,6 +15,12 @@
 //! only the proxy's when its cores are the busy ones. When the generator's or the
 //! origins' cores are saturated, the row says so and its efficiency is a lower bound.
 //! Efficiency at `n` is `rps(n) / (n × rps(1))`; the product's target is ≥ 0.85.
+//!
+//! Every efficiency divides by the one-worker row, and on a shared or virtual machine that
+//! row alone moves by ±10 % from run to run (seen on a lent 16-core machine, 2026-11-27),
+//! which moves every efficiency of the run with it. `rounds` repeats the whole sweep,
+//! targets and worker counts interleaved, and the summary takes each cell's median over
+//! the rounds, the efficiency from the medians.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -55,6 +61,8 @@ pub struct ScalingOptions {
     pub cores: usize,
     /// Peers to measure beside switchyard (`haproxy`, `nginx`).
     pub peers: Vec<String>,
+    /// Times the whole sweep runs (at least 1); see the module docs.
+    pub rounds: usize,
 }
 
 /// Which cores each party gets.
@@ -103,6 +111,8 @@ pub fn cpu_list(cores: &[usize]) -> String {
 pub struct Row {
     /// The proxy measured (`switchyard`, `haproxy`, `nginx`).
     pub target: String,
+    /// The sweep this row belongs to, from 1.
+    pub round: usize,
     /// Proxy workers (and cores).
     pub workers: usize,
     /// Connections the generator held open (closed loop).
@@ -125,7 +135,7 @@ pub struct Row {
     pub generator_busy: f64,
     /// Busy fraction of the origins' cores.
     pub origins_busy: f64,
-    /// `rps / (workers × rps of the first row)`.
+    /// `rps / (workers × rps of the first row)`, the first row of the same round.
     pub efficiency: f64,
     /// 50th and 99th percentile latency, µs.
     pub p50_us: f64,
@@ -133,6 +143,73 @@ pub struct Row {
     pub p99_us: f64,
     /// What else than the proxy may have limited this row, if anything.
     pub limited_by: Option<String>,
+}
+
+/// One target at one worker count over the rounds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Cell {
+    /// The proxy measured.
+    pub target: String,
+    /// Proxy workers.
+    pub workers: usize,
+    /// Rows (rounds) it has.
+    pub runs: usize,
+    /// Median requests per second over the rounds.
+    pub rps: f64,
+    /// Lowest and highest requests per second of the rounds.
+    pub rps_min: f64,
+    /// See `rps_min`.
+    pub rps_max: f64,
+    /// Median proxy CPU per request (user and kernel), µs.
+    pub cpu_us_per_request: f64,
+    /// `rps / (workers × rps of the target's first cell / its workers)`, from medians.
+    pub efficiency: f64,
+    /// Some round's row was limited by something other than the proxy's cores.
+    pub limited: bool,
+}
+
+/// The median of `v` (the mean of the middle two for an even count); 0 when empty.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Each target's worker counts over the rounds, in the order first measured.
+pub fn summarize(rows: &[Row]) -> Vec<Cell> {
+    let mut cells: Vec<Cell> = Vec::new();
+    for r in rows {
+        if cells.iter().any(|c| c.target == r.target && c.workers == r.workers) {
+            continue;
+        }
+        let same: Vec<&Row> = rows.iter().filter(|o| o.target == r.target && o.workers == r.workers).collect();
+        let rps: Vec<f64> = same.iter().map(|o| o.rps).collect();
+        cells.push(Cell {
+            target: r.target.clone(),
+            workers: r.workers,
+            runs: same.len(),
+            rps: median(rps.clone()),
+            rps_min: rps.iter().copied().fold(f64::INFINITY, f64::min),
+            rps_max: rps.iter().copied().fold(0.0, f64::max),
+            cpu_us_per_request: median(same.iter().map(|o| o.user_us_per_request + o.kernel_us_per_request).collect()),
+            efficiency: 0.0,
+            limited: same.iter().any(|o| o.limited_by.is_some()),
+        });
+    }
+    let bases: Vec<(String, f64)> = cells.iter().filter(|c| c.workers > 0).fold(Vec::new(), |mut b, c| {
+        if !b.iter().any(|(t, _): &(String, f64)| *t == c.target) {
+            b.push((c.target.clone(), c.rps / c.workers as f64));
+        }
+        b
+    });
+    for c in &mut cells {
+        let base = bases.iter().find(|(t, _)| *t == c.target).map_or(0.0, |b| b.1);
+        c.efficiency = if base > 0.0 { c.rps / (c.workers as f64 * base) } else { 0.0 };
+    }
+    cells
 }
 
 /// The whole run.
@@ -146,8 +223,12 @@ pub struct Scaling {
     pub machine: String,
     /// Measured seconds per row.
     pub duration_s: f64,
-    /// One row per target and worker count.
+    /// Sweeps run.
+    pub rounds: usize,
+    /// One row per round, target and worker count.
     pub rows: Vec<Row>,
+    /// One cell per target and worker count, over the rounds.
+    pub summary: Vec<Cell>,
     /// Targets asked for that could not be measured, with the reason.
     pub not_measured: Vec<(String, String)>,
 }
@@ -193,33 +274,38 @@ pub fn run(opts: &ScalingOptions) -> anyhow::Result<Scaling> {
         };
         kinds.push((kind, procs::which(kind.name()).ok_or_else(|| format!("{} is not installed", kind.name()))));
     }
-    let mut rows: Vec<Row> = Vec::new();
     let mut not_measured = Vec::new();
+    let mut programs = Vec::new();
     for (kind, program) in kinds {
-        let program = match program {
-            Ok(p) => p,
+        match program {
+            Ok(p) => programs.push((kind, p)),
             Err(why) => {
                 eprintln!("bench scaling: {}: not measured: {why}", kind.name());
                 not_measured.push((kind.name().to_string(), why));
-                continue;
             }
-        };
-        let first = rows.len();
-        for &n in &workers {
-            let target = Target { kind, program: &program, n, ports: &ports, env: &env, out };
-            let row = measure(opts, &layout, &target)
-                .with_context(|| format!("{} with {n} worker{}", kind.name(), if n == 1 { "" } else { "s" }))?;
-            let base = rows.get(first).map_or(row.rps / n as f64, |r: &Row| r.rps / r.workers as f64);
-            let efficiency = if base > 0.0 { row.rps / (n as f64 * base) } else { 0.0 };
-            eprintln!(
-                "bench scaling: {} {n} workers: {:.0} requests/s, efficiency {:.2}, proxy cores {:.0} % busy{}",
-                kind.name(),
-                row.rps,
-                efficiency,
-                row.proxy_busy * 100.0,
-                row.limited_by.as_deref().map(|l| format!(" ({l})")).unwrap_or_default()
-            );
-            rows.push(Row { efficiency, ..row });
+        }
+    }
+    let rounds = opts.rounds.max(1);
+    let mut rows: Vec<Row> = Vec::new();
+    for round in 1..=rounds {
+        for (kind, program) in &programs {
+            let first = rows.len();
+            for &n in &workers {
+                let target = Target { kind: *kind, program, n, ports: &ports, env: &env, out };
+                let row = measure(opts, &layout, &target)
+                    .with_context(|| format!("{} with {n} worker{}", kind.name(), if n == 1 { "" } else { "s" }))?;
+                let base = rows.get(first).map_or(row.rps / n as f64, |r: &Row| r.rps / r.workers as f64);
+                let efficiency = if base > 0.0 { row.rps / (n as f64 * base) } else { 0.0 };
+                eprintln!(
+                    "bench scaling: round {round}/{rounds}: {} {n} workers: {:.0} requests/s, efficiency {:.2}, proxy cores {:.0} % busy{}",
+                    kind.name(),
+                    row.rps,
+                    efficiency,
+                    row.proxy_busy * 100.0,
+                    row.limited_by.as_deref().map(|l| format!(" ({l})")).unwrap_or_default()
+                );
+                rows.push(Row { efficiency, round, ..row });
+            }
         }
     }
     for mut o in origins {
@@ -242,6 +328,8 @@ pub fn run(opts: &ScalingOptions) -> anyhow::Result<Scaling> {
             format!("{}, {} CPUs, kernel {}, {}", m.cpu_model, m.cpus, m.kernel, m.os)
         },
         duration_s: opts.duration.as_secs_f64(),
+        rounds,
+        summary: summarize(&rows),
         rows,
         not_measured,
     };
@@ -385,6 +473,7 @@ fn measure(opts: &ScalingOptions, layout: &Layout, target: &Target) -> anyhow::R
     };
     Ok(Row {
         target: target.kind.name().to_string(),
+        round: 0,
         workers: n,
         connections,
         requests: report.requests,
@@ -437,6 +526,14 @@ pub fn markdown(s: &Scaling) -> String {
         cpu_list(&s.layout.origins)
     );
     let _ = writeln!(m, "- measured window: {:.0} s per row", s.duration_s);
+    if s.rounds > 1 {
+        let _ = writeln!(
+            m,
+            "- rounds: {} (targets and worker counts interleaved; the first table gives each cell's median \
+             and, in brackets, its lowest and highest)",
+            s.rounds
+        );
+    }
     for (target, why) in &s.not_measured {
         let _ = writeln!(m, "- {target}: not measured: {why}");
     }
@@ -446,7 +543,7 @@ pub fn markdown(s: &Scaling) -> String {
             targets.push(&r.target);
         }
     }
-    let mut workers: Vec<usize> = s.rows.iter().map(|r| r.workers).collect();
+    let mut workers: Vec<usize> = s.summary.iter().map(|c| c.workers).collect();
     workers.sort_unstable();
     workers.dedup();
     let _ = writeln!(m, "\n## Requests per second (efficiency)\n");
@@ -456,9 +553,11 @@ pub fn markdown(s: &Scaling) -> String {
         let cells: Vec<String> = targets
             .iter()
             .map(|t| {
-                s.rows.iter().find(|r| r.target == *t && r.workers == *n).map_or("–".into(), |r| {
-                    let mark = if r.limited_by.is_some() { "*" } else { "" };
-                    format!("{:.0} ({:.2}){mark}", r.rps, r.efficiency)
+                s.summary.iter().find(|c| c.target == *t && c.workers == *n).map_or("–".into(), |c| {
+                    let mark = if c.limited { "*" } else { "" };
+                    let range =
+                        if c.runs > 1 { format!(" [{:.0}–{:.0}]", c.rps_min, c.rps_max) } else { String::new() };
+                    format!("{:.0} ({:.2}){mark}{range}", c.rps, c.efficiency)
                 })
             })
             .collect();
@@ -469,13 +568,14 @@ pub fn markdown(s: &Scaling) -> String {
         let _ = writeln!(m, "\n## {t}\n");
         let _ = writeln!(
             m,
-            "| workers | connections | requests/s | efficiency | proxy µs/req (user + kernel) | proxy cores busy | generator busy | origins busy | p50 / p99 µs | errors | limited by |"
+            "| round | workers | connections | requests/s | efficiency | proxy µs/req (user + kernel) | proxy cores busy | generator busy | origins busy | p50 / p99 µs | errors | limited by |"
         );
-        let _ = writeln!(m, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+        let _ = writeln!(m, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
         for r in s.rows.iter().filter(|r| r.target == *t) {
             let _ = writeln!(
                 m,
-                "| {} | {} | {:.0} | {:.2} | {:.2} ({:.2} + {:.2}) | {:.0} % | {:.0} % | {:.0} % | {:.0} / {:.0} | {} | {} |",
+                "| {} | {} | {} | {:.0} | {:.2} | {:.2} ({:.2} + {:.2}) | {:.0} % | {:.0} % | {:.0} % | {:.0} / {:.0} | {} | {} |",
+                r.round,
                 r.workers,
                 r.connections,
                 r.rps,
@@ -496,7 +596,8 @@ pub fn markdown(s: &Scaling) -> String {
     let _ = writeln!(
         m,
         "\nEfficiency is requests/s at n workers over n times the first row's requests/s per worker \
-         (target ≥ 0.85). A row is the proxy's own figure only when its cores are the busy ones; \
+         (target ≥ 0.85); in the first table, of the medians over the rounds, in a target's table, \
+         of that round's rows. A row is the proxy's own figure only when its cores are the busy ones; \
          when the generator's or origins' cores are saturated, its efficiency is a lower bound."
     );
     m
@@ -543,6 +644,58 @@ mod tests {
         assert_eq!(cpu_list(&[1, 3]), "1,3");
     }
 
+    fn row(target: &str, round: usize, workers: usize, rps: f64, limited: bool) -> Row {
+        Row {
+            target: target.into(),
+            round,
+            workers,
+            connections: 64 * workers,
+            requests: rps as u64,
+            errors: 0,
+            rps,
+            cps: 0.0,
+            user_us_per_request: 1.0,
+            kernel_us_per_request: 1_000_000.0 * workers as f64 / rps - 1.0,
+            proxy_busy: 1.0,
+            generator_busy: 0.5,
+            origins_busy: 0.5,
+            efficiency: 0.0,
+            p50_us: 0.0,
+            p99_us: 0.0,
+            limited_by: limited.then(|| "generator cores 95 % busy".to_string()),
+        }
+    }
+
+    #[test]
+    fn the_summary_takes_medians_over_the_rounds_and_efficiency_from_them() {
+        // A noisy one-worker row in round 2 moves that round's efficiencies, not the summary's.
+        let rows = vec![
+            row("switchyard", 1, 1, 60_000.0, false),
+            row("switchyard", 1, 2, 108_000.0, false),
+            row("haproxy", 1, 1, 50_000.0, false),
+            row("haproxy", 1, 2, 80_000.0, true),
+            row("switchyard", 2, 1, 50_000.0, false),
+            row("switchyard", 2, 2, 110_000.0, false),
+            row("haproxy", 2, 1, 52_000.0, false),
+            row("haproxy", 2, 2, 90_000.0, false),
+            row("switchyard", 3, 1, 62_000.0, false),
+            row("switchyard", 3, 2, 104_000.0, false),
+        ];
+        let s = summarize(&rows);
+        let cell = |t: &str, n: usize| s.iter().find(|c| c.target == t && c.workers == n).expect("cell").clone();
+        assert_eq!(s.len(), 4, "one cell per target and worker count");
+        let (one, two) = (cell("switchyard", 1), cell("switchyard", 2));
+        assert_eq!((one.runs, one.rps, one.rps_min, one.rps_max), (3, 60_000.0, 50_000.0, 62_000.0));
+        assert_eq!(two.rps, 108_000.0);
+        assert!((two.efficiency - 0.9).abs() < 1e-9, "{}", two.efficiency);
+        assert!((two.cpu_us_per_request - 1e6 * 2.0 / 108_000.0).abs() < 1e-6);
+        let h = cell("haproxy", 2);
+        assert_eq!((h.runs, h.rps), (2, 85_000.0), "an even count: the mean of the middle two");
+        assert!(h.limited, "one limited round marks the cell");
+        assert!((h.efficiency - 85_000.0 / (2.0 * 51_000.0)).abs() < 1e-9);
+        assert_eq!(cell("haproxy", 1).efficiency, 1.0);
+    }
+
     #[test]
     fn default_workers_are_powers_of_two_up_to_half_the_cores() {
         assert_eq!(default_workers(16), vec![1, 2, 4, 8]);
@@ -572,6 +725,7 @@ mod tests {
     fn the_report_names_what_limited_a_row() {
         let row = |workers, rps, limited_by: Option<&str>| Row {
             target: "switchyard".into(),
+            round: 1,
             workers,
             connections: 64 * workers,
             requests: 1000,
@@ -593,14 +747,27 @@ mod tests {
             test: "t".into(),
             machine: "m".into(),
             duration_s: 5.0,
+            rounds: 1,
+            summary: Vec::new(),
             rows: vec![row(1, 100.0, None), row(4, 300.0, Some("generator cores 95 % busy"))],
             not_measured: vec![("nginx".into(), "nginx is not installed".into())],
         };
+        let s = Scaling { summary: summarize(&s.rows), ..s };
         let md = markdown(&s);
-        assert!(md.contains("| 1 | 64 | 100 | 1.00 | 10.00 (2.00 + 8.00) | 99 % |"), "{md}");
+        assert!(md.contains("| 1 | 1 | 64 | 100 | 1.00 | 10.00 (2.00 + 8.00) | 99 % |"), "{md}");
+        assert!(!md.contains("rounds:"), "one round: no ranges {md}");
         assert!(md.contains("| 0.75 |") && md.contains("generator cores 95 % busy"), "{md}");
         assert!(md.contains("proxy 0-3"), "{md}");
         assert!(md.contains("| 4 | 300 (0.75)* |"), "{md}");
         assert!(md.contains("nginx: not measured: nginx is not installed"), "{md}");
+
+        let again = |r: Row| Row { round: 2, rps: r.rps * 0.9, ..r };
+        let rows =
+            vec![row(1, 100.0, None), row(4, 300.0, None), again(row(1, 100.0, None)), again(row(4, 300.0, None))];
+        let two = Scaling { rounds: 2, summary: summarize(&rows), rows, ..s };
+        let md = markdown(&two);
+        assert!(md.contains("- rounds: 2"), "{md}");
+        assert!(md.contains("| 4 | 285 (0.75) [270–300] |"), "medians and ranges: {md}");
+        assert!(md.contains("| 2 | 4 | 256 | 270 |"), "every round's row: {md}");
     }
 }

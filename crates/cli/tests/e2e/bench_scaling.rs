@@ -1,8 +1,8 @@
 //! Smoke test of `switchyard bench scaling` with the one worker count a 2-core machine
 //! allows: the report files exist and hold a measured row per target (HAProxy and NGINX
 //! where they are installed, a "not measured" line with the reason where not), and a
-//! worker count that leaves no core for the generator is refused. It checks structure,
-//! not speed.
+//! worker count that leaves no core for the generator is refused; with `--rounds 2`, a
+//! row per round and one summary cell over them. It checks structure, not speed.
 
 use std::process::Command;
 
@@ -49,7 +49,7 @@ fn scaling_writes_a_row_per_target_and_worker_count() {
     // a new connection.
     let cps = Command::new(env!("CARGO_BIN_EXE_switchyard"))
         .args(["bench", "scaling", "--workers", "1", "--duration", "1", "--connections-per-worker", "4"])
-        .args(["--per-connection", "--out"])
+        .args(["--per-connection", "--rounds", "2", "--out"])
         .arg(out.join("cps"))
         .output()
         .expect("run switchyard bench scaling --per-connection");
@@ -62,6 +62,13 @@ fn scaling_writes_a_row_per_target_and_worker_count() {
     assert!(row["requests"].as_u64().unwrap_or(0) > 0 && row["errors"] == 0, "{row}");
     let (rps, cps) = (row["rps"].as_f64().unwrap_or(0.0), row["cps"].as_f64().unwrap_or(-1.0));
     assert!((rps - cps).abs() <= rps * 0.05 + 5.0, "a connection per request: {row}");
+    // Two rounds: a row each, and one summary cell whose median lies between them.
+    let rounds: Vec<u64> = r["rows"].as_array().expect("rows").iter().filter_map(|r| r["round"].as_u64()).collect();
+    assert_eq!(rounds, [1, 2], "{r}");
+    let cell = &r["summary"][0];
+    assert_eq!((cell["runs"].as_u64(), cell["workers"].as_u64()), (Some(2), Some(1)), "{r}");
+    let (lo, mid, hi) = (cell["rps_min"].as_f64(), cell["rps"].as_f64(), cell["rps_max"].as_f64());
+    assert!(lo <= mid && mid <= hi && lo > Some(0.0), "{cell}");
 
     // More workers than the machine can give the proxy and still load it: refused, said why.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

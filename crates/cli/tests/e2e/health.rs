@@ -1,5 +1,5 @@
 //! End to end: active health checks (`http`, `tcp`, `tls`, with `check_address`), passive
-//! ejection, slow start and draining, with the real binary, origin simulators (in-process
+//! ejection, slow start, draining and requests in flight over two workers, with the real binary, origin simulators (in-process
 //! and killed child processes) and a tiny server whose health answer the test changes.
 //!
 //! States are read through the admin API (`GET /api/v1/stats`); traffic is counted by the
@@ -578,6 +578,51 @@ fn a_drained_server_finishes_its_request_and_takes_no_new_ones() {
     assert_eq!((finished.status, finished.origin()), (200, busy), "the request in flight finished");
     // The slot is released just after the response went out.
     wait_for("the draining server to be idle", || (server_view(admin, "main", busy)["active"] == 0).then_some(()));
+}
+
+#[test]
+fn requests_in_flight_count_over_both_workers_and_least_connections_evens_them_out() {
+    let (a, b) = (Origin::start("a"), Origin::start("b"));
+    let (listen, admin) = (proxy_addr(), proxy_addr());
+    let servers = [server("a", a.addr, ""), server("b", b.addr, "")];
+    let toml =
+        config(listen, admin, &servers, "balance = \"least-connections\"").replace("workers = 1\n", "workers = 2\n");
+    let proxy = Proxy::start(&toml, listen);
+    let _log = LogOnFailure(&proxy);
+    let in_flight = || ["a", "b"].map(|name| server_view(admin, "main", name)["active"].as_u64().unwrap_or(u64::MAX));
+    let host = admin.to_string();
+    let set = |action: &str| {
+        let path = format!("/api/v1/pools/main/servers/b/{action}");
+        let r = Client::connect(admin).request(
+            "POST",
+            &path,
+            &[("host", &host), ("connection", "close"), ("content-length", "0")],
+        );
+        assert_eq!(r.status, 200, "{action}: {}", r.text());
+    };
+    // Slow requests, each on a connection of its own (the kernel spreads them over both
+    // workers), one after the other: each is picked once the one before is counted.
+    let mut open = Vec::new();
+    let mut send = |expect: u64| {
+        let mut s = TcpStream::connect(listen).expect("connect");
+        s.write_all(b"GET /?delay_ms=4000 HTTP/1.1\r\nhost: web\r\nconnection: close\r\n\r\n").expect("send");
+        open.push(s);
+        wait_for("the request to be in flight", || (in_flight().iter().sum::<u64>() == expect).then_some(()));
+    };
+    // Four on a while b drains, then four with b back: a pick on either worker sees a's
+    // four, whichever worker took them, and sends each to b.
+    set("drain");
+    (1..=4).for_each(&mut send);
+    assert_eq!(in_flight(), [4, 0], "the admin API sums both workers' counts");
+    set("enable");
+    (5..=8).for_each(&mut send);
+    assert_eq!(in_flight(), [4, 4], "each went to the server with fewer in flight, whichever worker took it");
+    for mut s in open {
+        let mut answer = Vec::new();
+        std::io::Read::read_to_end(&mut s, &mut answer).expect("answer");
+        assert!(answer.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer));
+    }
+    wait_for("no request in flight", || (in_flight() == [0, 0]).then_some(()));
 }
 
 #[test]

@@ -441,7 +441,10 @@ impl ServerState for PickView<'_> {
 /// writes). The count shared by all workers, whose every change moves a
 /// cache line between cores, is kept only where a pick needs the sum at once:
 /// a server with a `max_connections`, or a pool balanced by load
-/// (`least-connections`, `random-two`).
+/// (`least-connections`, `random-two`). A slot keeps the counting it was
+/// taken with: after a reload that gives a server a `max_connections` or its
+/// pool such a method, the shared count misses the requests already in
+/// flight until they end (the limit may then be passed by as many).
 pub struct ActiveGuard<'a> {
     server: &'a ServerLive,
     worker: usize,

@@ -87,9 +87,12 @@ pub struct ServerLive {
     /// Address connected to.
     pub addr: SocketAddr,
     /// Requests in flight towards the server, across all workers, kept only
-    /// where a pick needs the sum at once ([`ActiveGuard::take`]); the count
-    /// to show is [`ServerLive::in_flight`].
+    /// while `shared` says a pick needs the sum at once ([`ActiveGuard`]);
+    /// the count to show is [`ServerLive::in_flight`].
     pub active: AtomicU32,
+    /// Whether `active` is kept: the server has a `max_connections`, or its
+    /// pool is balanced by load (set by each generation, [`PoolLive::new`]).
+    shared: AtomicBool,
     state: AtomicU8,
     /// Whether the pool's health probe last judged the server up; always
     /// true for a pool without a probe.
@@ -122,6 +125,7 @@ impl ServerLive {
             name: Arc::from(server.name.as_str()),
             addr: server.addr,
             active: AtomicU32::new(0),
+            shared: AtomicBool::new(false),
             state: AtomicU8::new(AdminState::Up.to_u8()),
             healthy: AtomicBool::new(true),
             failures: AtomicU32::new(0),
@@ -270,6 +274,17 @@ impl ServerLive {
     /// counts (what operators see).
     pub fn in_flight(&self) -> u32 {
         self.metrics.in_flight()
+    }
+
+    /// Keeps the count shared by the workers (`on`) or leaves it alone. Turned
+    /// on, it starts from the requests in flight now, so a limit a reload
+    /// added applies to them too (a slot taken while this runs may be off by
+    /// one until it ends).
+    pub fn share_count(&self, on: bool) {
+        if on && !self.shared.load(Ordering::Relaxed) {
+            self.active.store(self.in_flight(), Ordering::Relaxed);
+        }
+        self.shared.store(on, Ordering::Relaxed);
     }
 
     /// Whether new requests may go to this server.
@@ -439,55 +454,50 @@ impl ServerState for PickView<'_> {
 ///
 /// Every slot counts in its worker's own count (a line no other worker
 /// writes). The count shared by all workers, whose every change moves a
-/// cache line between cores, is kept only where a pick needs the sum at once:
-/// a server with a `max_connections`, or a pool balanced by load
-/// (`least-connections`, `random-two`). A slot keeps the counting it was
-/// taken with: after a reload that gives a server a `max_connections` or its
-/// pool such a method, the shared count misses the requests already in
-/// flight until they end (the limit may then be passed by as many).
+/// cache line between cores, is kept only while the server's generation says
+/// a pick needs the sum at once ([`ServerLive::share_count`]): a server with a
+/// `max_connections`, or a pool balanced by load (`least-connections`,
+/// `random-two`).
 pub struct ActiveGuard<'a> {
     server: &'a ServerLive,
     worker: usize,
-    /// The shared count was taken (and a full server's queue may wait for it).
-    shared: bool,
 }
 
 impl<'a> ActiveGuard<'a> {
-    /// Worker `worker` takes a slot on `pool`'s server `i` (`server`) unless it
-    /// already has its `max_connections` requests in flight.
+    /// Worker `worker` takes a slot on `server` unless it already has `max`
+    /// requests in flight.
     ///
     /// The balancer's look at the count and the taking are separate steps, and
     /// other workers take slots in between: only this check-and-increment in
     /// one atomic step keeps a server within its `max_connections`.
-    pub fn take(server: &'a ServerLive, worker: usize, pool: &Pool, i: usize) -> Option<Self> {
-        let max = pool.servers.get(i).and_then(|s| s.max_connections);
-        let shared = match max {
+    pub fn take(server: &'a ServerLive, worker: usize, max: Option<u32>) -> Option<Self> {
+        match max {
             Some(max) => {
                 server
                     .active
                     .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1))
                     .ok()?;
-                true
             }
-            None if balances_by_load(pool) => {
+            None if server.shared.load(Ordering::Relaxed) => {
                 server.active.fetch_add(1, Ordering::Relaxed);
-                true
             }
-            None => false,
-        };
+            None => {}
+        }
         server.metrics.in_flight_add(worker, 1);
-        Some(ActiveGuard { server, worker, shared })
+        Some(ActiveGuard { server, worker })
     }
 }
 
 impl Drop for ActiveGuard<'_> {
     fn drop(&mut self) {
-        self.server.metrics.in_flight_add(self.worker, -1);
-        if self.shared {
-            self.server.active.fetch_sub(1, Ordering::Relaxed);
-            // Only a server that can be full makes requests wait: a slot
-            // released elsewhere frees nothing a waiter waits for.
-            self.server.queue.released();
+        let server = self.server;
+        server.metrics.in_flight_add(self.worker, -1);
+        // Kept now: this slot is in it (taken while it was kept, or counted
+        // when it started being kept). Never below 0, whatever a reload raced.
+        if server.shared.load(Ordering::Relaxed) {
+            let _ = server.active.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(1)));
+            // Only a server that can be full makes requests wait.
+            server.queue.released();
         }
     }
 }
@@ -518,7 +528,7 @@ impl PoolLive {
             .map(|server| {
                 let kept = previous
                     .and_then(|p| p.servers.iter().find(|live| *live.name == *server.name && live.addr == server.addr));
-                match kept {
+                let live = match kept {
                     Some(live) => {
                         live.adopt(server);
                         live.clone()
@@ -530,7 +540,9 @@ impl PoolLive {
                         }
                         live
                     }
-                }
+                };
+                live.share_count(server.max_connections.is_some() || balances_by_load(pool));
+                live
             })
             .collect();
         PoolLive { servers, queue }
@@ -822,32 +834,41 @@ mod tests {
         // Round robin: server b (no max) counts in its workers' own slots only.
         let rr = pool("");
         let p = &rr.pools[0];
-        let (a, b) =
-            (ServerLive::new(&p.servers[0], 2, Arc::default()), ServerLive::new(&p.servers[1], 2, Arc::default()));
-        let on_b = [ActiveGuard::take(&b, 0, p, 1), ActiveGuard::take(&b, 1, p, 1), ActiveGuard::take(&b, 1, p, 1)];
+        let live = PoolLive::new(p, None, 2);
+        let (a, b) = (&*live.servers[0], &*live.servers[1]);
+        let max = |i: usize| p.servers[i].max_connections;
+        let on_b = [ActiveGuard::take(b, 0, max(1)), ActiveGuard::take(b, 1, max(1)), ActiveGuard::take(b, 1, max(1))];
         assert!(on_b.iter().all(Option::is_some));
         assert_eq!(b.in_flight(), 3, "the sum over the workers");
         assert_eq!(b.active.load(Ordering::Relaxed), 0, "no shared count without a reader");
         // Server a has a max: the shared count enforces it across workers.
-        let first = ActiveGuard::take(&a, 0, p, 0);
-        let second = ActiveGuard::take(&a, 1, p, 0);
+        let first = ActiveGuard::take(a, 0, max(0));
+        let second = ActiveGuard::take(a, 1, max(0));
         assert!(first.is_some() && second.is_some());
-        assert!(ActiveGuard::take(&a, 0, p, 0).is_none(), "full at 2, whichever worker asks");
+        assert!(ActiveGuard::take(a, 0, max(0)).is_none(), "full at 2, whichever worker asks");
         assert_eq!((a.in_flight(), a.active.load(Ordering::Relaxed)), (2, 2));
         drop(second);
         assert_eq!((a.in_flight(), a.active.load(Ordering::Relaxed)), (1, 1));
-        assert!(ActiveGuard::take(&a, 0, p, 0).is_some(), "a released slot is free again");
-        drop(on_b);
-        assert_eq!(b.in_flight(), 0);
+        assert!(ActiveGuard::take(a, 0, max(0)).is_some(), "a released slot is free again");
 
-        // Least connections reads the shared count at every pick.
+        // A reload to least connections: b's shared count starts from the three in flight,
+        // which it loses as they end.
         let lc = pool("balance = \"least-connections\"");
-        let p = &lc.pools[0];
-        let b = ServerLive::new(&p.servers[1], 2, Arc::default());
-        let guards = [ActiveGuard::take(&b, 0, p, 1), ActiveGuard::take(&b, 1, p, 1)];
-        assert_eq!((b.in_flight(), b.active.load(Ordering::Relaxed)), (2, 2));
-        drop(guards);
+        let reloaded = PoolLive::new(&lc.pools[0], Some(&live), 2);
+        assert!(Arc::ptr_eq(&reloaded.servers[1], &live.servers[1]));
+        assert_eq!(b.active.load(Ordering::Relaxed), 3);
+        let more = ActiveGuard::take(b, 0, None);
+        assert_eq!((b.in_flight(), b.active.load(Ordering::Relaxed)), (4, 4));
+        drop(on_b);
+        drop(more);
         assert_eq!((b.in_flight(), b.active.load(Ordering::Relaxed)), (0, 0));
+
+        // Back to round robin: b's shared count is left alone.
+        let _ = PoolLive::new(p, Some(&reloaded), 2);
+        let quiet = ActiveGuard::take(b, 1, None);
+        assert_eq!((b.in_flight(), b.active.load(Ordering::Relaxed)), (1, 0));
+        drop(quiet);
+        assert_eq!(b.in_flight(), 0);
     }
 
     #[test]

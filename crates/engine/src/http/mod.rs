@@ -1094,7 +1094,8 @@ async fn forward<S: ClientStream>(
             };
             // Another worker may have taken the last slot since the balancer looked:
             // then the server is full, as if the balancer had seen it so.
-            ActiveGuard::take(&live.servers[server], worker.id, pool_cfg, server).map(|s| (server, s))
+            ActiveGuard::take(&live.servers[server], worker.id, pool_cfg.servers[server].max_connections)
+                .map(|s| (server, s))
         };
         let picked = match (pick(), pool_cfg.queue) {
             (Some(picked), _) => Ok(picked),

@@ -341,7 +341,8 @@ async fn join_server<'a>(
         };
         let Some(server) = picked else { break };
         // Another worker may have taken the server's last slot since the balancer looked.
-        let Some(slot) = ActiveGuard::take(&live.servers[server], worker.id, cfg, server) else {
+        let Some(slot) = ActiveGuard::take(&live.servers[server], worker.id, cfg.servers[server].max_connections)
+        else {
             continue;
         };
         let addr = cfg.servers[server].addr;

@@ -302,6 +302,7 @@ pub(super) fn remember(list: &mut VecDeque<u32>, stream: u32, memory: usize) {
     list.push_back(stream);
 }
 
+/// A connection error with `code`, for `reason`.
 pub(super) fn err(code: u32, reason: &'static str) -> ConnError {
     ConnError { code, reason }
 }

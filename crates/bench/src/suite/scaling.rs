@@ -199,15 +199,14 @@ pub fn summarize(rows: &[Row]) -> Vec<Cell> {
             limited: same.iter().any(|o| o.limited_by.is_some()),
         });
     }
-    let bases: Vec<(String, f64)> = cells.iter().filter(|c| c.workers > 0).fold(Vec::new(), |mut b, c| {
-        if !b.iter().any(|(t, _): &(String, f64)| *t == c.target) {
-            b.push((c.target.clone(), c.rps / c.workers as f64));
-        }
-        b
-    });
-    for c in &mut cells {
-        let base = bases.iter().find(|(t, _)| *t == c.target).map_or(0.0, |b| b.1);
-        c.efficiency = if base > 0.0 { c.rps / (c.workers as f64 * base) } else { 0.0 };
+    // A target's first cell (in the order measured) is its baseline.
+    let base = |target: &str, cells: &[Cell]| {
+        cells.iter().find(|c| c.target == target).map_or(0.0, |c| c.rps / c.workers.max(1) as f64)
+    };
+    for i in 0..cells.len() {
+        let b = base(&cells[i].target, &cells);
+        let c = &mut cells[i];
+        c.efficiency = if b > 0.0 { c.rps / (c.workers as f64 * b) } else { 0.0 };
     }
     cells
 }

@@ -79,10 +79,28 @@ impl Inbound {
     /// payload already received (read before the head was written).
     pub(crate) fn chunked(recv: RecvHalf, first: Bytes) -> Self {
         let pending = if first.is_empty() { first } else { chunk(&first) };
+        Inbound { chunked: true, pending, ..Inbound::reading(Some(recv)) }
+    }
+
+    /// The body of `recv`, of `length` bytes as the request said; once they
+    /// came, `recv` goes to `tail`.
+    pub(crate) fn with_length(recv: RecvHalf, length: u64, tail: Tail) -> Self {
+        let mut inbound = Inbound { length: Some(length), tail: Some(tail), ..Inbound::reading(Some(recv)) };
+        inbound.hand_over_at_length();
+        inbound
+    }
+
+    /// A request without a body.
+    pub(crate) fn empty() -> Self {
+        Inbound { state: In::Done, ..Inbound::reading(None) }
+    }
+
+    /// Nothing received yet from `recv`, as it comes (no coding, no length).
+    fn reading(recv: Option<RecvHalf>) -> Self {
         Inbound {
-            recv: Some(recv),
-            chunked: true,
-            pending,
+            recv,
+            chunked: false,
+            pending: Bytes::new(),
             state: In::Data,
             reset_by_client: false,
             length: None,
@@ -90,24 +108,6 @@ impl Inbound {
             malformed: false,
             tail: None,
         }
-    }
-
-    /// The body of `recv`, of `length` bytes as the request said; once they
-    /// came, `recv` goes to `tail`.
-    pub(crate) fn with_length(recv: RecvHalf, length: u64, tail: Tail) -> Self {
-        let mut inbound = Inbound {
-            recv: Some(recv),
-            chunked: false,
-            pending: Bytes::new(),
-            state: In::Data,
-            reset_by_client: false,
-            length: Some(length),
-            received: 0,
-            malformed: false,
-            tail: Some(tail),
-        };
-        inbound.hand_over_at_length();
-        inbound
     }
 
     /// Once the body has its length: the stream goes to the tail, and the
@@ -121,21 +121,6 @@ impl Inbound {
         }
         self.state = In::Done;
         true
-    }
-
-    /// A request without a body.
-    pub(crate) fn empty() -> Self {
-        Inbound {
-            recv: None,
-            chunked: false,
-            pending: Bytes::new(),
-            state: In::Done,
-            reset_by_client: false,
-            length: None,
-            received: 0,
-            malformed: false,
-            tail: None,
-        }
     }
 
     /// Whether the body failed because the client reset the stream.

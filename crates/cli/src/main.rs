@@ -18,9 +18,13 @@ static ALLOCATOR: alloc::Allocator = alloc::Allocator;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
+/// The version and the build it is (`dist, profile-guided`, `release`...), named by
+/// `build.rs`: benchmark reports record this line.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("SWITCHYARD_BUILD"), ")");
+
 /// An application delivery controller: L4/L7 load balancer with its own benchmark suite.
 #[derive(Parser)]
-#[command(name = "switchyard", version, about)]
+#[command(name = "switchyard", version = VERSION, about)]
 struct Cli {
     /// Log filter (tracing syntax), e.g. `info`, `debug`, `switchyard_engine=debug`.
     #[arg(long, global = true, env = "SWITCHYARD_LOG", default_value = "info")]

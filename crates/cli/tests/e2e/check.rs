@@ -165,3 +165,16 @@ fn grpc_health_check_mistakes_are_located_with_a_hint() {
     );
     assert_eq!(stderr.lines().filter(|l| l.contains(": error: ")).count(), 2, "{stderr}");
 }
+
+/// `--version` names the build beside the version (the build profile, and whether the
+/// build was profile-guided): benchmark reports record that line.
+#[test]
+fn the_version_names_the_build() {
+    let bin = std::path::Path::new(common::binary());
+    let out = std::process::Command::new(bin).arg("--version").output().expect("run --version");
+    assert!(out.status.success());
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    // Test builds put the binary in target/<profile>/, the folder the build script reads.
+    let profile = bin.parent().and_then(|p| p.file_name()).and_then(|n| n.to_str()).expect("profile folder");
+    assert_eq!(line, format!("switchyard {} ({profile})", env!("CARGO_PKG_VERSION")));
+}

@@ -269,7 +269,8 @@ pub fn serve<S: ClientStream + 'static>(
     transport: Transport,
 ) -> impl std::future::Future<Output = ()> + 'static {
     let ip = client_ip(peer);
-    let mut idle = Some(Idle { stream, peer, ip, ip_text: IpText::new(ip), local, service, worker: worker.id, transport });
+    let mut idle =
+        Some(Idle { stream, peer, ip, ip_text: IpText::new(ip), local, service, worker: worker.id, transport });
     // Boxed while it waits for the first busy period: the future keeps a
     // pointer's room for it, not a whole scratch set's, for its whole life.
     let mut pre = (scratch.buf.capacity() > 0).then(|| Box::new(scratch));

@@ -40,6 +40,7 @@ pub use switchyard_http::route;
 
 use std::cell::Cell;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -310,6 +311,43 @@ pub fn serve<S: ClientStream + 'static>(
             conn.stream.close().await;
         }
     }
+}
+
+/// What a stream's request is served with: its connection's client and
+/// transport, and the generation and service the stream runs on.
+pub struct StreamContext {
+    /// The client's address (the stream's connection's).
+    pub peer: SocketAddr,
+    /// The generation the stream runs on.
+    pub local: Rc<Local>,
+    /// The service's index in that generation.
+    pub service: usize,
+    /// The worker serving the connection.
+    pub worker: Rc<Worker>,
+    /// The connection's transport facts (TLS, HTTP/2 or HTTP/3).
+    pub transport: Transport,
+}
+
+/// Serves the one request of an HTTP/2 or HTTP/3 stream, whose decoded head
+/// is in `scratch`: the busy period of [`serve`] alone, with no wait for a
+/// next request (a stream carries one) and no connection counted (the
+/// stream's connection is). Boxed here, where it is made: the request's
+/// state is written into its box once, with no future of [`serve`]'s and no
+/// box of the scratch set in between.
+pub fn serve_stream<S: ClientStream + 'static>(
+    stream: S,
+    scratch: Scratch,
+    cx: StreamContext,
+) -> Pin<Box<dyn std::future::Future<Output = ()>>> {
+    let StreamContext { peer, local, service, worker, transport } = cx;
+    let ip = client_ip(peer);
+    let conn = Idle { stream, peer, ip, ip_text: IpText::new(ip), local, service, worker: worker.id, transport };
+    let period = Box::write(Box::new_uninit(), async move {
+        if conn.service < conn.local.gen.config.services.len() {
+            busy(conn, scratch, &worker, true).await;
+        }
+    });
+    Box::into_pin(period)
 }
 
 /// Serves the requests whose bytes have arrived, until the connection would

@@ -8,7 +8,7 @@
 //! writes what the codec queued — every frame of a turn in one write.
 //!
 //! There is one request pipeline. Each HTTP/2 stream is served by
-//! [`crate::http::serve`] inside the connection's task (no task per stream),
+//! [`crate::http::serve_stream`] inside the connection's task (no task per stream),
 //! the stream itself being the pipeline's client connection ([`stream`]):
 //! routing, persistence, caching, rewriting, picking, forwarding and logging
 //! behave exactly as for HTTP/1.1. The request head reaches the pipeline
@@ -231,6 +231,7 @@ pub(crate) async fn serve_with<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
         rbuf,
         filled: pre.len(),
         streams: FuturesUnordered::new(),
+        started: Vec::new(),
         resets: Tally::new(settings.max_resets, now),
         control: Tally::new(settings.max_control_frames, now),
         going_away: false,
@@ -302,7 +303,9 @@ struct Driver<IO> {
     /// Bytes read and not yet taken by the codec: `rbuf[..filled]`.
     rbuf: Vec<u8>,
     filled: usize,
-    streams: FuturesUnordered<Pin<Box<dyn std::future::Future<Output = Ended>>>>,
+    streams: FuturesUnordered<StreamFuture>,
+    /// Streams a decode started, to join `streams` once the codec is let go.
+    started: Vec<StreamFuture>,
     resets: Tally,
     control: Tally,
     /// GOAWAY went out: the connection ends once its streams are done.
@@ -440,7 +443,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
     /// streams; the defences count what it saw.
     fn decode(&mut self) -> Result<(), End> {
         let shared = self.shared.clone();
-        let mut started = Vec::new();
+        // Kept between turns: no allocation, and no growing copy, per decode.
+        let mut started = std::mem::take(&mut self.started);
         let mut peer_resets = 0u32;
         let result = {
             let mut wire = shared.wire.borrow_mut();
@@ -455,9 +459,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             wake_writers(&mut wire);
             result
         };
-        for (id, scratch, head) in started {
-            self.streams.push(Box::pin(stream::serve(id, scratch, head, shared.clone())));
+        for stream in started.drain(..) {
+            self.streams.push(stream);
         }
+        self.started = started;
         let counts = shared.wire.borrow_mut().codec.take_counts();
         let now = Instant::now();
         let frames = counts.control + counts.empty;
@@ -493,13 +498,17 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
     }
 }
 
+/// A stream's future, boxed where it is made: its request's head and scratch
+/// set are moved once, into the box.
+type StreamFuture = Pin<Box<dyn std::future::Future<Output = Ended>>>;
+
 /// One event of the codec, for the streams (`started`: requests to serve;
 /// `released`: body bytes of streams no longer served, whose room goes back).
 fn on_event(
     event: Event<'_>,
     slots: &mut StreamMap<Slot>,
-    shared: &Shared,
-    started: &mut Vec<(u32, crate::worker::Scratch, switchyard_http::parse::RequestHead)>,
+    shared: &Rc<Shared>,
+    started: &mut Vec<StreamFuture>,
     released: &mut Vec<(u32, usize)>,
     peer_resets: &mut u32,
 ) {
@@ -515,7 +524,8 @@ fn on_event(
                 return;
             };
             slots.insert(stream, Slot { end: end_stream, ..Slot::default() });
-            started.push((stream, scratch, head));
+            // Made now, polled once the codec is let go (the stream borrows it).
+            started.push(Box::pin(self::stream::serve(stream, scratch, head, shared.clone())));
         }
         Event::Data { stream, data, end_stream } => match slots.get_mut(&stream) {
             Some(slot) => {

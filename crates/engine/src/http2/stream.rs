@@ -35,6 +35,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::Shared;
+use crate::http::StreamContext;
 use crate::translate::data::{chunk, may_trail};
 use crate::transport::{Resets, Sink, StreamClient};
 use crate::worker::Scratch;
@@ -93,17 +94,16 @@ pub(super) async fn serve(id: u32, mut scratch: Scratch, head: RequestHead, conn
         resets: resets.clone(),
     };
     let (local, service) = conn.current();
-    // Boxed: the pipeline's future is large, and a stream's future is moved
-    // into the connection's set of streams before it starts.
-    let pipeline = Box::pin(crate::http::serve(
-        client,
-        conn.peer,
-        scratch,
+    // Boxed (by `serve_stream`): the pipeline's future is large, and a
+    // stream's future is moved into the connection's set of streams.
+    let cx = StreamContext {
+        peer: conn.peer,
         local,
         service,
-        conn.worker.clone(),
-        conn.transport.clone(),
-    ));
+        worker: conn.worker.clone(),
+        transport: conn.transport.clone(),
+    };
+    let pipeline = crate::http::serve_stream(client, scratch, cx);
     let reset = std::future::poll_fn(|cx| watch(&conn, id, &resets, cx));
     let peer_reset = tokio::select! {
         biased;

@@ -2,7 +2,7 @@
 //! of an `https` service's listeners, with `http3` on.
 //!
 //! There is one request pipeline. Each HTTP/3 request stream is served by
-//! [`crate::http::serve`] inside its QUIC connection's task (no task per
+//! [`crate::http::serve_stream`] inside its QUIC connection's task (no task per
 //! stream; every ready stream finishes before the connection is polled
 //! again), the stream itself being the pipeline's client connection
 //! ([`stream`]): routing, persistence, caching, rewriting, picking,

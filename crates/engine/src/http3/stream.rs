@@ -53,6 +53,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use super::body::{Inbound, Outbound, RecvHalf, Step, Tail};
 use super::quic::Stopped;
 use super::Shared;
+use crate::http::StreamContext;
 use crate::translate::data::trailer_map;
 use crate::translate::head;
 use crate::transport::{Resets, Sink, StreamClient};
@@ -148,8 +149,8 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
     let client = H3Client { rd, wr: Wr { out: wr.clone() }, local: conn.local_addr, resets: resets.clone() };
     let (local, service) = conn.current();
     let peer = conn.connection.remote_address();
-    let pipeline =
-        crate::http::serve(client, peer, scratch, local, service, conn.worker.clone(), conn.transport.clone());
+    let cx = StreamContext { peer, local, service, worker: conn.worker.clone(), transport: conn.transport.clone() };
+    let pipeline = crate::http::serve_stream(client, scratch, cx);
     let cut = tokio::select! {
         biased;
         () = reset_by_client(&resets, stopped) => Some(Cut::PeerReset),

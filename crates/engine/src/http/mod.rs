@@ -337,9 +337,9 @@ pub struct StreamContext {
 pub fn serve_stream<S: ClientStream + 'static>(
     stream: S,
     scratch: Scratch,
-    cx: StreamContext,
+    context: StreamContext,
 ) -> Pin<Box<dyn std::future::Future<Output = ()>>> {
-    let StreamContext { peer, local, service, worker, transport } = cx;
+    let StreamContext { peer, local, service, worker, transport } = context;
     let ip = client_ip(peer);
     let conn = Idle { stream, peer, ip, ip_text: IpText::new(ip), local, service, worker: worker.id, transport };
     let period = Box::write(Box::new_uninit(), async move {
@@ -2048,13 +2048,11 @@ fn client_ip(peer: SocketAddr) -> IpAddr {
     }
 }
 
-/// The client's address as the forwarding headers write it. An IPv4 address
-/// is written octet by octet: `to_string` goes through the formatting
-/// machinery (about a thousand instructions), paid per connection, and per
-/// stream on HTTP/2 and HTTP/3.
-/// An IP address as text, kept inline: writing it allocates nothing, for
-/// each connection and each HTTP/2 or HTTP/3 stream. 45 bytes hold the
-/// longest form (an IPv6 address ending in dotted IPv4).
+/// The client's address as the forwarding headers write it, kept inline:
+/// made for each connection and each HTTP/2 or HTTP/3 stream, it allocates
+/// nothing. An IPv4 address is written octet by octet (`to_string` goes
+/// through the formatting machinery, about a thousand instructions); 45
+/// bytes hold the longest form of either family.
 #[derive(Clone, Copy)]
 struct IpText {
     len: u8,
@@ -2091,6 +2089,7 @@ impl IpText {
         text
     }
 
+    /// The text.
     fn as_str(&self) -> &str {
         std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
     }

@@ -96,14 +96,14 @@ pub(super) async fn serve(id: u32, mut scratch: Scratch, head: RequestHead, conn
     let (local, service) = conn.current();
     // Boxed (by `serve_stream`): the pipeline's future is large, and a
     // stream's future is moved into the connection's set of streams.
-    let cx = StreamContext {
+    let context = StreamContext {
         peer: conn.peer,
         local,
         service,
         worker: conn.worker.clone(),
         transport: conn.transport.clone(),
     };
-    let pipeline = crate::http::serve_stream(client, scratch, cx);
+    let pipeline = crate::http::serve_stream(client, scratch, context);
     let reset = std::future::poll_fn(|cx| watch(&conn, id, &resets, cx));
     let peer_reset = tokio::select! {
         biased;

@@ -149,8 +149,9 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
     let client = H3Client { rd, wr: Wr { out: wr.clone() }, local: conn.local_addr, resets: resets.clone() };
     let (local, service) = conn.current();
     let peer = conn.connection.remote_address();
-    let cx = StreamContext { peer, local, service, worker: conn.worker.clone(), transport: conn.transport.clone() };
-    let pipeline = crate::http::serve_stream(client, scratch, cx);
+    let context =
+        StreamContext { peer, local, service, worker: conn.worker.clone(), transport: conn.transport.clone() };
+    let pipeline = crate::http::serve_stream(client, scratch, context);
     let cut = tokio::select! {
         biased;
         () = reset_by_client(&resets, stopped) => Some(Cut::PeerReset),

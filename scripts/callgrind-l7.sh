@@ -31,8 +31,19 @@
 # programs compare less than those of two builds: how fast they run also depends on the
 # memory they touch, which callgrind does not count.
 #
+# CONNS sets how many connections carry the requests at once (with STREAMS streams each for
+# HTTP/2: 50 x 10 puts 500 requests in flight, where every stream's memory is cold when it is
+# next touched). TOOL=cachegrind counts with valgrind's cache simulator instead (32 KiB L1s
+# and a 512 KiB last level, one core's L2 here, unless LL says otherwise) and reports, per
+# request, instructions, L1 instruction misses, L1 data read and write misses and
+# last-level read and write misses: how much memory a request touches cold, which
+# instruction counts do not see. HAProxy takes PROTO=h2c POOL=h2 too (`proto h2` on its
+# servers).
+#
 # Usage: scripts/callgrind-l7.sh BINARY [BINARY...]
 # Environment: REQUESTS=2000, PER_CONN=0 (requests per connection; 0 = all on one),
+#              CONNS=1 (connections at once; PER_CONN, when set, decides instead),
+#              TOOL=callgrind (or cachegrind), LL=524288,8,64 (cachegrind's last level),
 #              PROTO=h1 (or h2c, or h2 over TLS), STREAMS=10 (h2 streams at a time),
 #              POOL=h1 (or h2), SIZE=128, CACHE=0 (or 1: cache hits),
 #              BASE_PORT=29000, OUT (default bench-out/callgrind-l7-<timestamp>).
@@ -47,6 +58,9 @@ POOL=${POOL:-h1}
 SIZE=${SIZE:-128}
 CACHE=${CACHE:-0}
 BASE_PORT=${BASE_PORT:-29000}
+CONNS=${CONNS:-1}
+TOOL=${TOOL:-callgrind}
+LL=${LL:-524288,8,64}
 OUT=${OUT:-$ROOT/bench-out/callgrind-l7-$(date +%Y%m%d-%H%M%S)}
 [[ $# -ge 1 ]] || { echo "usage: $0 BINARY [BINARY...]" >&2; exit 2; }
 for tool in valgrind h2load curl openssl; do
@@ -111,6 +125,9 @@ $pool_protocol
 servers = [{ address = "$ORIGIN" }]
 EOF
 
+haproxy_bind="" haproxy_proto=""
+[[ $PROTO == h2c ]] && haproxy_bind="proto h2"
+[[ $POOL == h2 ]] && haproxy_proto="proto h2"
 cat >"$OUT/haproxy.cfg" <<EOF
 global
     nbthread 1
@@ -126,14 +143,14 @@ defaults
     timeout client 60s
     timeout server 30s
 frontend web
-    bind $LISTEN
+    bind $LISTEN $haproxy_bind
     http-request set-header X-Forwarded-Proto http
     use_backend images if { path_end .png }
     default_backend main
 backend main
-    server a $ORIGIN
+    server a $ORIGIN $haproxy_proto
 backend images
-    server c $ORIGIN
+    server c $ORIGIN $haproxy_proto
 EOF
 
 # The origin simulator comes with switchyard: the first switchyard binary given.
@@ -141,8 +158,8 @@ origin_bin=""
 for bin in "$@"; do
     if [[ $bin != haproxy ]]; then
         origin_bin=${origin_bin:-$bin}
-    elif [[ $PROTO != h1 || $POOL != h1 || $CACHE != 0 ]]; then
-        echo "haproxy: only with PROTO=h1 POOL=h1 CACHE=0" >&2
+    elif [[ $PROTO == h2 || $CACHE != 0 ]]; then
+        echo "haproxy: only with PROTO=h1 or h2c and CACHE=0" >&2
         exit 2
     fi
 done
@@ -156,12 +173,16 @@ instructions() {
     local bin=$1 count=$2 tag=$3
     local cmd=("$bin" run -c "$OUT/switchyard.toml")
     [[ $bin == haproxy ]] && cmd=(haproxy -f "$OUT/haproxy.cfg" -db)
-    valgrind --tool=callgrind --callgrind-out-file="$OUT/$tag.$count.out" \
+    local tool=(--tool=callgrind --callgrind-out-file="$OUT/$tag.$count.out")
+    [[ $TOOL == cachegrind ]] &&
+        tool=(--tool=cachegrind --cache-sim=yes --I1=32768,8,64 --D1=32768,8,64 --LL="$LL"
+            --cachegrind-out-file="$OUT/$tag.$count.out")
+    valgrind "${tool[@]}" \
         "${cmd[@]}" >"$OUT/$tag.$count.log" 2>&1 &
     local pid=$!
     wait_port "$LISTEN" "$front_scheme"
     if [[ $count -gt 0 ]]; then
-        local conns=1
+        local conns=$CONNS
         [[ $PER_CONN -gt 0 ]] && conns=$((count / PER_CONN))
         local shape=(--h1 -m 1)
         [[ $PROTO == h2c || $PROTO == h2 ]] && shape=(-m "$STREAMS")
@@ -180,16 +201,33 @@ instructions() {
     kill -TERM "$pid"
     wait "$pid" || true
     # The probe of wait_port is one request too, in both runs: it cancels out.
-    sed -n 's/^summary: \([0-9]*\).*/\1/p' "$OUT/$tag.$count.out" | tail -1
+    # callgrind's summary is instructions; cachegrind's, with the cache simulator, is
+    # Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw (the reads and writes themselves left out).
+    local events
+    events=$(sed -n 's/^summary: //p' "$OUT/$tag.$count.out" | tail -1)
+    if [[ $TOOL == cachegrind ]]; then
+        read -r ir i1 _ _ d1r dlr _ d1w dlw <<<"$events"
+        echo "$ir $i1 $d1r $d1w $dlr $dlw"
+    else
+        echo "${events%% *}"
+    fi
 }
 
-printf '| binary | instructions per request |\n|---|---:|\n' | tee "$OUT/summary.md"
+if [[ $TOOL == cachegrind ]]; then
+    printf '| binary | instructions | L1i misses | L1d read misses | L1d write misses | LL read misses | LL write misses |\n|---|---:|---:|---:|---:|---:|---:|\n' |
+        tee "$OUT/summary.md"
+else
+    printf '| binary | instructions per request |\n|---|---:|\n' | tee "$OUT/summary.md"
+fi
 i=0
 for bin in "$@"; do
     i=$((i + 1))
     tag=bin$i
-    full=$(instructions "$bin" "$REQUESTS" "$tag")
-    none=$(instructions "$bin" 0 "$tag")
-    per=$(( (full - none) / REQUESTS ))
-    printf '| %s | %s |\n' "$bin" "$per" | tee -a "$OUT/summary.md"
+    read -ra full <<<"$(instructions "$bin" "$REQUESTS" "$tag")"
+    read -ra none <<<"$(instructions "$bin" 0 "$tag")"
+    row="| $bin |"
+    for k in "${!full[@]}"; do
+        row="$row $(( (full[k] - none[k]) / REQUESTS )) |"
+    done
+    echo "$row" | tee -a "$OUT/summary.md"
 done

@@ -25,7 +25,10 @@ use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 
+use bytes::Bytes;
 use switchyard_http::head_writer::FieldList;
+
+pub use crate::translate::data::Trailers;
 
 /// Facts about the connection's transport the pipeline reports and routes on.
 #[derive(Debug, Clone, Default)]
@@ -66,7 +69,7 @@ impl Transport {
 /// A client connection the HTTP/1.1 pipeline can serve.
 pub trait ClientStream: AsyncRead + AsyncWrite + Sink + Unpin {
     /// The read half of [`ClientStream::halves`].
-    type Rd<'a>: AsyncRead + Unpin
+    type Rd<'a>: Source
     where
         Self: 'a;
     /// The write half of [`ClientStream::halves`].
@@ -137,6 +140,49 @@ impl ClientStream for TcpStream {
     }
 }
 
+/// One part of a message body as a codec that frames bodies (HTTP/2,
+/// HTTP/3) gives or takes it: the pipeline relays a body between two such
+/// codecs part by part ([`crate::http::body`]'s `pump_parts`), with no
+/// HTTP/1.1 chunked coding written on one side and scanned on the other.
+#[derive(Debug)]
+pub enum Part {
+    /// Payload bytes; `true`: the body ends with them (no trailers follow).
+    Data(Bytes, bool),
+    /// The trailers, which end the body.
+    Trailers(Trailers),
+    /// The end of the body, with nothing more (no payload, no trailers).
+    End,
+}
+
+/// A body's source as the relay reads it: bytes ([`AsyncRead`], HTTP/1.1
+/// framing included), or, from a codec that frames bodies, [`Part`]s.
+pub trait Source: AsyncRead + Unpin {
+    /// Whether the rest of the body can be read as parts: a framed codec's
+    /// body none of which was read as bytes yet.
+    fn gives_parts(&self) -> bool {
+        false
+    }
+
+    /// Where [`Source::gives_parts`]: the body's next part. Not called
+    /// again once a part ended the body.
+    fn poll_part(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<Part>> {
+        Poll::Ready(Err(io::ErrorKind::Unsupported.into()))
+    }
+}
+
+impl<T: Source + ?Sized> Source for &mut T {
+    fn gives_parts(&self) -> bool {
+        (**self).gives_parts()
+    }
+
+    fn poll_part(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Part>> {
+        (**self).poll_part(cx)
+    }
+}
+
+impl Source for ReadHalf<'_> {}
+impl Source for DuplexStream {}
+
 /// A socket half (or whole socket) the relay can write to, with a
 /// non-blocking first attempt that spares arming a timer. Streams that
 /// cannot write without waiting (TLS) answer `WouldBlock` to both attempts.
@@ -167,6 +213,21 @@ pub trait Sink: AsyncWrite + Unpin {
     /// the framing the list says. Others refuse.
     fn send_fields(&mut self, _head: &FieldList) -> io::Result<()> {
         Err(io::ErrorKind::Unsupported.into())
+    }
+
+    /// Whether the body that follows the head can be written as parts
+    /// ([`Sink::poll_send_part`]): a codec that frames bodies, none of
+    /// whose body was written as bytes yet.
+    fn takes_parts(&self) -> bool {
+        false
+    }
+
+    /// Where [`Sink::takes_parts`]: takes `part`, ready once it is taken
+    /// whole (payload beyond the peer's window is held, at most one part's,
+    /// and sent as the window opens; a later part or the stream's end waits
+    /// for it). Payload taken is removed from the front of a `Data` part.
+    fn poll_send_part(&mut self, _cx: &mut Context<'_>, _part: &mut Part) -> Poll<io::Result<()>> {
+        Poll::Ready(Err(io::ErrorKind::Unsupported.into()))
     }
 }
 
@@ -221,6 +282,14 @@ where
     fn send_fields(&mut self, head: &FieldList) -> io::Result<()> {
         self.wr.send_fields(head)
     }
+
+    fn takes_parts(&self) -> bool {
+        self.wr.takes_parts()
+    }
+
+    fn poll_send_part(&mut self, cx: &mut Context<'_>, part: &mut Part) -> Poll<io::Result<()>> {
+        self.wr.poll_send_part(cx, part)
+    }
 }
 
 impl<R: AsyncRead + Unpin, W: Unpin> AsyncRead for StreamClient<R, W> {
@@ -243,7 +312,7 @@ impl<R: Unpin, W: AsyncWrite + Unpin> AsyncWrite for StreamClient<R, W> {
     }
 }
 
-impl<R: AsyncRead + Unpin, W: Sink> ClientStream for StreamClient<R, W> {
+impl<R: Source, W: Sink> ClientStream for StreamClient<R, W> {
     type Rd<'a>
         = &'a mut R
     where
@@ -289,6 +358,14 @@ impl<T: Sink + ?Sized> Sink for &mut T {
 
     fn send_fields(&mut self, head: &FieldList) -> io::Result<()> {
         (**self).send_fields(head)
+    }
+
+    fn takes_parts(&self) -> bool {
+        (**self).takes_parts()
+    }
+
+    fn poll_send_part(&mut self, cx: &mut Context<'_>, part: &mut Part) -> Poll<io::Result<()>> {
+        (**self).poll_send_part(cx, part)
     }
 }
 

@@ -2,7 +2,8 @@
 //! `aioquic`'s QUIC and HTTP/3 stacks (`tests/h3/client.py`, run by the project's venv,
 //! `.tools/venv`, which scripts/test.sh makes). Each request stream goes through the same
 //! phases as HTTP/1.1: GET and POST bodies byte-exact (1 MiB each way), the `.png` rule,
-//! cookie persistence, compression, a cache hit, response trailers, 100 concurrent
+//! cookie persistence, compression, a cache hit, response trailers, trailers both ways
+//! to an HTTP/2 server (bodies as frames, with or without a length), 100 concurrent
 //! streams on one connection, a client that moves to another UDP port mid-connection,
 //! and `Alt-Svc` on the service's TCP side; Retry (address validation) always, and under
 //! a flood of half-open handshakes, counted in the metrics. With several workers (ADR
@@ -462,6 +463,38 @@ fn response_trailers_reach_the_client() {
     let reply = answer.result(0);
     assert_eq!((reply.status(), reply.body()), (200, b"hello world".to_vec()));
     assert_eq!(reply.trailer("x-checksum").as_deref(), Some("abc"), "{:?}", reply.0);
+}
+
+#[test]
+fn trailers_cross_to_and_from_an_http2_server_as_frames() {
+    // HTTP/3 client, HTTP/2 server: the bodies go as parts both ways (no chunked coding in
+    // between), so the request's trailers reach the server and its trailers come back,
+    // after bodies with a `content-length` too.
+    let Some(python) = python() else { return };
+    let (seen_tx, seen) = std::sync::mpsc::channel();
+    let server = common::trailer_echo_server(seen_tx);
+    let front = Front::start(&[("main", &[server], "protocol = \"h2\"")], "");
+    let body = "a body that crosses as frames ".repeat(100);
+    let request = |path: &str, length: bool| {
+        let mut headers = vec![json!(["te", "trailers"])];
+        if length {
+            headers.push(json!(["content-length", body.len().to_string()]));
+        }
+        json!({
+            "method": "POST", "path": path, "headers": headers,
+            "body_hex": hex(body.as_bytes()), "trailers": [["x-up", "h3"], ["content-length", "1"]],
+        })
+    };
+    let requests = vec![request("/length", true), request("/length", false), request("/none", false)];
+    let answer = front.h3(&python, json!({ "requests": requests }));
+    for i in 0..3 {
+        let reply = answer.result(i);
+        assert_eq!((reply.status(), reply.body()), (200, body.as_bytes().to_vec()), "{i}: {:?}", reply.0);
+        assert_eq!(reply.trailer("x-up").as_deref(), Some("h3"), "{i}: {:?}", reply.0);
+        assert_eq!(reply.trailer("x-from").as_deref(), Some("server"), "{i}: {:?}", reply.0);
+        assert_eq!(reply.trailer("content-length"), None, "{i}: {:?}", reply.0);
+        assert_eq!(seen.try_recv(), Ok(false), "a transfer-encoding field reached the server");
+    }
 }
 
 #[test]

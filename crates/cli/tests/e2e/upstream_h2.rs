@@ -3,7 +3,8 @@
 //! both ways, many client connections multiplexed over few server connections, status codes
 //! and timeouts, a server that dies and comes back, a server that only speaks HTTP/1.1, the
 //! refused WebSocket switch, reset codes both ways, a refused stream retried on another
-//! server (a POST too, with its body), and a server's 103 Early Hints relayed.
+//! server (a POST too, with its body), a server's 103 Early Hints relayed, and trailers
+//! both ways after bodies with and without a length.
 
 use crate::common;
 
@@ -12,7 +13,10 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 
 use common::pki::Pki;
-use common::{free_port, proxy_addr, temp_dir, wait_for, write_temp, Client, Origin, OriginProcess, Proxy};
+use common::{
+    free_port, h2c_test_server, proxy_addr, temp_dir, trailer_echo_server, wait_for, write_temp, Client, Origin,
+    OriginProcess, Proxy,
+};
 
 /// One service on `listen` whose default pool `main` speaks h2 to `servers`; `pool_extra`
 /// goes into the pool table, `service_extra` into the service table.
@@ -300,28 +304,6 @@ fn a_websocket_upgrade_to_an_h2_pool_is_refused_with_502() {
     assert_eq!(origin.requests(), 1);
 }
 
-/// An h2c test server on a thread of its own: each accepted connection is served by the
-/// future `serve` makes of it.
-fn h2c_test_server<F, Fut>(serve: F) -> SocketAddr
-where
-    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    listener.set_nonblocking(true).expect("nonblocking");
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-            while let Ok((tcp, _)) = listener.accept().await {
-                tokio::spawn(serve(tcp));
-            }
-        });
-    });
-    addr
-}
-
 /// An h2c server for the reset tests: `/refuse` is refused (REFUSED_STREAM) before any
 /// response; `/cut` answers a head and 5 bytes, then resets with ENHANCE_YOUR_CALM; `/wait`
 /// reads its request body and reports on `seen` the code of the reset that ends it.
@@ -498,4 +480,93 @@ fn early_hints_from_an_h2_server_reach_an_http1_client() {
     let (hints, fin) = (text.find("HTTP/1.1 103 Early Hints\r\n"), text.find("HTTP/1.1 200 OK\r\n"));
     assert!(hints.is_some_and(|h| fin.is_some_and(|f| h < f)), "{text}");
     assert!(text[..fin.unwrap_or(0)].contains("link: </style.css>; rel=preload\r\n"), "{text}");
+}
+
+#[test]
+fn trailers_cross_between_http2_clients_and_servers_with_or_without_a_length() {
+    // Between two HTTP/2 sides a body goes as frames: payload, trailers, end. Trailers reach
+    // the other side also after a body with a `content-length`, which HTTP/1.1 framing
+    // could not carry; fields that may not trail (`content-length` here) are dropped.
+    let (seen_tx, seen) = std::sync::mpsc::channel();
+    let server = trailer_echo_server(seen_tx);
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&h2_config(listen, &[server], "", ""), listen);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(listen).await.expect("connect");
+        let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+        tokio::spawn(conn);
+        let mut client = client.ready().await.expect("ready");
+        for (path, request_length) in [("/length", true), ("/length", false), ("/none", true), ("/none", false)] {
+            let payload = format!("body for {path}, request length {request_length}: ").repeat(40);
+            let mut head = http::Request::post(format!("http://t{path}")).header("te", "trailers");
+            if request_length {
+                head = head.header("content-length", payload.len());
+            }
+            let (response, mut up) = client.send_request(head.body(()).expect("request"), false).expect("send");
+            let (first, rest) = payload.as_bytes().split_at(100);
+            up.send_data(bytes::Bytes::copy_from_slice(first), false).expect("data");
+            up.send_data(bytes::Bytes::copy_from_slice(rest), false).expect("data");
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("x-up", http::HeaderValue::from_static("client"));
+            trailers.insert("content-length", http::HeaderValue::from_static("1"));
+            up.send_trailers(trailers).expect("trailers");
+
+            let response = response.await.expect("response");
+            let (parts, mut body) = response.into_parts();
+            assert_eq!(parts.status, 200, "{}", proxy.log());
+            assert_eq!(parts.headers.get("content-length").is_some(), path == "/length", "{path}: {:?}", parts.headers);
+            let mut got = Vec::new();
+            while let Some(data) = body.data().await {
+                let data = data.expect("data");
+                let _ = body.flow_control().release_capacity(data.len());
+                got.extend_from_slice(&data);
+            }
+            assert_eq!(String::from_utf8_lossy(&got), payload, "{path} {request_length}");
+            let trailers = body.trailers().await.expect("trailers").expect("some trailers");
+            assert_eq!(trailers.get("x-up").map(|v| v.as_bytes()), Some(&b"client"[..]), "{path}: {trailers:?}");
+            assert_eq!(trailers.get("x-from").map(|v| v.as_bytes()), Some(&b"server"[..]), "{trailers:?}");
+            assert!(trailers.get("content-length").is_none(), "{trailers:?}");
+            assert_eq!(seen.try_recv(), Ok(false), "a transfer-encoding field reached the server");
+        }
+    });
+}
+
+#[test]
+fn trailers_cross_between_http1_chunked_bodies_and_http2_servers() {
+    // An HTTP/1.1 client's chunked body: its trailer section reaches the HTTP/2 server as
+    // trailers; the server's answer without a length comes back chunked with its trailers
+    // as the trailer section, payload split in chunks as it came.
+    let (seen_tx, seen) = std::sync::mpsc::channel();
+    let server = trailer_echo_server(seen_tx);
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&h2_config(listen, &[server], "", ""), listen);
+    let mut tcp = std::net::TcpStream::connect(listen).expect("connect");
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10))).expect("timeout");
+    tcp.write_all(
+        b"POST /none HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n\
+          5\r\nhello\r\n6\r\n world\r\n0\r\nx-up: h1\r\n\r\n",
+    )
+    .expect("request");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let end = |got: &[u8]| {
+        let text = String::from_utf8_lossy(got);
+        text.find("\r\n0\r\n").is_some_and(|at| text[at..].ends_with("\r\n\r\n"))
+    };
+    while !end(&got) {
+        let n = tcp.read(&mut buf).expect("read");
+        assert!(n > 0, "closed after {:?}\n{}", String::from_utf8_lossy(&got), proxy.log());
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got);
+    let (head, body) = text.split_once("\r\n\r\n").expect("head");
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(head.to_ascii_lowercase().contains("transfer-encoding: chunked"), "{text}");
+    let (chunks, trailer_section) = body.split_once("0\r\n").expect("last chunk");
+    let payload: String = chunks.split("\r\n").skip(1).step_by(2).collect();
+    assert_eq!(payload, "hello world", "{text}");
+    assert!(trailer_section.contains("x-up: h1\r\n"), "{text}");
+    assert!(trailer_section.contains("x-from: server\r\n"), "{text}");
+    assert_eq!(seen.try_recv(), Ok(false), "a transfer-encoding field reached the server");
 }

@@ -33,7 +33,9 @@ A request may carry "expect_continue": true: its body is sent only once a
 `100 Continue` came (the request's headers should include expect: 100-continue);
 and "raw_names": true: its header names are sent as given, not lower-cased; and
 "late_hex": its body is sent without ending the stream, then, "late_pause" seconds
-later (default 0.2), these bytes as one more DATA frame that ends it.
+later (default 0.2), these bytes as one more DATA frame that ends it; and
+"trailers": [[name, value]...]: sent as trailing HEADERS that end the stream, after
+the body.
 
 Answer: {"results": [{"status", "headers", "body_hex", "trailers", "interim"} or {"error"}...],
          "ports": [local port of each socket used],
@@ -116,7 +118,7 @@ class Client(QuicConnectionProtocol):
                 exchange.finish()
 
     async def request(self, method, authority, path, headers, body, expect_continue=False, raw_names=False,
-                      late=None, late_pause=0.2) -> Exchange:
+                      late=None, late_pause=0.2, trailers=None) -> Exchange:
         if self.closed is not None:
             raise RuntimeError(f"connection closed with code {self.closed}")
         stream_id = self._quic.get_next_available_stream_id()
@@ -128,7 +130,8 @@ class Client(QuicConnectionProtocol):
             (b":authority", authority.encode()),
             (b":path", path.encode()),
         ] + [((k if raw_names else k.lower()).encode(), v.encode()) for k, v in headers]
-        self.http.send_headers(stream_id, fields, end_stream=not body and late is None)
+        ends = late is None and not trailers
+        self.http.send_headers(stream_id, fields, end_stream=not body and ends)
         if body and expect_continue:
             self.transmit()
             await asyncio.wait_for(asyncio.shield(exchange.continued), 30)
@@ -136,7 +139,9 @@ class Client(QuicConnectionProtocol):
             # In pieces, so a large body spans many DATA frames.
             for at in range(0, len(body), 64 * 1024):
                 last = at + 64 * 1024 >= len(body)
-                self.http.send_data(stream_id, body[at : at + 64 * 1024], end_stream=last and late is None)
+                self.http.send_data(stream_id, body[at : at + 64 * 1024], end_stream=last and ends)
+        if trailers:
+            self.http.send_headers(stream_id, [(k.encode(), v.encode()) for k, v in trailers], end_stream=True)
         self.transmit()
         if late is not None:
             await asyncio.sleep(late_pause)
@@ -215,6 +220,7 @@ async def one(client, plan, req, jar) -> dict:
             req.get("raw_names", False),
             bytes.fromhex(req["late_hex"]) if "late_hex" in req else None,
             req.get("late_pause", 0.2),
+            req.get("trailers"),
         )
     except Exception as e:  # reported per request: the test decides
         return {"error": f"{type(e).__name__}: {e}"}

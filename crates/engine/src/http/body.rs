@@ -4,6 +4,12 @@
 //! the other through one bounded buffer, and a chunked body is passed through
 //! verbatim while [`ChunkedScanner`] validates its framing and finds its end,
 //! so bytes of a pipelined next message are never forwarded with this one.
+//!
+//! Between two codecs that frame bodies (an HTTP/2 or HTTP/3 client stream
+//! and an HTTP/2 server stream) the body goes part by part instead
+//! ([`pump_parts`]): payload, trailers, end, as the codecs give and take
+//! them, with no chunked coding written on one side and scanned again on
+//! the other.
 
 use std::io;
 use std::time::Duration;
@@ -11,6 +17,8 @@ use std::time::Duration;
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
+
+use crate::transport::{Part, Source, Trailers};
 
 use switchyard_http::chunked::ChunkedScanner;
 use switchyard_http::parse::Framing;
@@ -54,6 +62,12 @@ pub struct Body {
     eof_ends: bool,
     decode: bool,
     last: bool,
+    /// The trailers are kept for [`Body::trailer`].
+    keep: bool,
+    /// The trailers of a body relayed as parts, when kept.
+    trailers: Option<Box<Trailers>>,
+    /// A body relayed as parts ended (its last part came).
+    parts_ended: bool,
 }
 
 impl Body {
@@ -80,7 +94,17 @@ impl Body {
             Framing::Chunked => Remaining::Chunked(ChunkedScanner::new()),
             Framing::UntilClose => Remaining::UntilClose,
         };
-        Body { remaining, limit: None, total: 0, eof_ends: false, decode: false, last: false }
+        Body {
+            remaining,
+            limit: None,
+            total: 0,
+            eof_ends: false,
+            decode: false,
+            last: false,
+            keep: false,
+            trailers: None,
+            parts_ended: false,
+        }
     }
 
     /// Sends a chunked body decoded: payload only, no chunk framing or trailers.
@@ -103,11 +127,15 @@ impl Body {
         if let Remaining::Chunked(scanner) = &mut self.remaining {
             *scanner = ChunkedScanner::collecting_trailers();
         }
+        self.keep = true;
         self
     }
 
     /// The value of trailer field `name`, when kept and present.
     pub fn trailer(&self, name: &[u8]) -> Option<&[u8]> {
+        if let Some(trailers) = &self.trailers {
+            return trailers.get(name);
+        }
         match &self.remaining {
             Remaining::Chunked(scanner) => scanner.trailers().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|f| f.1),
             _ => None,
@@ -116,6 +144,9 @@ impl Body {
 
     /// Whether every byte of the body has been relayed.
     pub fn is_finished(&self) -> bool {
+        if self.parts_ended {
+            return true;
+        }
         match &self.remaining {
             Remaining::Length(n) => *n == 0,
             Remaining::Chunked(scanner) => scanner.is_done(),
@@ -153,6 +184,38 @@ impl Body {
             self.eof_ends = true;
         }
         self.eof_ends
+    }
+
+    /// Counts a part of a body relayed as parts, as [`take`](Self::take)
+    /// counts bytes: the payload against a length the head gave (no more,
+    /// and all of it by the end) and against the limit. Returns whether the
+    /// part ends the body.
+    fn take_part(&mut self, part: &Part) -> Result<bool, RelayError> {
+        let (len, end) = match part {
+            Part::Data(data, end) => (data.len() as u64, *end),
+            Part::Trailers(trailers) => {
+                if self.keep {
+                    self.trailers = Some(Box::new(trailers.clone()));
+                }
+                (0, true)
+            }
+            Part::End => (0, true),
+        };
+        self.total += len;
+        if self.limit.is_some_and(|max| self.total > max) {
+            return Err(RelayError::TooLarge);
+        }
+        if let Remaining::Length(left) = &mut self.remaining {
+            if len > *left {
+                return Err(RelayError::Framing("body longer than its content-length"));
+            }
+            *left -= len;
+            if end && *left > 0 {
+                return Err(RelayError::Read(io::ErrorKind::UnexpectedEof.into()));
+            }
+        }
+        self.parts_ended = end;
+        Ok(end)
     }
 
     /// How many bytes at the front of `buf` belong to the body, advancing the
@@ -266,10 +329,11 @@ pub async fn pump<R: AsyncRead + Unpin, W: Sink>(
 }
 
 /// Writes `head` followed by the whole `body` read from `src`, where `buf`
-/// already holds bytes read from `src` (possibly more than this body).
+/// already holds bytes read from `src` (possibly more than this body); as
+/// parts where both sides frame bodies ([`pump_any`]).
 /// On success, `buf` keeps exactly the bytes that follow the body.
 /// Returns the number of body bytes relayed.
-pub async fn relay<R: AsyncRead + Unpin, W: Sink>(
+pub async fn relay<R: Source, W: Sink>(
     head: &[u8],
     src: &mut R,
     buf: &mut BytesMut,
@@ -278,8 +342,75 @@ pub async fn relay<R: AsyncRead + Unpin, W: Sink>(
     idle: Duration,
 ) -> Result<u64, RelayError> {
     send_head(head, buf, dst, body, idle).await?;
-    pump(src, buf, dst, body, idle).await?;
+    pump_any(src, buf, dst, body, idle).await?;
     Ok(body.total)
+}
+
+/// Relays the rest of `body` from `src` to `dst` as parts, where both frame
+/// bodies ([`Source::gives_parts`], [`Sink::takes_parts`]): each part as it
+/// comes, counted against the body's length and limit, each read and each
+/// write within `idle`.
+pub async fn pump_parts<R: Source, W: Sink>(
+    src: &mut R,
+    dst: &mut W,
+    body: &mut Body,
+    idle: Duration,
+) -> Result<(), RelayError> {
+    // Until a part ends the body: its payload may reach a length before the
+    // stream's end (or its trailers) comes.
+    loop {
+        let mut part = next_part(src, idle).await?;
+        let last = body.take_part(&part)?;
+        send_part(dst, &mut part, idle).await?;
+        if last {
+            return Ok(());
+        }
+    }
+}
+
+/// The next part of `src`'s body, within `idle` (no timer armed when one is ready).
+async fn next_part<R: Source>(src: &mut R, idle: Duration) -> Result<Part, RelayError> {
+    match crate::transport::now(|cx| src.poll_part(cx)) {
+        Ok(part) => Ok(part),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            match timeout(idle, std::future::poll_fn(|cx| src.poll_part(cx))).await {
+                Err(_) => Err(RelayError::ReadTimeout),
+                Ok(result) => result.map_err(RelayError::Read),
+            }
+        }
+        Err(e) => Err(RelayError::Read(e)),
+    }
+}
+
+/// Has `dst` take `part` whole, within `idle` (no timer armed when it takes
+/// it at once).
+pub(crate) async fn send_part<W: Sink>(dst: &mut W, part: &mut Part, idle: Duration) -> Result<(), RelayError> {
+    match crate::transport::now(|cx| dst.poll_send_part(cx, part)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            match timeout(idle, std::future::poll_fn(|cx| dst.poll_send_part(cx, part))).await {
+                Err(_) => Err(RelayError::WriteTimeout),
+                Ok(result) => result.map_err(RelayError::Write),
+            }
+        }
+        Err(e) => Err(RelayError::Write(e)),
+    }
+}
+
+/// Relays the rest of `body` from `src` to `dst`: as parts where both frame
+/// bodies and nothing of it waits in `buf` as bytes ([`pump_parts`]), else
+/// as bytes through `buf` ([`pump`]).
+pub async fn pump_any<R: Source, W: Sink>(
+    src: &mut R,
+    buf: &mut BytesMut,
+    dst: &mut W,
+    body: &mut Body,
+    idle: Duration,
+) -> Result<(), RelayError> {
+    if buf.is_empty() && !body.is_finished() && src.gives_parts() && dst.takes_parts() {
+        return pump_parts(src, dst, body, idle).await;
+    }
+    pump(src, buf, dst, body, idle).await
 }
 
 /// Writes all of `a` then all of `b`, gathered into one system call when the
@@ -355,6 +486,180 @@ pub async fn write_all<W: Sink>(dst: &mut W, data: &[u8], idle: Duration) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::VecDeque;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use tokio::io::{AsyncWrite, ReadBuf};
+
+    /// A framed source giving `parts` in order, one per poll, the first
+    /// after a wait (a part that is not there yet).
+    struct Parts {
+        parts: VecDeque<Part>,
+        waited: bool,
+    }
+
+    impl AsyncRead for Parts {
+        fn poll_read(self: Pin<&mut Self>, _: &mut Context<'_>, _: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Err(io::ErrorKind::Unsupported.into()))
+        }
+    }
+
+    impl Source for Parts {
+        fn gives_parts(&self) -> bool {
+            true
+        }
+
+        fn poll_part(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Part>> {
+            if !std::mem::replace(&mut self.waited, true) {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            Poll::Ready(self.parts.pop_front().ok_or_else(|| io::ErrorKind::UnexpectedEof.into()))
+        }
+    }
+
+    /// A framed sink noting what it took: payload, then `T` and the
+    /// trailers or `E` for the end. It takes at most `window` payload bytes
+    /// a poll and waits (woken at once) when it took none.
+    #[derive(Default)]
+    struct Taken {
+        seen: Vec<u8>,
+        window: usize,
+    }
+
+    impl AsyncWrite for Taken {
+        fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, _: &[u8]) -> Poll<io::Result<usize>> {
+            Poll::Ready(Err(io::ErrorKind::Unsupported.into()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl Sink for Taken {
+        fn try_write_now(&self, _: &[u8]) -> io::Result<usize> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+        fn try_write_two_now(&self, _: &[u8], _: &[u8]) -> io::Result<usize> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+        fn takes_parts(&self) -> bool {
+            true
+        }
+        fn poll_send_part(&mut self, cx: &mut Context<'_>, part: &mut Part) -> Poll<io::Result<()>> {
+            match part {
+                Part::Data(data, end) => {
+                    let n = data.len().min(self.window);
+                    self.seen.extend_from_slice(&data.split_to(n));
+                    if !data.is_empty() {
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
+                    if *end {
+                        self.seen.push(b'E');
+                    }
+                }
+                Part::Trailers(trailers) => {
+                    self.seen.push(b'T');
+                    for (name, value) in trailers.pairs() {
+                        self.seen.extend_from_slice(name);
+                        self.seen.push(b'=');
+                        self.seen.extend_from_slice(value);
+                    }
+                }
+                Part::End => self.seen.push(b'E'),
+            }
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn data(bytes: &'static [u8], end: bool) -> Part {
+        Part::Data(bytes::Bytes::from_static(bytes), end)
+    }
+
+    fn trailers(fields: &[(&str, &str)]) -> Part {
+        let mut t = Trailers::default();
+        for (name, value) in fields {
+            t.push(name.as_bytes(), value.as_bytes());
+        }
+        Part::Trailers(t)
+    }
+
+    /// Relays `parts` into a sink of `window` bytes a poll; what it took, and the outcome.
+    async fn pump_into(parts: Vec<Part>, body: &mut Body, window: usize) -> (Vec<u8>, Result<(), RelayError>) {
+        let mut src = Parts { parts: parts.into(), waited: false };
+        let mut dst = Taken { window, ..Taken::default() };
+        let mut buf = BytesMut::new();
+        let result = pump_any(&mut src, &mut buf, &mut dst, body, Duration::from_secs(5)).await;
+        (dst.seen, result)
+    }
+
+    #[tokio::test]
+    async fn parts_cross_as_they_came_with_trailers_kept_for_the_pipeline() {
+        // No length: payload, then trailers; fields that may not trail are dropped.
+        let mut body = Body::unlimited(Framing::Chunked).keeping_trailers();
+        let parts = vec![
+            data(b"abc", false),
+            data(b"", false),
+            data(b"defgh", false),
+            trailers(&[("grpc-status", "7"), ("content-length", "9")]),
+        ];
+        let (seen, result) = pump_into(parts, &mut body, 2).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(seen, b"abcdefghTgrpc-status=7");
+        assert_eq!((body.total(), body.trailer(b"GRPC-STATUS")), (8, Some(&b"7"[..])));
+        assert!(body.is_finished());
+
+        // A length: the payload's end ends the body, and trailers may still follow it.
+        let mut body = Body::unlimited(Framing::Length(4));
+        let (seen, result) = pump_into(vec![data(b"ab", false), data(b"cd", true)], &mut body, 64).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(seen, b"abcdE");
+        // The payload reaches the length before the stream's end comes: the end still goes on.
+        let mut body = Body::unlimited(Framing::Length(4));
+        let (seen, result) = pump_into(vec![data(b"abcd", false), Part::End], &mut body, 64).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(seen, b"abcdE");
+        let mut body = Body::unlimited(Framing::Length(2));
+        let (seen, result) = pump_into(vec![data(b"ab", false), trailers(&[("x", "1")])], &mut body, 64).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(seen, b"abTx=1");
+    }
+
+    #[tokio::test]
+    async fn parts_are_held_to_the_length_and_the_limit() {
+        // More payload than the length said: refused before any of it goes on.
+        let mut body = Body::unlimited(Framing::Length(3));
+        let (seen, result) = pump_into(vec![data(b"abcd", true)], &mut body, 64).await;
+        assert!(matches!(result, Err(RelayError::Framing(_))), "{result:?}");
+        assert!(seen.is_empty());
+        // Less: the end is an error, not a complete body.
+        let mut body = Body::unlimited(Framing::Length(5));
+        let (_, result) = pump_into(vec![data(b"ab", false), Part::End], &mut body, 64).await;
+        assert!(matches!(result, Err(RelayError::Read(_))), "{result:?}");
+        assert!(!body.is_finished());
+        // Over the limit of a body without a length.
+        let mut body = Body::new(Framing::Chunked, Some(4)).expect("body");
+        let (seen, result) = pump_into(vec![data(b"abc", false), data(b"de", false)], &mut body, 64).await;
+        assert!(matches!(result, Err(RelayError::TooLarge)), "{result:?}");
+        assert_eq!(seen, b"abc");
+    }
+
+    #[tokio::test]
+    async fn bytes_already_read_keep_the_byte_relay() {
+        // Bytes of the body wait in the buffer: parts would skip them.
+        let mut src = Parts { parts: VecDeque::new(), waited: true };
+        let mut dst = Taken { window: 64, ..Taken::default() };
+        let mut buf = BytesMut::from(&b"3\r\nabc\r\n"[..]);
+        let mut body = Body::unlimited(Framing::Chunked);
+        let result = pump_any(&mut src, &mut buf, &mut dst, &mut body, Duration::from_secs(5)).await;
+        // The byte relay reads bytes, which this source refuses.
+        assert!(matches!(result, Err(RelayError::Read(_))), "{result:?}");
+        assert!(dst.seen.is_empty());
+    }
     #[test]
     fn decoding_keeps_only_payload() {
         let mut body = Body::new(Framing::Chunked, None).expect("body").decoded();

@@ -23,7 +23,8 @@
 //!
 //! Streaming: the body is read as it arrives (payload only, whatever its
 //! framing: [`Body::decoded`]), fed to the coder, and the coder's output is
-//! sent as one chunk per batch. After each read, bytes that are already
+//! sent as one chunk per batch (to an HTTP/2 or HTTP/3 client, as one DATA
+//! part per batch: no chunk framing to be scanned again). After each read, bytes that are already
 //! waiting are read too without flushing (a flush costs ratio, and brotli
 //! much CPU); once the server has sent nothing for [`FLUSH_DELAY`], the
 //! coder is flushed and what it produced goes to the client, so a slow
@@ -54,6 +55,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::timeout;
 
 use super::body::{write_all, write_all_two, Body, RelayError, Sink};
+use crate::transport::Part;
 
 /// Read size while compressing.
 const READ_CHUNK: usize = 64 * 1024;
@@ -427,7 +429,10 @@ pub async fn relay<R: AsyncRead + Unpin, W: Sink>(
 ) -> Result<Coded, RelayError> {
     let coder_error = |_| RelayError::Framing("content coding failed");
     let mut coder = Coder::new(coding, length).map_err(coder_error)?;
-    let mut out = Output { head: Some(head), chunked, last: false, coded: Coded::default() };
+    // A client stream that takes the body as parts gets the coder's output
+    // as DATA, with no chunked coding written to be scanned again.
+    let parts = head.is_empty() && dst.takes_parts();
+    let mut out = Output { head: Some(head), chunked: chunked && !parts, parts, last: false, coded: Coded::default() };
     loop {
         let (consumed, payload) = body.take_payload(buf)?;
         coder.write(&buf[..payload]).map_err(coder_error)?;
@@ -481,6 +486,8 @@ pub async fn relay<R: AsyncRead + Unpin, W: Sink>(
 struct Output<'h> {
     head: Option<&'h [u8]>,
     chunked: bool,
+    /// The output goes as parts ([`Sink::poll_send_part`]), not bytes.
+    parts: bool,
     /// The next send is the body's end: in chunked coding it carries the
     /// terminating empty chunk too.
     last: bool,
@@ -492,6 +499,16 @@ impl Output<'_> {
     /// first [`CHUNK_HEAD`] bytes), leaving `data` empty again.
     async fn send<W: Sink>(&mut self, dst: &mut W, data: &mut Vec<u8>, idle: Duration) -> Result<(), RelayError> {
         let produced = data.len().saturating_sub(CHUNK_HEAD);
+        if self.parts {
+            if produced > 0 || self.last {
+                let payload = bytes::Bytes::copy_from_slice(&data[CHUNK_HEAD.min(data.len())..]);
+                super::body::send_part(dst, &mut Part::Data(payload, self.last), idle).await?;
+            }
+            self.coded.payload_out += produced as u64;
+            self.coded.sent += produced as u64;
+            data.truncate(CHUNK_HEAD);
+            return Ok(());
+        }
         let start = if produced == 0 {
             data.len()
         } else if self.chunked {

@@ -1432,7 +1432,7 @@ async fn exchange<S: ClientStream>(
         let (mut server_rd, mut server_wr) = conn.stream.split();
         // The whole body within `client_body` (slow-POST), besides each read within `client_idle`.
         let up = async {
-            let pump = body::pump(&mut client_rd, &mut client.buf, &mut server_wr, &mut upload, t.client_idle);
+            let pump = body::pump_any(&mut client_rd, &mut client.buf, &mut server_wr, &mut upload, t.client_idle);
             timeout_at(body_deadline, pump).await.unwrap_or(Err(RelayError::ReadTimeout))
         };
         let down =

@@ -537,15 +537,11 @@ fn on_event(
         },
         Event::Trailers { stream, buf, fields } => {
             if let Some(slot) = slots.get_mut(&stream) {
+                let mut trailers = Box::<crate::transport::Trailers>::default();
                 for f in fields {
-                    let name = &buf[f.name.clone()];
-                    if crate::translate::data::may_trail(name) {
-                        slot.trailers.extend_from_slice(name);
-                        slot.trailers.extend_from_slice(b": ");
-                        slot.trailers.extend_from_slice(&buf[f.value.clone()]);
-                        slot.trailers.extend_from_slice(b"\r\n");
-                    }
+                    trailers.push(&buf[f.name.clone()], &buf[f.value.clone()]);
                 }
+                slot.trailers = Some(trailers);
                 slot.end = true;
                 slot.wake();
             }

@@ -36,13 +36,13 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::Shared;
 use crate::http::StreamContext;
-use crate::translate::data::{chunk, may_trail};
-use crate::transport::{Resets, Sink, StreamClient};
+use crate::translate::data::chunk;
+use crate::transport::{Part, Resets, Sink, Source, StreamClient, Trailers};
 use crate::worker::Scratch;
 use switchyard_http::chunked::ChunkedScanner;
 use switchyard_http::head_writer::FieldList;
 use switchyard_http::http2::frame::code;
-use switchyard_http::parse::{self, Field, Framing, RequestHead};
+use switchyard_http::parse::{self, Framing, RequestHead};
 
 /// How a stream ended, for the connection's rapid-reset defence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,8 +62,8 @@ pub(super) struct Slot {
     pub body: BytesMut,
     /// The client ended its side (END_STREAM, or trailers).
     pub end: bool,
-    /// The request's trailers, as an HTTP/1.1 trailer section's fields.
-    pub trailers: Vec<u8>,
+    /// The request's trailers, once they came (boxed: most requests have none).
+    pub trailers: Option<Box<Trailers>>,
     /// The stream was reset: the code, and whether by the client.
     pub reset: Option<(u32, bool)>,
     pub reader: Option<std::task::Waker>,
@@ -88,7 +88,15 @@ pub(super) async fn serve(id: u32, mut scratch: Scratch, head: RequestHead, conn
     let resets = Rc::new(Resets::default());
     let out = Rc::new(RefCell::new(Out { id, state: State::Head, head_request, conn: conn.clone() }));
     let client = H2Client {
-        rd: Rd { id, conn: conn.clone(), chunked, pending: Bytes::new(), done: false, resets: resets.clone() },
+        rd: Rd {
+            id,
+            conn: conn.clone(),
+            chunked,
+            pending: Bytes::new(),
+            done: false,
+            bytes: false,
+            resets: resets.clone(),
+        },
         wr: Wr { out: out.clone() },
         local: conn.local_addr,
         resets: resets.clone(),
@@ -153,12 +161,15 @@ pub(crate) struct Rd {
     /// Bytes ready for the reader.
     pending: Bytes,
     done: bool,
+    /// The body was read as bytes: it is not given as parts.
+    bytes: bool,
     resets: Rc<Resets>,
 }
 
 impl AsyncRead for Rd {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        this.bytes = true;
         loop {
             if !this.pending.is_empty() {
                 let n = this.pending.len().min(buf.remaining());
@@ -193,17 +204,54 @@ impl AsyncRead for Rd {
             if slot.end {
                 this.done = true;
                 if this.chunked {
-                    let mut end = BytesMut::with_capacity(5 + slot.trailers.len());
-                    end.extend_from_slice(b"0\r\n");
-                    end.extend_from_slice(&slot.trailers);
-                    end.extend_from_slice(b"\r\n");
-                    this.pending = end.freeze();
+                    let mut end = Vec::new();
+                    slot.trailers.take().unwrap_or_default().last_chunk(&mut end);
+                    this.pending = end.into();
                 }
                 continue;
             }
             slot.reader = Some(cx.waker().clone());
             return Poll::Pending;
         }
+    }
+}
+
+/// The request body as parts, where the server's side takes them: the
+/// payload received so far (with the end when the client ended the stream
+/// without trailers), the trailers, or the end.
+impl Source for Rd {
+    fn gives_parts(&self) -> bool {
+        !self.bytes && !self.done
+    }
+
+    fn poll_part(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Part>> {
+        let mut wire = self.conn.wire.borrow_mut();
+        let wire = &mut *wire;
+        let Some(slot) = wire.slots.get_mut(&self.id) else {
+            return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
+        };
+        if let Some((code, by_peer)) = slot.reset {
+            if by_peer {
+                // As for a read: the stream's future ends the pipeline.
+                self.resets.by_client.set(Some(code));
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, "stream error")));
+        }
+        if !slot.body.is_empty() {
+            let data = slot.body.split().freeze();
+            let end = slot.end && slot.trailers.is_none();
+            wire.codec.release(self.id, data.len());
+            self.done = end;
+            return Poll::Ready(Ok(Part::Data(data, end)));
+        }
+        if slot.end {
+            self.done = true;
+            return Poll::Ready(Ok(slot.trailers.take().map_or(Part::End, |t| Part::Trailers(*t))));
+        }
+        slot.reader = Some(cx.waker().clone());
+        Poll::Pending
     }
 }
 
@@ -242,10 +290,12 @@ struct Body {
     /// The body is complete once `held` is sent: END_STREAM then, or the
     /// trailers.
     complete: bool,
-    /// The trailers to end with (name, value pairs in one buffer).
-    trailers: Option<(Vec<u8>, Vec<Field>)>,
+    /// The trailers to end with.
+    trailers: Option<Trailers>,
     /// END_STREAM went out.
     ended: bool,
+    /// Body bytes were written (HTTP/1.1 framing): the body is not taken as parts.
+    bytes: bool,
 }
 
 impl Body {
@@ -255,7 +305,8 @@ impl Body {
             _ => None,
         };
         let chunked = (framing == Framing::Chunked).then(ChunkedScanner::collecting_trailers);
-        Body { remaining, chunked, held: Vec::new(), complete: remaining == Some(0), trailers: None, ended: false }
+        let complete = remaining == Some(0);
+        Body { remaining, chunked, held: Vec::new(), complete, trailers: None, ended: false, bytes: false }
     }
 
     /// Whether the body is delimited by the end of its connection.
@@ -274,19 +325,12 @@ impl Body {
             let consumed = scanner.scan_with(data, |run| held.extend_from_slice(&data[run])).map_err(invalid)?;
             if scanner.is_done() {
                 self.complete = true;
-                let mut buf = Vec::new();
-                let mut fields = Vec::new();
+                let mut trailers = Trailers::default();
                 for (name, value) in scanner.trailers() {
-                    if may_trail(name) {
-                        let n = buf.len();
-                        buf.extend_from_slice(name);
-                        let v = buf.len();
-                        buf.extend_from_slice(value);
-                        fields.push(Field { name: n..v, value: v..buf.len() });
-                    }
+                    trailers.push(name, value);
                 }
-                if !fields.is_empty() {
-                    self.trailers = Some((buf, fields));
+                if !trailers.is_empty() {
+                    self.trailers = Some(trailers);
                 }
             }
             return Ok(consumed);
@@ -318,7 +362,8 @@ impl Out {
             State::Head if data.is_empty() => Poll::Ready(Ok(0)),
             // Every head comes as a header list ([`Out::send_fields`]).
             State::Head => Poll::Ready(Err(invalid("body bytes before the response head"))),
-            State::Body(_) => {
+            State::Body(body) => {
+                body.bytes |= !data.is_empty();
                 match self.flush(cx) {
                     Poll::Ready(Ok(())) => {}
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
@@ -385,6 +430,52 @@ impl Out {
         Poll::Ready(Ok(n))
     }
 
+    /// Whether the body can be taken as parts: its head went out and none
+    /// of it was written as bytes.
+    fn takes_parts(&self) -> bool {
+        matches!(&self.state, State::Body(body) if !body.bytes && !body.complete)
+    }
+
+    /// Takes a part of the body: payload straight into DATA frames as far
+    /// as the windows allow (the rest held, sent before anything later),
+    /// trailers, or the end. Waits first for what an earlier part left held.
+    fn poll_send_part(&mut self, cx: &mut Context<'_>, part: &mut Part) -> Poll<io::Result<()>> {
+        match self.flush(cx) {
+            Poll::Ready(Ok(())) => {}
+            other => return other,
+        }
+        let State::Body(body) = &mut self.state else {
+            return Poll::Ready(Err(invalid("bytes after the end of the response")));
+        };
+        match part {
+            Part::Data(data, end) => {
+                let sent = self.conn.wire.borrow_mut().codec.send_data(self.id, data, *end);
+                let Some(sent) = sent else {
+                    return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+                };
+                body.complete = *end;
+                if sent == data.len() && *end {
+                    body.ended = true;
+                    self.state = State::Done;
+                } else {
+                    body.held.extend_from_slice(&data[sent..]);
+                }
+                *data = Bytes::new();
+            }
+            Part::Trailers(trailers) => {
+                body.complete = true;
+                body.trailers = Some(std::mem::take(trailers));
+            }
+            Part::End => body.complete = true,
+        }
+        // Sent as far as the windows allow; what is held goes with the next
+        // part, or when the stream's future finishes the response.
+        match self.flush(cx) {
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            _ => Poll::Ready(Ok(())),
+        }
+    }
+
     /// Sends what the body holds as the windows allow, then its end once it
     /// is complete. Ready once nothing is held.
     fn flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -407,9 +498,8 @@ impl Out {
             body.ended = end_now;
         }
         if body.complete && !body.ended {
-            if let Some((buf, fields)) = body.trailers.take() {
-                let pairs = fields.iter().map(|f| (&buf[f.name.clone()], &buf[f.value.clone()]));
-                if !wire.codec.send_trailers(self.id, pairs) {
+            if let Some(trailers) = body.trailers.take() {
+                if !wire.codec.send_trailers(self.id, trailers.pairs()) {
                     return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
                 }
                 body.ended = true;
@@ -502,5 +592,13 @@ impl Sink for Wr {
 
     fn send_fields(&mut self, head: &FieldList) -> io::Result<()> {
         self.out.borrow_mut().send_fields(head)
+    }
+
+    fn takes_parts(&self) -> bool {
+        self.out.borrow().takes_parts()
+    }
+
+    fn poll_send_part(&mut self, cx: &mut Context<'_>, part: &mut Part) -> Poll<io::Result<()>> {
+        self.out.borrow_mut().poll_send_part(cx, part)
     }
 }

@@ -3,10 +3,11 @@
 //! task (no pipe, no task of their own) — the HTTP/3 counterpart of
 //! [`crate::translate::data`].
 //!
-//! [`Inbound`] reads the request's DATA frames as body bytes: as they came
-//! when the request has a length, else in chunked coding with the request's
-//! trailers as the trailer section. QUIC flow control is released by quinn as
-//! the bytes are read, so a slow server slows the client down.
+//! [`Inbound`] reads the request's DATA frames as parts (payload, trailers,
+//! end) where the server's side frames bodies too, else as body bytes: as
+//! they came when the request has a length, else in chunked coding with the
+//! request's trailers as the trailer section. QUIC flow control is released
+//! by quinn as the bytes are read, so a slow server slows the client down.
 //!
 //! [`Outbound`] sends what the pipeline writes. The `h3` crate's send side is
 //! a set of `async fn`s that borrow the stream; each is run as one boxed
@@ -29,7 +30,8 @@ use h3::error::Code;
 use tokio::io::ReadBuf;
 use tokio::sync::Notify;
 
-use crate::translate::data::{chunk, last_chunk};
+use crate::translate::data::{chunk, trailers_of_map};
+use crate::transport::Part;
 
 /// The send half of a request stream.
 pub(crate) type SendHalf = h3::server::RequestStream<super::quic::SendSide, Bytes>;
@@ -61,6 +63,9 @@ pub(crate) struct Inbound {
     chunked: bool,
     /// Bytes ready for the reader.
     pending: Bytes,
+    /// `pending` holds the first payload as received, not yet chunked: it
+    /// becomes a chunk when read as bytes, or the first part.
+    first: bool,
     state: In,
     /// The body failed because the client reset the stream.
     reset_by_client: bool,
@@ -78,8 +83,7 @@ impl Inbound {
     /// The body of `recv`, in chunked coding when `chunked`; `first` is the
     /// payload already received (read before the head was written).
     pub(crate) fn chunked(recv: RecvHalf, first: Bytes) -> Self {
-        let pending = if first.is_empty() { first } else { chunk(&first) };
-        Inbound { chunked: true, pending, ..Inbound::reading(Some(recv)) }
+        Inbound { chunked: true, first: !first.is_empty(), pending: first, ..Inbound::reading(Some(recv)) }
     }
 
     /// The body of `recv`, of `length` bytes as the request said; once they
@@ -101,6 +105,7 @@ impl Inbound {
             recv,
             chunked: false,
             pending: Bytes::new(),
+            first: false,
             state: In::Data,
             reset_by_client: false,
             length: None,
@@ -157,6 +162,9 @@ impl Inbound {
 
     /// Reads what is ready into `buf`; nothing added means the end of the body.
     pub(crate) fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if std::mem::take(&mut self.first) {
+            self.pending = chunk(&self.pending);
+        }
         loop {
             if !self.pending.is_empty() {
                 let n = self.pending.len().min(buf.remaining());
@@ -189,11 +197,62 @@ impl Inbound {
                 In::Trailers => match recv.poll_recv_trailers(cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Ok(trailers)) => {
-                        self.pending = last_chunk(trailers.as_ref());
+                        let mut end = Vec::new();
+                        trailers.as_ref().map(trailers_of_map).unwrap_or_default().last_chunk(&mut end);
+                        self.pending = end.into();
                         self.state = In::Done;
                     }
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(self.failed(&e))),
                 },
+            }
+        }
+    }
+
+    /// Whether the body can be read as parts: none of it was read as bytes
+    /// and it has not ended.
+    pub(crate) fn gives_parts(&self) -> bool {
+        (self.first || self.pending.is_empty()) && self.state != In::Done
+    }
+
+    /// The body's next part: the payload of a DATA frame, the trailers, or
+    /// the end (checked against the request's length, if it gave one).
+    pub(crate) fn poll_part(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Part>> {
+        if std::mem::take(&mut self.first) {
+            return Poll::Ready(Ok(Part::Data(std::mem::take(&mut self.pending), false)));
+        }
+        loop {
+            let Some(recv) = self.recv.as_mut() else {
+                return Poll::Ready(Ok(Part::End));
+            };
+            match self.state {
+                In::Done => return Poll::Ready(Ok(Part::End)),
+                In::Data => match recv.poll_recv_data(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(Some(mut data))) => {
+                        // Read to the stream's end, past a length too (no
+                        // hand-over to the tail): trailers may follow, and
+                        // DATA past the length is found malformed here.
+                        let data = data.copy_to_bytes(data.remaining());
+                        self.count(data.len(), false)?;
+                        return Poll::Ready(Ok(Part::Data(data, false)));
+                    }
+                    Poll::Ready(Ok(None)) => {
+                        self.count(0, true)?;
+                        self.state = In::Trailers;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(self.failed(&e))),
+                },
+                In::Trailers => {
+                    return match recv.poll_recv_trailers(cx) {
+                        Poll::Pending => Poll::Pending,
+                        Poll::Ready(Ok(trailers)) => {
+                            self.state = In::Done;
+                            let trailers = trailers.as_ref().map(trailers_of_map).unwrap_or_default();
+                            Poll::Ready(Ok(if trailers.is_empty() { Part::End } else { Part::Trailers(trailers) }))
+                        }
+                        Poll::Ready(Err(e)) => Poll::Ready(Err(self.failed(&e))),
+                    }
+                }
             }
         }
     }

@@ -54,9 +54,9 @@ use super::body::{Inbound, Outbound, RecvHalf, Step, Tail};
 use super::quic::Stopped;
 use super::Shared;
 use crate::http::StreamContext;
-use crate::translate::data::trailer_map;
+use crate::translate::data::{header_map, trailer_map};
 use crate::translate::head;
-use crate::transport::{Resets, Sink, StreamClient};
+use crate::transport::{Part, Resets, Sink, Source, StreamClient};
 use crate::worker::Scratch;
 use switchyard_http::chunked::ChunkedScanner;
 use switchyard_http::head_writer::FieldList;
@@ -143,7 +143,7 @@ pub(super) async fn serve(resolver: Resolver, conn: Rc<Shared>) -> Ended {
     }
     scratch.head = Some(Box::new(head));
     let resets = Rc::new(Resets::default());
-    let wr = Rc::new(RefCell::new(Out { state: State::Head, head_request, send: out, held: None }));
+    let wr = Rc::new(RefCell::new(Out { state: State::Head, head_request, send: out, held: None, bytes: false }));
     let malformed = Rc::new(Cell::new(false));
     let rd = Rd { body: inbound, resets: resets.clone(), malformed: malformed.clone() };
     let client = H3Client { rd, wr: Wr { out: wr.clone() }, local: conn.local_addr, resets: resets.clone() };
@@ -317,6 +317,8 @@ struct Out {
     /// Heads the pipeline gave ([`Out::send_fields`]) while a send operation
     /// was in flight: they go with the next write, or at the end.
     held: Option<Step>,
+    /// Body bytes were written (HTTP/1.1 framing): the body is not taken as parts.
+    bytes: bool,
 }
 
 enum State {
@@ -384,6 +386,7 @@ impl Out {
             State::Head if data.is_empty() => Ok(0),
             State::Head => Err(invalid("body bytes before the response head")),
             State::Body(framer) => {
+                self.bytes |= !data.is_empty();
                 let (mut step, n) = match framer.take(data) {
                     Ok(taken) => taken,
                     Err(e) => return Poll::Ready(Err(e)),
@@ -407,6 +410,36 @@ impl Out {
             State::Done if data.is_empty() => Ok(0),
             State::Done => Err(invalid("bytes after the end of the response")),
         })
+    }
+
+    /// Whether the body can be taken as parts: its head was taken and none
+    /// of it was written as bytes.
+    fn takes_parts(&self) -> bool {
+        matches!(self.state, State::Body(_)) && !self.bytes
+    }
+
+    /// Takes a part of the body as one send step (with any head still
+    /// held), once no send operation is in flight.
+    fn poll_send_part(&mut self, cx: &mut Context<'_>, part: &mut Part) -> Poll<io::Result<()>> {
+        if let Err(e) = std::task::ready!(self.send.poll_idle(cx)) {
+            return Poll::Ready(Err(e));
+        }
+        if !matches!(self.state, State::Body(_)) {
+            return Poll::Ready(Err(invalid("bytes after the end of the response")));
+        }
+        let mut step = match part {
+            Part::Data(data, end) => Step { data: std::mem::take(data), end: *end, ..Step::default() },
+            Part::Trailers(trailers) => Step { trailers: header_map(trailers.pairs()), end: true, ..Step::default() },
+            Part::End => Step { end: true, ..Step::default() },
+        };
+        if step.end {
+            self.state = State::Done;
+        }
+        if let Some(held) = self.held.take() {
+            (step.informational, step.head) = (held.informational, held.head);
+        }
+        let nothing = step.data.is_empty() && step.trailers.is_none() && step.head.is_none();
+        Poll::Ready(if nothing && !step.end { Ok(()) } else { self.send.start(step, cx) })
     }
 
     /// Takes a head the pipeline wrote as a header list: an interim one as
@@ -522,21 +555,43 @@ impl AsyncRead for Rd {
     /// the pipeline (woken here), which therefore logs no failure for it.
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        match this.body.poll_read(cx, buf) {
-            Poll::Ready(Err(_)) if this.body.reset_by_client() => {
-                this.resets.by_client.set(Some(CANCEL));
+        let polled = this.body.poll_read(cx, buf);
+        this.park(polled, cx)
+    }
+}
+
+impl Rd {
+    /// What a read of the body answers, except that a body the client
+    /// reset parks the read.
+    fn park<T>(&self, polled: Poll<io::Result<T>>, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        match polled {
+            Poll::Ready(Err(_)) if self.body.reset_by_client() => {
+                self.resets.by_client.set(Some(CANCEL));
                 cx.waker().wake_by_ref();
                 Poll::Pending
             }
             // Parked too: the stream's future resets the stream, and the
             // pipeline, dropped, neither answers nor logs a failure for it.
-            Poll::Ready(Err(_)) if this.body.malformed() => {
-                this.malformed.set(true);
+            Poll::Ready(Err(_)) if self.body.malformed() => {
+                self.malformed.set(true);
                 cx.waker().wake_by_ref();
                 Poll::Pending
             }
             polled => polled,
         }
+    }
+}
+
+/// The request body as parts, where the server's side takes them; a reset
+/// or malformed body parks the read as for bytes.
+impl Source for Rd {
+    fn gives_parts(&self) -> bool {
+        self.body.gives_parts()
+    }
+
+    fn poll_part(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Part>> {
+        let polled = self.body.poll_part(cx);
+        self.park(polled, cx)
     }
 }
 
@@ -571,6 +626,14 @@ impl Sink for Wr {
 
     fn send_fields(&mut self, head: &FieldList) -> io::Result<()> {
         self.out.borrow_mut().send_fields(head)
+    }
+
+    fn takes_parts(&self) -> bool {
+        self.out.borrow().takes_parts()
+    }
+
+    fn poll_send_part(&mut self, cx: &mut Context<'_>, part: &mut Part) -> Poll<io::Result<()>> {
+        self.out.borrow_mut().poll_send_part(cx, part)
     }
 }
 

@@ -15,8 +15,7 @@ use tokio::io::{AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
-use crate::transport::ClientStream;
-use crate::transport::Sink;
+use crate::transport::{ClientStream, Sink, Source};
 
 /// How long closing a connection may wait to send its `close_notify`.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
@@ -44,6 +43,8 @@ impl Sink for WriteHalf<&mut TlsStream<TcpStream>> {
         would_block()
     }
 }
+
+impl Source for ReadHalf<&mut TlsStream<TcpStream>> {}
 
 impl ClientStream for TlsStream<TcpStream> {
     type Rd<'a> = ReadHalf<&'a mut TlsStream<TcpStream>>;

@@ -21,9 +21,12 @@
 //! connection's task keeps each response head decoded (names and values,
 //! field ranges: no `HeaderMap`) until the pipeline takes it with
 //! [`Rd::poll_head`] as the HTTP/1.1 parser would have given it (interim
-//! 1xx heads first); the body is then read as bytes: the DATA frames as they
-//! came when the server gave a length, else chunked with the trailers (the
-//! pipeline's relay is byte-based). No pipe, no task per stream. Dropping
+//! 1xx heads first); the body is then read as parts (payload, trailers,
+//! end: [`Rd::poll_part`]) when the client's side frames bodies too (an
+//! HTTP/2 or HTTP/3 client), else as HTTP/1.1 body bytes: the DATA frames
+//! as they came when the server gave a length, else chunked with the
+//! trailers. The request body likewise comes as parts from such a client
+//! (`Sink::poll_send_part` of [`Wr`]), else as bytes. No pipe, no task per stream. Dropping
 //! the [`H2Stream`] (the pipeline is done, timed out or failed) resets the
 //! stream if it is still open. Timeouts stay the pipeline's: it sees a
 //! server that answers slowly exactly as it would over HTTP/1.1.
@@ -65,8 +68,7 @@ use self::conn::{Conn, Failure, Link, Phase, StreamState};
 use super::stream::ServerStream;
 use super::tls::PoolTls;
 use super::UpstreamConn;
-use crate::translate::data::may_trail;
-use crate::transport::Resets;
+use crate::transport::{Part, Resets};
 use switchyard_http::error::{Kind, ProxyError};
 use switchyard_http::parse::{Connection, Field, Framing, ResponseHead, Version};
 
@@ -271,9 +273,15 @@ async fn connect(target: &Target<'_>, deadline: tokio::time::Instant) -> Result<
 fn open_stream(shared: &Shared, scheme: &'static str, target: &Target<'_>) -> UpstreamConn {
     shared.streams.set(shared.streams.get() + 1);
     let link: Link = Rc::new(RefCell::new(StreamState::new()));
-    let wr =
-        Wr { conn: shared.clone(), link: link.clone(), state: RefCell::new(Up::Head), scheme, server: target.addr };
-    let rd = Rd { conn: shared.clone(), link: link.clone() };
+    let wr = Wr {
+        conn: shared.clone(),
+        link: link.clone(),
+        state: RefCell::new(Up::Head),
+        wrote: Cell::new(false),
+        scheme,
+        server: target.addr,
+    };
+    let rd = Rd { conn: shared.clone(), link: link.clone(), bytes: false, tail: Vec::new() };
     let stream = H2Stream { rd, wr, link, client: target.client.cloned(), _open: StreamGuard(shared.clone()) };
     // The response head is copied in, the body's first read makes room.
     UpstreamConn { stream: ServerStream::H2(Box::new(stream)), buf: BytesMut::new(), served: 0 }
@@ -322,6 +330,8 @@ pub struct Wr {
     link: Link,
     /// In a cell: the relay's non-blocking write attempt has a shared borrow.
     state: RefCell<Up>,
+    /// Body bytes were written (HTTP/1.1 framing): the body is not taken as parts.
+    wrote: Cell<bool>,
     scheme: &'static str,
     /// The server's address: the `:authority` of a request without a
     /// `Host` (HTTP/1.0).
@@ -351,6 +361,10 @@ enum Body {
 pub struct Rd {
     conn: Shared,
     link: Link,
+    /// The body was read as bytes: it is not given as parts.
+    bytes: bool,
+    /// The last chunk of a chunked body read as bytes, as far as not yet read.
+    tail: Vec<u8>,
 }
 
 impl std::fmt::Debug for H2Stream {
@@ -421,6 +435,21 @@ impl H2Stream {
     /// The request side, for the relay's non-blocking writes.
     pub fn writer(&self) -> &Wr {
         &self.wr
+    }
+
+    /// The request side, for parts of the request body.
+    pub fn writer_mut(&mut self) -> &mut Wr {
+        &mut self.wr
+    }
+
+    /// Whether the response body can be read as parts ([`Rd::poll_part`]).
+    pub fn gives_parts(&self) -> bool {
+        self.rd.gives_parts()
+    }
+
+    /// The response body's next part: see [`Rd::poll_part`].
+    pub fn poll_part(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Part>> {
+        self.rd.poll_part(cx)
     }
 
     /// Whether the stream failed before the server processed any of the
@@ -574,6 +603,7 @@ impl Wr {
             s.id
         };
         let Up::Body(body) = state else { return Poll::Ready(Err(aborted())) };
+        self.wrote.set(true);
         let (n, ended) = match take(&mut inner.codec, id, body, data) {
             Ok(taken) => taken,
             Err(e) => return Poll::Ready(Err(e)),
@@ -583,6 +613,58 @@ impl Wr {
             *state = Up::Sent;
         }
         Poll::Ready(Ok(n))
+    }
+}
+
+impl Wr {
+    /// Whether the request body can be written as parts: the stream is
+    /// open for it and none of it was written as bytes.
+    fn can_take_parts(&self) -> bool {
+        !self.wrote.get() && matches!(*self.state.borrow(), Up::Body(_))
+    }
+
+    /// Hands a part of the request body to the codec once the stream's
+    /// windows have room (DATA, trailers, or the end of the stream).
+    fn poll_take_part(&self, cx: &mut Context<'_>, part: &mut Part) -> Poll<io::Result<()>> {
+        let mut state = self.state.borrow_mut();
+        match *state {
+            Up::Body(_) => {}
+            Up::Failed => return Poll::Ready(Err(aborted())),
+            Up::Head | Up::Sent => {
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidInput, "no request body to send")))
+            }
+        }
+        let mut inner = self.conn.inner.borrow_mut();
+        let id = {
+            let mut s = self.link.borrow_mut();
+            if s.failure.is_some() || !inner.codec.can_send(s.id) {
+                return Poll::Ready(Err(aborted()));
+            }
+            let payload = matches!(part, Part::Data(data, _) if !data.is_empty());
+            if payload && inner.codec.send_capacity(s.id) == 0 {
+                s.writer = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            s.id
+        };
+        let (sent, ended) = match part {
+            Part::Data(data, end) => {
+                let end = *end;
+                let sent = (data.is_empty() && !end) || inner.codec.send_data(id, data, end);
+                *data = bytes::Bytes::new();
+                (sent, end)
+            }
+            Part::Trailers(trailers) => (inner.codec.send_trailers(id, trailers.pairs()), true),
+            Part::End => (inner.codec.send_data(id, &[], true), true),
+        };
+        if !sent {
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::ConnectionAborted, "the HTTP/2 stream is gone")));
+        }
+        inner.kick();
+        if ended {
+            *state = Up::Sent;
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -612,7 +694,8 @@ fn take(codec: &mut Client, id: u32, body: &mut Body, data: &[u8]) -> io::Result
                 }
                 return Ok((consumed, false));
             }
-            let mut trailers = scanner.trailers().filter(|(name, _)| may_trail(name)).peekable();
+            let mut trailers =
+                scanner.trailers().filter(|(name, _)| crate::translate::data::may_trail(name)).peekable();
             let sent = if trailers.peek().is_none() {
                 codec.send_data(id, payload, true)
             } else {
@@ -663,23 +746,91 @@ impl Rd {
         Poll::Ready(Ok(ResponseHead { len, status, version: Version::Http11, framing, connection }))
     }
 
+    /// Whether the body can be read as parts: none of it was read as bytes.
+    pub fn gives_parts(&self) -> bool {
+        !self.bytes
+    }
+
+    /// The response body's next part, once its head was taken: the payload
+    /// received so far (with the end when the stream ended without
+    /// trailers), the trailers, or the end. Reading releases the payload's
+    /// flow-control room.
+    pub fn poll_part(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Part>> {
+        let mut s = self.link.borrow_mut();
+        if !s.heads.is_empty() {
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, "response head not taken")));
+        }
+        if !s.inbound.is_empty() {
+            let data = s.inbound.split().freeze();
+            let end = s.phase == Phase::Done && s.trailers.is_none();
+            self.release(s);
+            return Poll::Ready(Ok(Part::Data(data, end)));
+        }
+        if s.failure.is_some() {
+            return Poll::Ready(Err(aborted()));
+        }
+        if s.phase == Phase::Done {
+            return Poll::Ready(Ok(s.trailers.take().map_or(Part::End, |t| Part::Trailers(*t))));
+        }
+        s.reader = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// All of the body received was read: the server may send as much again.
+    fn release(&self, mut s: std::cell::RefMut<'_, StreamState>) {
+        if s.held > 0 {
+            let (id, held) = (s.id, std::mem::take(&mut s.held));
+            drop(s);
+            let mut inner = self.conn.inner.borrow_mut();
+            inner.codec.release(id, held);
+            inner.kick();
+        }
+    }
+
+    /// The body as HTTP/1.1 body bytes: the payload as it came, or, when the
+    /// response has no length, in chunked coding (one chunk per read) with
+    /// the trailers as the last chunk's trailer section.
     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        self.bytes = true;
+        if !self.tail.is_empty() {
+            let n = self.tail.len().min(buf.remaining());
+            buf.put_slice(&self.tail[..n]);
+            self.tail.drain(..n);
+            return Poll::Ready(Ok(()));
+        }
         let mut s = self.link.borrow_mut();
         if !s.heads.is_empty() {
             // The pipeline takes heads with `poll_head`; the bytes are the body's.
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, "response head not taken")));
         }
         if !s.inbound.is_empty() {
-            let n = s.inbound.len().min(buf.remaining());
-            buf.put_slice(&s.inbound[..n]);
+            // A chunk's size line and end take at most 20 bytes besides its payload.
+            let room = if s.chunked { buf.remaining().saturating_sub(20) } else { buf.remaining() };
+            let n = s.inbound.len().min(room.max(1));
+            if s.chunked {
+                let mut line = [0u8; 18];
+                let size = size_line(n, &mut line);
+                if size.len() + n + 2 > buf.remaining() {
+                    // A read too small for a chunk: the chunk waits in the tail.
+                    self.tail.extend_from_slice(size);
+                    self.tail.extend_from_slice(&s.inbound[..n]);
+                    self.tail.extend_from_slice(b"\r\n");
+                } else {
+                    buf.put_slice(size);
+                    buf.put_slice(&s.inbound[..n]);
+                    buf.put_slice(b"\r\n");
+                }
+            } else {
+                buf.put_slice(&s.inbound[..n]);
+            }
             s.inbound.advance(n);
-            if s.inbound.is_empty() && s.held > 0 {
-                // All read: the server may send as much again.
-                let (id, held) = (s.id, std::mem::take(&mut s.held));
+            if s.inbound.is_empty() {
+                self.release(s);
+            } else {
                 drop(s);
-                let mut inner = self.conn.inner.borrow_mut();
-                inner.codec.release(id, held);
-                inner.kick();
+            }
+            if !self.tail.is_empty() {
+                return self.poll_read(cx, buf);
             }
             return Poll::Ready(Ok(()));
         }
@@ -687,11 +838,38 @@ impl Rd {
             return Poll::Ready(Err(aborted()));
         }
         if s.phase == Phase::Done {
+            if s.chunked {
+                // HTTP/1.1 carries trailers only in chunked coding: a body
+                // framed by its length loses them.
+                s.chunked = false;
+                let trailers = s.trailers.take().unwrap_or_default();
+                drop(s);
+                trailers.last_chunk(&mut self.tail);
+                return self.poll_read(cx, buf);
+            }
             return Poll::Ready(Ok(()));
         }
         s.reader = Some(cx.waker().clone());
         Poll::Pending
     }
+}
+
+/// A chunk's size line for `n` payload bytes (hexadecimal, then CRLF), in `line`.
+fn size_line(n: usize, line: &mut [u8; 18]) -> &[u8] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut at = 16;
+    let mut left = n;
+    loop {
+        at -= 1;
+        line[at] = HEX[left & 0xf];
+        left >>= 4;
+        if left == 0 {
+            break;
+        }
+    }
+    line[16] = b'\r';
+    line[17] = b'\n';
+    &line[at..]
 }
 
 impl AsyncRead for Rd {
@@ -728,6 +906,14 @@ impl crate::transport::Sink for Wr {
 
     fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
         crate::transport::write_two_now(self, a, b)
+    }
+
+    fn takes_parts(&self) -> bool {
+        self.can_take_parts()
+    }
+
+    fn poll_send_part(&mut self, cx: &mut Context<'_>, part: &mut Part) -> Poll<io::Result<()>> {
+        self.poll_take_part(cx, part)
     }
 }
 

@@ -1,7 +1,8 @@
 //! The byte stream to a server: clear TCP, TLS over TCP (re-encryption), or
 //! one HTTP/2 stream ([`super::h2`]: the request head goes in as a list, the
 //! response heads come out decoded through [`ServerRead`], the bodies as
-//! bytes); in the in-process tests also an in-memory connection
+//! parts where the client's side frames bodies too, else as bytes); in the
+//! in-process tests also an in-memory connection
 //! ([`super::memory`]).
 //!
 //! An enum rather than a generic parameter, so one idle pool holds both kinds
@@ -24,7 +25,7 @@ use bytes::BytesMut;
 use switchyard_http::parse::{Field, ResponseHead};
 
 use super::h2::H2Stream;
-use crate::transport::Sink;
+use crate::transport::{Part, Sink, Source};
 
 /// A connection to a server.
 #[derive(Debug)]
@@ -149,7 +150,7 @@ impl ServerStream {
 /// A server connection's response side as the pipeline reads it: bytes
 /// whose response heads it parses, or, from an HTTP/2 stream, heads already
 /// decoded (no HTTP/1.1 text written and parsed again), then body bytes.
-pub trait ServerRead: AsyncRead + Unpin {
+pub trait ServerRead: Source {
     /// Whether response heads come decoded ([`ServerRead::poll_head`])
     /// rather than as bytes to parse.
     fn decodes_heads(&self) -> bool {
@@ -167,6 +168,32 @@ pub trait ServerRead: AsyncRead + Unpin {
         _fields: &mut Vec<Field>,
     ) -> Poll<io::Result<ResponseHead>> {
         Poll::Ready(Err(io::ErrorKind::Unsupported.into()))
+    }
+}
+
+impl Source for ServerStream {
+    fn gives_parts(&self) -> bool {
+        matches!(self, ServerStream::H2(s) if s.gives_parts())
+    }
+
+    fn poll_part(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Part>> {
+        match self {
+            ServerStream::H2(s) => s.poll_part(cx),
+            _ => Poll::Ready(Err(io::ErrorKind::Unsupported.into())),
+        }
+    }
+}
+
+impl Source for ServerRd<'_> {
+    fn gives_parts(&self) -> bool {
+        matches!(self, ServerRd::H2(r) if r.gives_parts())
+    }
+
+    fn poll_part(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Part>> {
+        match self {
+            ServerRd::H2(r) => r.poll_part(cx),
+            _ => Poll::Ready(Err(io::ErrorKind::Unsupported.into())),
+        }
     }
 }
 
@@ -228,6 +255,17 @@ impl Sink for ServerStream {
             _ => would_block(),
         }
     }
+
+    fn takes_parts(&self) -> bool {
+        matches!(self, ServerStream::H2(s) if Sink::takes_parts(s.writer()))
+    }
+
+    fn poll_send_part(&mut self, cx: &mut Context<'_>, part: &mut Part) -> Poll<io::Result<()>> {
+        match self {
+            ServerStream::H2(s) => Sink::poll_send_part(s.writer_mut(), cx, part),
+            _ => Poll::Ready(Err(io::ErrorKind::Unsupported.into())),
+        }
+    }
 }
 
 impl Sink for ServerWr<'_> {
@@ -244,6 +282,17 @@ impl Sink for ServerWr<'_> {
             ServerWr::Plain(w) => w.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)]),
             ServerWr::H2(w) => w.try_write_two_now(a, b),
             ServerWr::Tls(_) | ServerWr::Piped(_) => would_block(),
+        }
+    }
+
+    fn takes_parts(&self) -> bool {
+        matches!(self, ServerWr::H2(w) if Sink::takes_parts(&**w))
+    }
+
+    fn poll_send_part(&mut self, cx: &mut Context<'_>, part: &mut Part) -> Poll<io::Result<()>> {
+        match self {
+            ServerWr::H2(w) => Sink::poll_send_part(&mut **w, cx, part),
+            _ => Poll::Ready(Err(io::ErrorKind::Unsupported.into())),
         }
     }
 }

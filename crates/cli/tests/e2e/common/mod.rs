@@ -748,3 +748,62 @@ pub fn comparable_fields(fields: impl IntoIterator<Item = (String, String)>, dro
     out.sort();
     out
 }
+
+/// An h2c test server on a thread of its own: each accepted connection is served by the
+/// future `serve` makes of it.
+pub fn h2c_test_server<F, Fut>(serve: F) -> SocketAddr
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    listener.set_nonblocking(true).expect("nonblocking");
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            while let Ok((tcp, _)) = listener.accept().await {
+                tokio::spawn(serve(tcp));
+            }
+        });
+    });
+    addr
+}
+
+/// An h2c server that answers each request with what it received: its body's payload
+/// (with a `content-length` when `/length`, else none), then its trailers as trailers, with
+/// one of its own added (`x-from: server`); it tells `seen` whether the request came with a
+/// `transfer-encoding` field (HTTP/2 has none).
+pub fn trailer_echo_server(seen: std::sync::mpsc::Sender<bool>) -> SocketAddr {
+    h2c_test_server(move |tcp| {
+        let seen = seen.clone();
+        async move {
+            let Ok(mut conn) = h2::server::handshake(tcp).await else { return };
+            while let Some(Ok((req, mut respond))) = conn.accept().await {
+                let _ = seen.send(req.headers().contains_key("transfer-encoding"));
+                let length = req.uri().path() == "/length";
+                tokio::spawn(async move {
+                    let mut body = req.into_body();
+                    let mut payload = Vec::new();
+                    while let Some(Ok(data)) = body.data().await {
+                        let _ = body.flow_control().release_capacity(data.len());
+                        payload.extend_from_slice(&data);
+                    }
+                    let mut trailers = body.trailers().await.ok().flatten().unwrap_or_default();
+                    trailers.insert("x-from", http::HeaderValue::from_static("server"));
+                    let mut head = http::Response::builder();
+                    if length {
+                        head = head.header("content-length", payload.len());
+                    }
+                    let Ok(mut send) = respond.send_response(head.body(()).expect("head"), false) else { return };
+                    // In two DATA frames, then the trailers.
+                    let half = payload.len() / 2;
+                    let _ = send.send_data(bytes::Bytes::copy_from_slice(&payload[..half]), false);
+                    let _ = send.send_data(bytes::Bytes::copy_from_slice(&payload[half..]), false);
+                    let _ = send.send_trailers(trailers);
+                });
+            }
+        }
+    })
+}

@@ -8,10 +8,10 @@
 //! events into each stream's state: each response head kept decoded (its
 //! names and values in the stream's `inbound`, its field ranges beside
 //! them: [`HeadMark`]; interim 1xx heads before the final one) for the
-//! pipeline to take as it is, then the body as it came when it has a
-//! length, else chunked with the trailers as the last chunk's trailer
-//! section (bytes: the pipeline's relay reads bytes); or the stream's
-//! failure, and whether the server provably did not process it. Streams wake it when they queue frames; it wakes them
+//! pipeline to take as it is, then the body's payload as it came and its
+//! trailers apart ([`super::Rd`] gives them as parts, or as HTTP/1.1 body
+//! bytes); or the stream's failure, and whether the server provably did not
+//! process it. Streams wake it when they queue frames; it wakes them
 //! when their response grows, their window opens or the connection fails.
 //!
 //! Invariants: no server input can panic this code; a failed connection
@@ -37,7 +37,7 @@ use switchyard_http::parse::{Field, Framing};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::super::stream::ServerStream;
-use crate::translate::data::may_trail;
+use crate::transport::Trailers;
 
 /// The read buffer: a frame (at most 16 KiB + 9, what we advertise) always fits.
 const READ_BUF: usize = 64 * 1024;
@@ -84,12 +84,14 @@ pub(super) struct StreamState {
     /// Their fields' ranges, relative to each head's first byte.
     pub head_fields: Vec<Field>,
     /// Response bytes not yet taken by the pipeline: the pending heads'
-    /// names and values, then the body as it goes to the pipeline.
+    /// names and values, then the body's payload.
     pub inbound: BytesMut,
     /// Body bytes in `inbound` whose flow-control room is not yet released.
     pub held: usize,
-    /// The response body goes to the pipeline in chunked coding.
+    /// The response has no length: read as bytes, its body is chunked.
     pub chunked: bool,
+    /// The response's trailers, once they came (boxed: most responses have none).
+    pub trailers: Option<Box<Trailers>>,
     /// The request was HEAD (the response has no body whatever its fields).
     pub head_request: bool,
     /// The final response has a body (not HEAD, 204, 304).
@@ -109,6 +111,7 @@ impl StreamState {
             inbound: BytesMut::new(),
             held: 0,
             chunked: false,
+            trailers: None,
             head_request: false,
             body: false,
             phase: Phase::Waiting,
@@ -420,17 +423,10 @@ fn on_event(streams: &mut StreamMap<Link>, event: Event<'_>, released: &mut Vec<
             if !s.body || data.is_empty() {
                 released.push((stream, data.len()));
             } else {
-                if s.chunked {
-                    chunk(&mut s.inbound, data);
-                } else {
-                    s.inbound.extend_from_slice(data);
-                }
+                s.inbound.extend_from_slice(data);
                 s.held += data.len();
             }
             if end_stream {
-                if s.chunked {
-                    s.inbound.extend_from_slice(b"0\r\n\r\n");
-                }
                 s.phase = Phase::Done;
             }
             s.wake();
@@ -438,20 +434,13 @@ fn on_event(streams: &mut StreamMap<Link>, event: Event<'_>, released: &mut Vec<
         Event::Trailers { stream, buf, fields } => {
             let Some(link) = streams.get(&stream) else { return };
             let mut s = link.borrow_mut();
-            if s.chunked {
-                // HTTP/1.1 carries trailers only in chunked coding: a body
-                // framed by its length loses them.
-                s.inbound.extend_from_slice(b"0\r\n");
-                for f in fields {
-                    let (Some(name), Some(value)) = (buf.get(f.name.clone()), buf.get(f.value.clone())) else {
-                        continue;
-                    };
-                    if may_trail(name) {
-                        field(&mut s.inbound, name, value);
-                    }
+            let mut trailers = Box::<Trailers>::default();
+            for f in fields {
+                if let (Some(name), Some(value)) = (buf.get(f.name.clone()), buf.get(f.value.clone())) {
+                    trailers.push(name, value);
                 }
-                s.inbound.extend_from_slice(b"\r\n");
             }
+            s.trailers = Some(trailers);
             s.phase = Phase::Done;
             s.wake();
         }
@@ -512,18 +501,3 @@ fn push_head(s: &mut StreamState, response: &Response, framing: Framing, added: 
 /// The most body room a response head reserves for, from its length: a
 /// small body then lands in the allocation its head made.
 const BODY_HINT: usize = 16 * 1024;
-
-fn field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// One DATA frame's payload as a chunk.
-fn chunk(out: &mut BytesMut, data: &[u8]) {
-    use std::fmt::Write as _;
-    let _ = write!(out, "{:x}\r\n", data.len());
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\r\n");
-}

@@ -249,6 +249,43 @@ fn http2_clients_get_encoded_bodies() {
     });
 }
 
+#[test]
+fn bodies_from_an_http2_pool_are_encoded_for_http1_and_http2_clients() {
+    // The server's body comes as HTTP/2 frames, straight into the coder; the coder's output
+    // goes to an HTTP/1.1 client in chunks, to an HTTP/2 client as DATA frames.
+    let origin = Origin::start("h2c");
+    let listen = proxy_addr();
+    let config = simple_config(listen, &[origin.addr], "compression = true") + "protocol = \"h2\"\n";
+    let proxy = Proxy::start(&config, listen);
+    let path = "/page?compressible=1&size=300000";
+    let want = direct(&origin, path);
+    for encoding in ["gzip", "br", "zstd"] {
+        let r = get_with(&proxy, path, encoding);
+        assert_encoded(&r, encoding, &want);
+        assert_eq!(r.origin(), "h2c");
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(proxy.addr).await.expect("connect");
+        let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+        tokio::spawn(conn);
+        for encoding in ["gzip", "br", "zstd"] {
+            let req = http::Request::get(format!("http://{}{path}", proxy.addr))
+                .header("accept-encoding", encoding)
+                .body(())
+                .expect("request");
+            let mut client = client.clone().ready().await.expect("ready");
+            let (response, _) = client.send_request(req, true).expect("send");
+            let (parts, mut recv) = response.await.expect("response").into_parts();
+            let body = common::h2_body(&mut recv).await.expect("body");
+            assert_eq!(parts.status, 200);
+            assert_eq!(parts.headers.get("content-encoding").map(|v| v.as_bytes()), Some(encoding.as_bytes()));
+            assert!(decode(encoding, &body) == want, "h2 {encoding} decode");
+            assert!(body.len() < want.len() / 2, "{encoding}: {} bytes for {}", body.len(), want.len());
+        }
+    });
+}
+
 /// A one-request-per-connection HTTP/1.1 server whose answer is chosen by the request path;
 /// each answer is `(head without the final CRLF, body pieces)`. Between pieces it waits for
 /// a message on `gate` when there is one.

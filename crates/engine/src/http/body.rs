@@ -190,7 +190,7 @@ impl Body {
     /// counts bytes: the payload against a length the head gave (no more,
     /// and all of it by the end) and against the limit. Returns whether the
     /// part ends the body.
-    fn take_part(&mut self, part: &Part) -> Result<bool, RelayError> {
+    pub(crate) fn take_part(&mut self, part: &Part) -> Result<bool, RelayError> {
         let (len, end) = match part {
             Part::Data(data, end) => (data.len() as u64, *end),
             Part::Trailers(trailers) => {

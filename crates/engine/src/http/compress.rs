@@ -55,7 +55,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::timeout;
 
 use super::body::{write_all, write_all_two, Body, RelayError, Sink};
-use crate::transport::Part;
+use crate::transport::{Part, Source};
 
 /// Read size while compressing.
 const READ_CHUNK: usize = 64 * 1024;
@@ -416,7 +416,7 @@ pub struct Coded {
 /// holds) transformed by `coding`, in chunked coding when `chunked`. On
 /// success `buf` keeps exactly the bytes that follow the body.
 #[allow(clippy::too_many_arguments)]
-pub async fn relay<R: AsyncRead + Unpin, W: Sink>(
+pub async fn relay<R: Source, W: Sink>(
     head: &[u8],
     src: &mut R,
     buf: &mut BytesMut,
@@ -427,19 +427,47 @@ pub async fn relay<R: AsyncRead + Unpin, W: Sink>(
     chunked: bool,
     idle: Duration,
 ) -> Result<Coded, RelayError> {
-    let coder_error = |_| RelayError::Framing("content coding failed");
     let mut coder = Coder::new(coding, length).map_err(coder_error)?;
     // A client stream that takes the body as parts gets the coder's output
     // as DATA, with no chunked coding written to be scanned again.
     let parts = head.is_empty() && dst.takes_parts();
     let mut out = Output { head: Some(head), chunked: chunked && !parts, parts, last: false, coded: Coded::default() };
+    if buf.is_empty() && !body.is_finished() && src.gives_parts() {
+        code_parts(&mut coder, &mut out, src, dst, &mut body, idle).await?;
+    } else {
+        code_bytes(&mut coder, &mut out, src, buf, dst, &mut body, idle).await?;
+    }
+    let mut last = coder.finish().map_err(coder_error)?;
+    // The last chunk and the terminating empty chunk leave in one write.
+    out.last = true;
+    out.send(dst, &mut last, idle).await?;
+    give_back_output(last);
+    Ok(out.coded)
+}
+
+/// A coder failure, as the relay reports it.
+fn coder_error(_: io::Error) -> RelayError {
+    RelayError::Framing("content coding failed")
+}
+
+/// Feeds the coder the body read as bytes from `src` (starting with what
+/// `buf` holds), sending its output as it grows; ends at the body's end.
+async fn code_bytes<R: AsyncRead + Unpin, W: Sink>(
+    coder: &mut Coder,
+    out: &mut Output<'_>,
+    src: &mut R,
+    buf: &mut BytesMut,
+    dst: &mut W,
+    body: &mut Body,
+    idle: Duration,
+) -> Result<(), RelayError> {
     loop {
         let (consumed, payload) = body.take_payload(buf)?;
         coder.write(&buf[..payload]).map_err(coder_error)?;
         out.coded.payload_in += payload as u64;
         buf.advance(consumed);
         if body.is_finished() {
-            break;
+            return Ok(());
         }
         // More bytes already waiting are read without flushing the coder.
         buf.reserve(READ_CHUNK);
@@ -464,7 +492,7 @@ pub async fn relay<R: AsyncRead + Unpin, W: Sink>(
             Err(e) => return Err(RelayError::Read(e)),
             Ok(0) => {
                 if body.end_at_close() {
-                    break;
+                    return Ok(());
                 }
                 return Err(RelayError::Read(io::ErrorKind::UnexpectedEof.into()));
             }
@@ -474,12 +502,48 @@ pub async fn relay<R: AsyncRead + Unpin, W: Sink>(
             out.send(dst, coder.output(), idle).await?;
         }
     }
-    let mut last = coder.finish().map_err(coder_error)?;
-    // The last chunk and the terminating empty chunk leave in one write.
-    out.last = true;
-    out.send(dst, &mut last, idle).await?;
-    give_back_output(last);
-    Ok(out.coded)
+}
+
+/// Feeds the coder the body read as parts from `src` (an HTTP/2 server's:
+/// payload, trailers, end; trailers are not relayed with an encoded body),
+/// sending its output as it grows; ends at the part that ends the body.
+async fn code_parts<R: Source, W: Sink>(
+    coder: &mut Coder,
+    out: &mut Output<'_>,
+    src: &mut R,
+    dst: &mut W,
+    body: &mut Body,
+    idle: Duration,
+) -> Result<(), RelayError> {
+    loop {
+        let part = match crate::transport::now(|cx| src.poll_part(cx)) {
+            Ok(part) => part,
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(RelayError::Read(e)),
+            // Nothing ready: wait a moment before flushing, as for bytes.
+            Err(_) => match timeout(FLUSH_DELAY, std::future::poll_fn(|cx| src.poll_part(cx))).await {
+                Ok(part) => part.map_err(RelayError::Read)?,
+                Err(_) => {
+                    coder.flush().map_err(coder_error)?;
+                    out.send(dst, coder.output(), idle).await?;
+                    match timeout(idle, std::future::poll_fn(|cx| src.poll_part(cx))).await {
+                        Err(_) => return Err(RelayError::ReadTimeout),
+                        Ok(part) => part.map_err(RelayError::Read)?,
+                    }
+                }
+            },
+        };
+        let last = body.take_part(&part)?;
+        if let Part::Data(data, _) = &part {
+            coder.write(data).map_err(coder_error)?;
+            out.coded.payload_in += data.len() as u64;
+        }
+        if last {
+            return Ok(());
+        }
+        if coder.output().len() >= SEND_AT {
+            out.send(dst, coder.output(), idle).await?;
+        }
+    }
 }
 
 /// Where coder output goes: the head first (with the first output), chunk framing.

@@ -498,8 +498,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
     }
 }
 
-/// A stream's future, boxed where it is made: its request's head and scratch
-/// set are moved once, into the box.
+/// A stream's future, boxed where it is made ([`stream::start`]): small, since
+/// its request's head and scratch set went once, into its pipeline's box.
 type StreamFuture = Pin<Box<dyn std::future::Future<Output = Ended>>>;
 
 /// One event of the codec, for the streams (`started`: requests to serve;
@@ -525,7 +525,7 @@ fn on_event(
             };
             slots.insert(stream, Slot { end: end_stream, ..Slot::default() });
             // Made now, polled once the codec is let go (the stream borrows it).
-            started.push(Box::pin(self::stream::serve(stream, scratch, head, shared.clone())));
+            started.push(self::stream::start(stream, scratch, head, shared));
         }
         Event::Data { stream, data, end_stream } => match slots.get_mut(&stream) {
             Some(slot) => {

@@ -80,8 +80,13 @@ impl Slot {
     }
 }
 
-/// Serves stream `id`, whose decoded request is in `scratch` (`head`).
-pub(super) async fn serve(id: u32, mut scratch: Scratch, head: RequestHead, conn: Rc<Shared>) -> Ended {
+/// Starts stream `id`, whose decoded request is in `scratch` (`head`): the
+/// pipeline is made here and boxed where it is made (`http::serve_stream`),
+/// so the scratch set and the head are moved once, into that box. The
+/// stream's own future ([`serve`]), boxed into the connection's set of
+/// streams, then holds the pipeline's box and the stream's shared state
+/// only: a few dozen bytes written per stream, not the request's.
+pub(super) fn start(id: u32, mut scratch: Scratch, head: RequestHead, conn: &Rc<Shared>) -> super::StreamFuture {
     let head_request = &scratch.buf[head.method.clone()] == b"HEAD";
     let chunked = head.framing == Framing::Chunked;
     scratch.head = Some(Box::new(head));
@@ -102,8 +107,6 @@ pub(super) async fn serve(id: u32, mut scratch: Scratch, head: RequestHead, conn
         resets: resets.clone(),
     };
     let (local, service) = conn.current();
-    // Boxed (by `serve_stream`): the pipeline's future is large, and a
-    // stream's future is moved into the connection's set of streams.
     let context = StreamContext {
         peer: conn.peer,
         local,
@@ -112,6 +115,18 @@ pub(super) async fn serve(id: u32, mut scratch: Scratch, head: RequestHead, conn
         transport: conn.transport.clone(),
     };
     let pipeline = crate::http::serve_stream(client, scratch, context);
+    Box::pin(serve(id, pipeline, out, resets, conn.clone()))
+}
+
+/// Serves stream `id` with its `pipeline` ([`start`]): watches for the
+/// client's reset while the pipeline runs, then finishes the response.
+async fn serve(
+    id: u32,
+    pipeline: Pin<Box<dyn std::future::Future<Output = ()>>>,
+    out: Rc<RefCell<Out>>,
+    resets: Rc<Resets>,
+    conn: Rc<Shared>,
+) -> Ended {
     let reset = std::future::poll_fn(|cx| watch(&conn, id, &resets, cx));
     let peer_reset = tokio::select! {
         biased;

@@ -5,11 +5,8 @@
 //! verbatim while [`ChunkedScanner`] validates its framing and finds its end,
 //! so bytes of a pipelined next message are never forwarded with this one.
 //!
-//! Between two codecs that frame bodies (an HTTP/2 or HTTP/3 client stream
-//! and an HTTP/2 server stream) the body goes part by part instead
-//! ([`pump_parts`]): payload, trailers, end, as the codecs give and take
-//! them, with no chunked coding written on one side and scanned again on
-//! the other.
+//! Where a side's codec frames bodies (HTTP/2, HTTP/3), the body crosses as
+//! parts instead ([`super::parts`]).
 
 use std::io;
 use std::time::Duration;
@@ -18,7 +15,7 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
 
-use crate::transport::{Part, Source, Trailers};
+use crate::transport::{Part, Trailers};
 
 use switchyard_http::chunked::ChunkedScanner;
 use switchyard_http::parse::Framing;
@@ -158,7 +155,7 @@ impl Body {
     /// a body with a length (at least [`MIN_ROOM`]), else [`RELAY_CHUNK`]. A
     /// fresh buffer (an HTTP/2 server stream's) is then sized for the body,
     /// not 64 KiB for a few hundred bytes; a reused one keeps its room.
-    fn room(&self) -> usize {
+    pub(crate) fn room(&self) -> usize {
         match self.remaining {
             Remaining::Length(n) => usize::try_from(n).unwrap_or(usize::MAX).clamp(MIN_ROOM, RELAY_CHUNK),
             _ => RELAY_CHUNK,
@@ -184,6 +181,42 @@ impl Body {
             self.eof_ends = true;
         }
         self.eof_ends
+    }
+
+    /// The body is about to be taken apart into parts ([`super::parts`]):
+    /// a chunked body's framing is removed as it is taken and its trailer
+    /// fields kept. Before any of it was taken; again, it changes nothing.
+    pub(crate) fn start_decoding(&mut self) {
+        if self.decode {
+            return;
+        }
+        self.decode = true;
+        if let Remaining::Chunked(scanner) = &mut self.remaining {
+            *scanner = ChunkedScanner::collecting_trailers();
+        }
+    }
+
+    /// The trailer fields of a chunked body taken apart, once it ended:
+    /// those that may be trailers, or `None` when none is left.
+    pub(crate) fn scanned_trailers(&self) -> Option<Trailers> {
+        let Remaining::Chunked(scanner) = &self.remaining else { return None };
+        let mut trailers = Trailers::default();
+        for (name, value) in scanner.trailers() {
+            trailers.push(name, value);
+        }
+        (!trailers.is_empty()).then_some(trailers)
+    }
+
+    /// Whether the body is written in chunked coding to a sink of bytes
+    /// (chunked framing, not decoded for an HTTP/1.0 client).
+    pub(crate) fn writes_chunks(&self) -> bool {
+        matches!(self.remaining, Remaining::Chunked(_)) && !self.decode
+    }
+
+    /// Whether the connection closes once this body is sent
+    /// ([`Body::last_on_connection`]).
+    pub(crate) fn is_last_on_connection(&self) -> bool {
+        self.last
     }
 
     /// Counts a part of a body relayed as parts, as [`take`](Self::take)
@@ -284,7 +317,7 @@ pub async fn send_head<W: Sink>(
 /// allocation is too small (a new server connection's, an HTTP/2 server
 /// stream's) is replaced rather than grown: growing copies the whole old
 /// allocation over, though none of its bytes are still wanted.
-fn make_room(buf: &mut BytesMut, want: usize) {
+pub(crate) fn make_room(buf: &mut BytesMut, want: usize) {
     if !buf.try_reclaim(want) && buf.is_empty() {
         *buf = BytesMut::with_capacity(want);
     }
@@ -328,91 +361,6 @@ pub async fn pump<R: AsyncRead + Unpin, W: Sink>(
     Ok(())
 }
 
-/// Writes `head` followed by the whole `body` read from `src`, where `buf`
-/// already holds bytes read from `src` (possibly more than this body); as
-/// parts where both sides frame bodies ([`pump_any`]).
-/// On success, `buf` keeps exactly the bytes that follow the body.
-/// Returns the number of body bytes relayed.
-pub async fn relay<R: Source, W: Sink>(
-    head: &[u8],
-    src: &mut R,
-    buf: &mut BytesMut,
-    dst: &mut W,
-    body: &mut Body,
-    idle: Duration,
-) -> Result<u64, RelayError> {
-    send_head(head, buf, dst, body, idle).await?;
-    pump_any(src, buf, dst, body, idle).await?;
-    Ok(body.total)
-}
-
-/// Relays the rest of `body` from `src` to `dst` as parts, where both frame
-/// bodies ([`Source::gives_parts`], [`Sink::takes_parts`]): each part as it
-/// comes, counted against the body's length and limit, each read and each
-/// write within `idle`.
-pub async fn pump_parts<R: Source, W: Sink>(
-    src: &mut R,
-    dst: &mut W,
-    body: &mut Body,
-    idle: Duration,
-) -> Result<(), RelayError> {
-    // Until a part ends the body: its payload may reach a length before the
-    // stream's end (or its trailers) comes.
-    loop {
-        let mut part = next_part(src, idle).await?;
-        let last = body.take_part(&part)?;
-        send_part(dst, &mut part, idle).await?;
-        if last {
-            return Ok(());
-        }
-    }
-}
-
-/// The next part of `src`'s body, within `idle` (no timer armed when one is ready).
-async fn next_part<R: Source>(src: &mut R, idle: Duration) -> Result<Part, RelayError> {
-    match crate::transport::now(|cx| src.poll_part(cx)) {
-        Ok(part) => Ok(part),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-            match timeout(idle, std::future::poll_fn(|cx| src.poll_part(cx))).await {
-                Err(_) => Err(RelayError::ReadTimeout),
-                Ok(result) => result.map_err(RelayError::Read),
-            }
-        }
-        Err(e) => Err(RelayError::Read(e)),
-    }
-}
-
-/// Has `dst` take `part` whole, within `idle` (no timer armed when it takes
-/// it at once).
-pub(crate) async fn send_part<W: Sink>(dst: &mut W, part: &mut Part, idle: Duration) -> Result<(), RelayError> {
-    match crate::transport::now(|cx| dst.poll_send_part(cx, part)) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-            match timeout(idle, std::future::poll_fn(|cx| dst.poll_send_part(cx, part))).await {
-                Err(_) => Err(RelayError::WriteTimeout),
-                Ok(result) => result.map_err(RelayError::Write),
-            }
-        }
-        Err(e) => Err(RelayError::Write(e)),
-    }
-}
-
-/// Relays the rest of `body` from `src` to `dst`: as parts where both frame
-/// bodies and nothing of it waits in `buf` as bytes ([`pump_parts`]), else
-/// as bytes through `buf` ([`pump`]).
-pub async fn pump_any<R: Source, W: Sink>(
-    src: &mut R,
-    buf: &mut BytesMut,
-    dst: &mut W,
-    body: &mut Body,
-    idle: Duration,
-) -> Result<(), RelayError> {
-    if buf.is_empty() && !body.is_finished() && src.gives_parts() && dst.takes_parts() {
-        return pump_parts(src, dst, body, idle).await;
-    }
-    pump(src, buf, dst, body, idle).await
-}
-
 /// Writes all of `a` then all of `b`, gathered into one system call when the
 /// socket takes them at once.
 pub async fn write_all_two<W: Sink>(dst: &mut W, a: &[u8], b: &[u8], idle: Duration) -> Result<(), RelayError> {
@@ -426,7 +374,7 @@ pub async fn write_all_two<W: Sink>(dst: &mut W, a: &[u8], b: &[u8], idle: Durat
 /// [`write_all_two`] for the last bytes before the connection closes: what
 /// the socket takes at once may leave with the FIN ([`Sink::try_write_two_last`]);
 /// a rest that has to wait goes the usual way.
-async fn write_all_last<W: Sink>(dst: &mut W, a: &[u8], b: &[u8], idle: Duration) -> Result<(), RelayError> {
+pub(crate) async fn write_all_last<W: Sink>(dst: &mut W, a: &[u8], b: &[u8], idle: Duration) -> Result<(), RelayError> {
     if a.is_empty() && b.is_empty() {
         return Ok(());
     }
@@ -486,180 +434,6 @@ pub async fn write_all<W: Sink>(dst: &mut W, data: &[u8], idle: Duration) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::VecDeque;
-    use std::pin::Pin;
-    use std::task::{Context, Poll};
-    use tokio::io::{AsyncWrite, ReadBuf};
-
-    /// A framed source giving `parts` in order, one per poll, the first
-    /// after a wait (a part that is not there yet).
-    struct Parts {
-        parts: VecDeque<Part>,
-        waited: bool,
-    }
-
-    impl AsyncRead for Parts {
-        fn poll_read(self: Pin<&mut Self>, _: &mut Context<'_>, _: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Err(io::ErrorKind::Unsupported.into()))
-        }
-    }
-
-    impl Source for Parts {
-        fn gives_parts(&self) -> bool {
-            true
-        }
-
-        fn poll_part(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Part>> {
-            if !std::mem::replace(&mut self.waited, true) {
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
-            }
-            Poll::Ready(self.parts.pop_front().ok_or_else(|| io::ErrorKind::UnexpectedEof.into()))
-        }
-    }
-
-    /// A framed sink noting what it took: payload, then `T` and the
-    /// trailers or `E` for the end. It takes at most `window` payload bytes
-    /// a poll and waits (woken at once) when it took none.
-    #[derive(Default)]
-    struct Taken {
-        seen: Vec<u8>,
-        window: usize,
-    }
-
-    impl AsyncWrite for Taken {
-        fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, _: &[u8]) -> Poll<io::Result<usize>> {
-            Poll::Ready(Err(io::ErrorKind::Unsupported.into()))
-        }
-        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-    }
-
-    impl Sink for Taken {
-        fn try_write_now(&self, _: &[u8]) -> io::Result<usize> {
-            Err(io::ErrorKind::Unsupported.into())
-        }
-        fn try_write_two_now(&self, _: &[u8], _: &[u8]) -> io::Result<usize> {
-            Err(io::ErrorKind::Unsupported.into())
-        }
-        fn takes_parts(&self) -> bool {
-            true
-        }
-        fn poll_send_part(&mut self, cx: &mut Context<'_>, part: &mut Part) -> Poll<io::Result<()>> {
-            match part {
-                Part::Data(data, end) => {
-                    let n = data.len().min(self.window);
-                    self.seen.extend_from_slice(&data.split_to(n));
-                    if !data.is_empty() {
-                        cx.waker().wake_by_ref();
-                        return Poll::Pending;
-                    }
-                    if *end {
-                        self.seen.push(b'E');
-                    }
-                }
-                Part::Trailers(trailers) => {
-                    self.seen.push(b'T');
-                    for (name, value) in trailers.pairs() {
-                        self.seen.extend_from_slice(name);
-                        self.seen.push(b'=');
-                        self.seen.extend_from_slice(value);
-                    }
-                }
-                Part::End => self.seen.push(b'E'),
-            }
-            Poll::Ready(Ok(()))
-        }
-    }
-
-    fn data(bytes: &'static [u8], end: bool) -> Part {
-        Part::Data(bytes::Bytes::from_static(bytes), end)
-    }
-
-    fn trailers(fields: &[(&str, &str)]) -> Part {
-        let mut t = Trailers::default();
-        for (name, value) in fields {
-            t.push(name.as_bytes(), value.as_bytes());
-        }
-        Part::Trailers(t)
-    }
-
-    /// Relays `parts` into a sink of `window` bytes a poll; what it took, and the outcome.
-    async fn pump_into(parts: Vec<Part>, body: &mut Body, window: usize) -> (Vec<u8>, Result<(), RelayError>) {
-        let mut src = Parts { parts: parts.into(), waited: false };
-        let mut dst = Taken { window, ..Taken::default() };
-        let mut buf = BytesMut::new();
-        let result = pump_any(&mut src, &mut buf, &mut dst, body, Duration::from_secs(5)).await;
-        (dst.seen, result)
-    }
-
-    #[tokio::test]
-    async fn parts_cross_as_they_came_with_trailers_kept_for_the_pipeline() {
-        // No length: payload, then trailers; fields that may not trail are dropped.
-        let mut body = Body::unlimited(Framing::Chunked).keeping_trailers();
-        let parts = vec![
-            data(b"abc", false),
-            data(b"", false),
-            data(b"defgh", false),
-            trailers(&[("grpc-status", "7"), ("content-length", "9")]),
-        ];
-        let (seen, result) = pump_into(parts, &mut body, 2).await;
-        assert!(result.is_ok(), "{result:?}");
-        assert_eq!(seen, b"abcdefghTgrpc-status=7");
-        assert_eq!((body.total(), body.trailer(b"GRPC-STATUS")), (8, Some(&b"7"[..])));
-        assert!(body.is_finished());
-
-        // A length: the payload's end ends the body, and trailers may still follow it.
-        let mut body = Body::unlimited(Framing::Length(4));
-        let (seen, result) = pump_into(vec![data(b"ab", false), data(b"cd", true)], &mut body, 64).await;
-        assert!(result.is_ok(), "{result:?}");
-        assert_eq!(seen, b"abcdE");
-        // The payload reaches the length before the stream's end comes: the end still goes on.
-        let mut body = Body::unlimited(Framing::Length(4));
-        let (seen, result) = pump_into(vec![data(b"abcd", false), Part::End], &mut body, 64).await;
-        assert!(result.is_ok(), "{result:?}");
-        assert_eq!(seen, b"abcdE");
-        let mut body = Body::unlimited(Framing::Length(2));
-        let (seen, result) = pump_into(vec![data(b"ab", false), trailers(&[("x", "1")])], &mut body, 64).await;
-        assert!(result.is_ok(), "{result:?}");
-        assert_eq!(seen, b"abTx=1");
-    }
-
-    #[tokio::test]
-    async fn parts_are_held_to_the_length_and_the_limit() {
-        // More payload than the length said: refused before any of it goes on.
-        let mut body = Body::unlimited(Framing::Length(3));
-        let (seen, result) = pump_into(vec![data(b"abcd", true)], &mut body, 64).await;
-        assert!(matches!(result, Err(RelayError::Framing(_))), "{result:?}");
-        assert!(seen.is_empty());
-        // Less: the end is an error, not a complete body.
-        let mut body = Body::unlimited(Framing::Length(5));
-        let (_, result) = pump_into(vec![data(b"ab", false), Part::End], &mut body, 64).await;
-        assert!(matches!(result, Err(RelayError::Read(_))), "{result:?}");
-        assert!(!body.is_finished());
-        // Over the limit of a body without a length.
-        let mut body = Body::new(Framing::Chunked, Some(4)).expect("body");
-        let (seen, result) = pump_into(vec![data(b"abc", false), data(b"de", false)], &mut body, 64).await;
-        assert!(matches!(result, Err(RelayError::TooLarge)), "{result:?}");
-        assert_eq!(seen, b"abc");
-    }
-
-    #[tokio::test]
-    async fn bytes_already_read_keep_the_byte_relay() {
-        // Bytes of the body wait in the buffer: parts would skip them.
-        let mut src = Parts { parts: VecDeque::new(), waited: true };
-        let mut dst = Taken { window: 64, ..Taken::default() };
-        let mut buf = BytesMut::from(&b"3\r\nabc\r\n"[..]);
-        let mut body = Body::unlimited(Framing::Chunked);
-        let result = pump_any(&mut src, &mut buf, &mut dst, &mut body, Duration::from_secs(5)).await;
-        // The byte relay reads bytes, which this source refuses.
-        assert!(matches!(result, Err(RelayError::Read(_))), "{result:?}");
-        assert!(dst.seen.is_empty());
-    }
     #[test]
     fn decoding_keeps_only_payload() {
         let mut body = Body::new(Framing::Chunked, None).expect("body").decoded();

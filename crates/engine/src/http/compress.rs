@@ -35,7 +35,7 @@
 //! in a thread-local pool instead of allocating one per response.
 //!
 //! The hook in [`super::respond`] is one branch: with a [`Coding`] the body
-//! goes through [`relay`] here, otherwise through [`super::body::relay`]
+//! goes through [`relay`] here, otherwise through [`super::parts::relay`]
 //! unchanged. What leaves here is exactly what the client receives, so a
 //! later tee of the response (a cache store) belongs after this phase, around
 //! the client writes of both relays.
@@ -566,7 +566,7 @@ impl Output<'_> {
         if self.parts {
             if produced > 0 || self.last {
                 let payload = bytes::Bytes::copy_from_slice(&data[CHUNK_HEAD.min(data.len())..]);
-                super::body::send_part(dst, &mut Part::Data(payload, self.last), idle).await?;
+                super::parts::send_part(dst, &mut Part::Data(payload, self.last), idle).await?;
             }
             self.coded.payload_out += produced as u64;
             self.coded.sent += produced as u64;

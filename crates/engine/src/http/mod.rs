@@ -18,7 +18,7 @@
 //!    stream ([`write_head`], [`rewrite::write_response_head`], [`send_own`])
 //! 8. **compress**: whether the body is encoded on its way, and the head edits
 //!    that go with it ([`compress::decide`], [`compress::rewrite_head`])
-//! 9. **stream response**: body relayed to the client ([`body::relay`]), through
+//! 9. **stream response**: body relayed to the client ([`parts::relay`]), through
 //!    the coder when compressing ([`compress::relay`]), or a byte tunnel after a
 //!    relayed protocol switch (WebSocket, [`tunnel`]) — through a [`cache::Tee`]
 //!    that copies what the client gets (compressed or not) for the cache, which
@@ -32,6 +32,7 @@ pub mod body;
 mod cached;
 pub mod compress;
 mod log;
+pub mod parts;
 #[cfg(test)]
 mod pipeline_tests;
 pub use switchyard_http::parse;
@@ -49,10 +50,11 @@ use switchyard_config::{Action, HeaderEdits, PoolId, Service, UpstreamProtocol};
 use tokio::io::AsyncReadExt;
 use tokio::time::timeout_at;
 
-use self::body::{relay, write_all, Body, RelayError};
+use self::body::{write_all, Body, RelayError};
 pub(crate) use self::log::CloseGuard as ConnectionGuard;
 use self::log::{keep_meta, log, micros, CloseGuard, Trace};
 use self::parse::{Connection, Field, Framing, HeadLimits, RequestHead, Version};
+use self::parts::relay;
 use self::rewrite::Forwarding;
 use crate::cache;
 use crate::live::{ActiveGuard, PickView};
@@ -1432,7 +1434,7 @@ async fn exchange<S: ClientStream>(
         let (mut server_rd, mut server_wr) = conn.stream.split();
         // The whole body within `client_body` (slow-POST), besides each read within `client_idle`.
         let up = async {
-            let pump = body::pump_any(&mut client_rd, &mut client.buf, &mut server_wr, &mut upload, t.client_idle);
+            let pump = parts::pump_any(&mut client_rd, &mut client.buf, &mut server_wr, &mut upload, t.client_idle);
             timeout_at(body_deadline, pump).await.unwrap_or(Err(RelayError::ReadTimeout))
         };
         let down =
@@ -1498,7 +1500,7 @@ async fn send_request_head<S>(
         Some(Ok(Err(e))) => return Err(RelayError::Write(e)),
         Some(Err(_)) => return Err(RelayError::WriteTimeout),
     };
-    body::send_head(head, &mut client.buf, &mut conn.stream, upload, idle).await
+    parts::send_head(head, &mut client.buf, &mut conn.stream, upload, idle).await
 }
 
 /// Adds an encoded response's payload bytes to the service's compression counters.

@@ -555,6 +555,10 @@ impl AsyncRead for Rd {
     /// the pipeline (woken here), which therefore logs no failure for it.
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if this.malformed.get() || this.resets.by_client.get().is_some() {
+            // Parked already (polled again before the stream's future ran).
+            return Poll::Pending;
+        }
         let polled = this.body.poll_read(cx, buf);
         this.park(polled, cx)
     }
@@ -590,6 +594,10 @@ impl Source for Rd {
     }
 
     fn poll_part(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Part>> {
+        if self.malformed.get() || self.resets.by_client.get().is_some() {
+            // Parked already (polled again before the stream's future ran).
+            return Poll::Pending;
+        }
         let polled = self.body.poll_part(cx);
         self.park(polled, cx)
     }

@@ -353,10 +353,7 @@ fn reset_codes_cross_between_http2_clients_and_http2_servers() {
     let proxy = Proxy::start(&h2_config(listen, &[server], "", ""), listen);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(listen).await.expect("connect");
-        let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
-        tokio::spawn(conn);
-        let mut client = client.ready().await.expect("ready");
+        let mut client = common::h2c_client(listen).await;
         let request = |path: &str| http::Request::post(format!("http://t{path}")).body(()).expect("request");
 
         // Refused before any response: the client learns it was not processed (retry-safe),
@@ -493,10 +490,7 @@ fn trailers_cross_between_http2_clients_and_servers_with_or_without_a_length() {
     let proxy = Proxy::start(&h2_config(listen, &[server], "", ""), listen);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(listen).await.expect("connect");
-        let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
-        tokio::spawn(conn);
-        let mut client = client.ready().await.expect("ready");
+        let mut client = common::h2c_client(listen).await;
         for (path, request_length) in [("/length", true), ("/length", false), ("/none", true), ("/none", false)] {
             let payload = format!("body for {path}, request length {request_length}: ").repeat(40);
             let mut head = http::Request::post(format!("http://t{path}")).header("te", "trailers");

@@ -181,6 +181,10 @@ pub(crate) struct Rd {
     resets: Rc<Resets>,
 }
 
+/// The request body as bytes (towards a server read as HTTP/1.1 bytes: the
+/// cache's refresh, or bytes of the body already read): each part in the
+/// request's HTTP/1.1 framing, chunks and the trailers as the last chunk's
+/// section when it has no length.
 impl AsyncRead for Rd {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
@@ -195,39 +199,34 @@ impl AsyncRead for Rd {
             if this.done {
                 return Poll::Ready(Ok(()));
             }
-            let mut wire = this.conn.wire.borrow_mut();
-            let wire = &mut *wire;
-            let Some(slot) = wire.slots.get_mut(&this.id) else {
-                return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
-            };
-            if let Some((code, by_peer)) = slot.reset {
-                if by_peer {
-                    // The stream's future ends the pipeline (woken here),
-                    // which therefore never sees the error.
-                    this.resets.by_client.set(Some(code));
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
-                }
-                return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, "stream error")));
-            }
-            if !slot.body.is_empty() {
-                let data = slot.body.split().freeze();
-                wire.codec.release(this.id, data.len());
-                this.pending = if this.chunked { chunk(&data) } else { data };
-                continue;
-            }
-            if slot.end {
-                this.done = true;
-                if this.chunked {
-                    let mut end = Vec::new();
-                    slot.trailers.take().unwrap_or_default().last_chunk(&mut end);
-                    this.pending = end.into();
-                }
-                continue;
-            }
-            slot.reader = Some(cx.waker().clone());
-            return Poll::Pending;
+            let part = std::task::ready!(this.poll_part(cx))?;
+            this.pending = this.as_bytes(part);
         }
+    }
+}
+
+impl Rd {
+    /// A part of the body in the request's HTTP/1.1 framing.
+    fn as_bytes(&self, part: Part) -> Bytes {
+        if !self.chunked {
+            return match part {
+                Part::Data(data, _) => data,
+                Part::Trailers(_) | Part::End => Bytes::new(),
+            };
+        }
+        let mut out = Vec::new();
+        match part {
+            Part::Data(data, false) => return if data.is_empty() { data } else { chunk(&data) },
+            Part::Data(data, true) => {
+                if !data.is_empty() {
+                    out.extend_from_slice(&chunk(&data));
+                }
+                Trailers::default().last_chunk(&mut out);
+            }
+            Part::Trailers(trailers) => trailers.last_chunk(&mut out),
+            Part::End => Trailers::default().last_chunk(&mut out),
+        }
+        out.into()
     }
 }
 

@@ -723,6 +723,15 @@ pub fn proxy_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], free_port()))
 }
 
+/// An h2c (prior knowledge) client connected to `addr`, ready to send; its connection
+/// runs on the current runtime.
+pub async fn h2c_client(addr: SocketAddr) -> h2::client::SendRequest<bytes::Bytes> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(conn);
+    client.ready().await.expect("ready")
+}
+
 /// Reads an HTTP/2 response body to its end, giving the flow-control window back as it goes.
 pub async fn h2_body(recv: &mut h2::RecvStream) -> Result<Vec<u8>, h2::Error> {
     let mut body = Vec::new();

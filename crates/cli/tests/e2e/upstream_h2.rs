@@ -3,8 +3,9 @@
 //! both ways, many client connections multiplexed over few server connections, status codes
 //! and timeouts, a server that dies and comes back, a server that only speaks HTTP/1.1, the
 //! refused WebSocket switch, reset codes both ways, a refused stream retried on another
-//! server (a POST too, with its body), a server's 103 Early Hints relayed, and trailers
-//! both ways after bodies with and without a length.
+//! server (a POST too, with its body), a server's 103 Early Hints relayed, trailers both
+//! ways after bodies with and without a length, and a body without a length to an HTTP/1.0
+//! client.
 
 use crate::common;
 
@@ -563,4 +564,24 @@ fn trailers_cross_between_http1_chunked_bodies_and_http2_servers() {
     assert!(trailer_section.contains("x-up: h1\r\n"), "{text}");
     assert!(trailer_section.contains("x-from: server\r\n"), "{text}");
     assert_eq!(seen.try_recv(), Ok(false), "a transfer-encoding field reached the server");
+}
+
+#[test]
+fn an_http10_client_gets_an_h2_servers_unframed_body_until_close() {
+    // HTTP/1.0 knows no chunked coding: an HTTP/2 server's answer without a length reaches
+    // such a client as its payload alone, ended by closing the connection.
+    let (seen_tx, _seen) = std::sync::mpsc::channel();
+    let server = trailer_echo_server(seen_tx);
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&h2_config(listen, &[server], "", ""), listen);
+    let mut tcp = std::net::TcpStream::connect(listen).expect("connect");
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10))).expect("timeout");
+    tcp.write_all(b"POST /none HTTP/1.0\r\nhost: t\r\ncontent-length: 11\r\n\r\nhello world").expect("request");
+    let mut got = Vec::new();
+    tcp.read_to_end(&mut got).expect("read to the close");
+    let text = String::from_utf8_lossy(&got);
+    let (head, body) = text.split_once("\r\n\r\n").expect("head");
+    assert!(head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"), "{text}\n{}", proxy.log());
+    assert!(!head.to_ascii_lowercase().contains("transfer-encoding"), "{text}");
+    assert_eq!(body, "hello world", "{text}");
 }

@@ -233,13 +233,29 @@ async def one(client, plan, req, jar) -> dict:
     return answer(exchange)
 
 
-async def rebind(client: Client) -> int:
-    """Moves the connection to a new local UDP socket (a new port, as after a
-    NAT rebinding) and a new connection ID; the old socket is closed."""
+def fresh_socket(used) -> socket.socket:
+    """A UDP socket on a port not in `used`: the kernel may hand a port back once
+    its socket is closed, and a move to a port used before is no move. Rejected
+    sockets stay open until one is found, so each try gets another port."""
+    rejected = []
+    try:
+        while True:
+            sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind(("::", 0, 0, 0))
+            if sock.getsockname()[1] not in used:
+                return sock
+            rejected.append(sock)
+    finally:
+        for sock in rejected:
+            sock.close()
+
+
+async def rebind(client: Client, used) -> int:
+    """Moves the connection to a new local UDP socket (a port not in `used`, as
+    after a NAT rebinding) and a new connection ID; the old socket is closed."""
     loop = asyncio.get_running_loop()
-    sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-    sock.bind(("::", 0, 0, 0))
+    sock = fresh_socket(used)
     old = client._transport
     await loop.create_datagram_endpoint(lambda: client, sock=sock)
     old.close()
@@ -301,7 +317,7 @@ async def session(plan, tickets, results, ports):
         else:
             for i, req in enumerate(requests):
                 if moves_before(plan, i):
-                    ports.append(await rebind(client))
+                    ports.append(await rebind(client, ports))
                 results.append(await one(client, plan, req, jar))
         if plan.get("early_requests"):
             await ticket_from(tickets, 0)

@@ -77,9 +77,11 @@ cleanup() {
 trap cleanup EXIT
 
 wait_port() {
-    local scheme=${2:-http}
+    local scheme=${2:-http} flags=()
+    # A listener that speaks only h2c (HAProxy's `proto h2`) is probed in h2c.
+    [[ ${3:-} == h2c ]] && flags=(--http2-prior-knowledge)
     for _ in $(seq 1 300); do
-        curl -sk -o /dev/null "$scheme://$1/" && return 0
+        curl -sk "${flags[@]}" -o /dev/null "$scheme://$1/" && return 0
         sleep 0.1
     done
     echo "nothing answers on $1" >&2
@@ -180,7 +182,7 @@ instructions() {
     valgrind "${tool[@]}" \
         "${cmd[@]}" >"$OUT/$tag.$count.log" 2>&1 &
     local pid=$!
-    wait_port "$LISTEN" "$front_scheme"
+    wait_port "$LISTEN" "$front_scheme" "$PROTO"
     if [[ $count -gt 0 ]]; then
         local conns=$CONNS
         [[ $PER_CONN -gt 0 ]] && conns=$((count / PER_CONN))

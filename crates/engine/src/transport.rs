@@ -30,6 +30,11 @@ use switchyard_http::head_writer::FieldList;
 
 pub use crate::translate::data::Trailers;
 
+/// Slices of an HTTP/2 connection's output given to one vectored write: frame
+/// headers and payloads queued by reference alternate, so 64 carry 32 DATA
+/// frames (512 KB at the default frame size).
+pub(crate) const WRITE_SLICES: usize = 64;
+
 /// Facts about the connection's transport the pipeline reports and routes on.
 #[derive(Debug, Clone, Default)]
 pub struct Transport {

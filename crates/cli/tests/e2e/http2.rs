@@ -171,6 +171,10 @@ fn a_1mib_download_flows_through_the_client_window() {
         // releases capacity.
         let (parts, body) = send(&client, get(listen, "/big?size=1048576"), None).await.expect("response");
         assert_eq!((parts.status.as_u16(), body.len()), (200, 1024 * 1024));
+        // Byte for byte what the origin sends: the payload went to the client's output by
+        // reference, in 16 KiB frames between the frame headers, held as the window allowed.
+        let direct = common::Client::connect(origin.addr).get("/big?size=1048576");
+        assert!(body == direct.body, "the body differs from the origin's");
         // HEAD: headers only, END_STREAM with them.
         let head = http::Request::head(format!("http://{listen}/?size=500")).body(()).expect("request");
         let (parts, body) = send(&client, head, None).await.expect("response");

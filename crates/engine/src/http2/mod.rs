@@ -36,6 +36,7 @@ pub mod flood;
 mod stream;
 
 use std::cell::{Cell, RefCell};
+use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -48,7 +49,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 use self::stream::{Ended, Slot};
-use crate::transport::Transport;
+use crate::transport::{Transport, WRITE_SLICES};
 use crate::worker::{Local, Worker};
 use switchyard_http::http2::frame::code;
 use switchyard_http::http2::server::{self, Event, Server, StreamMap};
@@ -378,7 +379,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
             self.decode()?;
             return Poll::Ready(Ok(()));
         }
-        if self.shared.wire.borrow().codec.output().len() > MAX_OUTPUT {
+        if self.shared.wire.borrow().codec.output_len() > MAX_OUTPUT {
             // A client that does not read what it asked for gets no more read.
             return Poll::Pending;
         }
@@ -408,11 +409,13 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         loop {
             let polled = {
                 let wire = self.shared.wire.borrow();
-                let out = wire.codec.output();
-                if out.is_empty() {
+                if wire.codec.output_len() == 0 {
                     break;
                 }
-                Pin::new(&mut self.io).poll_write(cx, out)
+                // Frames and large payloads queued by reference, in one write.
+                let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
+                let n = wire.codec.output_vectored(&mut slices);
+                Pin::new(&mut self.io).poll_write_vectored(cx, &slices[..n])
             };
             match polled {
                 Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Err(())),

@@ -301,8 +301,11 @@ struct Body {
     /// Payload taken and not yet sent (the client's window was short): at
     /// most one write's.
     held: Vec<u8>,
-    /// The body is complete once `held` is sent: END_STREAM then, or the
-    /// trailers.
+    /// The same for a body taken as parts: the rest of a DATA part, shared
+    /// with it rather than copied.
+    shared: Bytes,
+    /// The body is complete once `held` and `shared` are sent: END_STREAM
+    /// then, or the trailers.
     complete: bool,
     /// The trailers to end with.
     trailers: Option<Trailers>,
@@ -320,7 +323,7 @@ impl Body {
         };
         let chunked = (framing == Framing::Chunked).then(ChunkedScanner::collecting_trailers);
         let complete = remaining == Some(0);
-        Body { remaining, chunked, held: Vec::new(), complete, trailers: None, ended: false, bytes: false }
+        Body { remaining, chunked, held: Vec::new(), shared: Bytes::new(), complete, trailers: None, ended: false, bytes: false }
     }
 
     /// Whether the body is delimited by the end of its connection.
@@ -463,7 +466,9 @@ impl Out {
         };
         match part {
             Part::Data(data, end) => {
-                let sent = self.conn.wire.borrow_mut().codec.send_data(self.id, data, *end);
+                // A large payload goes to the connection's output by
+                // reference: the client's bytes are not copied on the way.
+                let sent = self.conn.wire.borrow_mut().codec.send_shared(self.id, data, *end);
                 let Some(sent) = sent else {
                     return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
                 };
@@ -471,10 +476,11 @@ impl Out {
                 if sent == data.len() && *end {
                     body.ended = true;
                     self.state = State::Done;
+                    *data = Bytes::new();
                 } else {
-                    body.held.extend_from_slice(&data[sent..]);
+                    data.advance(sent);
+                    body.shared = std::mem::take(data);
                 }
-                *data = Bytes::new();
             }
             Part::Trailers(trailers) => {
                 body.complete = true;
@@ -497,19 +503,35 @@ impl Out {
         let mut wire = self.conn.wire.borrow_mut();
         let wire = &mut *wire;
         let end_now = body.complete && body.trailers.is_none();
-        if !body.held.is_empty() || (end_now && !body.ended) {
+        let pending = if !body.shared.is_empty() {
+            // The rest of a part, still shared with it.
+            let Some(n) = wire.codec.send_shared(self.id, &body.shared, end_now) else {
+                return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+            };
+            body.shared.advance(n);
+            Some(!body.shared.is_empty())
+        } else if !body.held.is_empty() || (end_now && !body.ended) {
             let Some(n) = wire.codec.send_data(self.id, &body.held, end_now) else {
                 return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
             };
             body.held.drain(..n);
-            if !body.held.is_empty() {
-                match wire.slots.get_mut(&self.id) {
-                    Some(slot) => slot.writer = Some(cx.waker().clone()),
-                    None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
-                }
-                return Poll::Pending;
+            Some(!body.held.is_empty())
+        } else {
+            None
+        };
+        match pending {
+            // Waits for the client's window: the codec wakes the writer.
+            Some(true) => {
+                return match wire.slots.get_mut(&self.id) {
+                    Some(slot) => {
+                        slot.writer = Some(cx.waker().clone());
+                        Poll::Pending
+                    }
+                    None => Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+                };
             }
-            body.ended = end_now;
+            Some(false) => body.ended = end_now,
+            None => {}
         }
         if body.complete && !body.ended {
             if let Some(trailers) = body.trailers.take() {

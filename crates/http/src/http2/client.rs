@@ -29,6 +29,7 @@
 //! header block is bounded ([`Config::max_header_list`] + 16 KiB, 64 frames).
 
 use std::collections::VecDeque;
+use std::io::IoSlice;
 
 use super::frame::{self, code, flag, kind, setting, Head, HEADER_LEN, MAX_WINDOW, MIN_MAX_FRAME_SIZE};
 use super::head::connection_specific;
@@ -202,12 +203,24 @@ impl Client {
 
     // ---- output -------------------------------------------------------
 
-    /// Frames queued and not yet written out.
+    /// The next run of queued frame bytes not yet written out; empty only
+    /// when nothing is queued.
     pub fn output(&self) -> &[u8] {
         self.link.output()
     }
 
-    /// The driver wrote `n` bytes of [`Client::output`].
+    /// The queued runs in order, as many as fit in `dst` (for a vectored
+    /// write); how many slices were filled.
+    pub fn output_vectored<'a>(&'a self, dst: &mut [IoSlice<'a>]) -> usize {
+        self.link.output_vectored(dst)
+    }
+
+    /// Bytes queued and not yet written out.
+    pub fn output_len(&self) -> usize {
+        self.link.output_len()
+    }
+
+    /// The driver wrote the next `n` bytes of the output.
     pub fn written(&mut self, n: usize) {
         self.link.written(n);
     }

@@ -7,12 +7,18 @@
 //! (stream states, which settings apply, who may open streams).
 
 use std::collections::VecDeque;
+use std::io::IoSlice;
+
+use bytes::{Buf, Bytes};
 
 use super::frame::{self, code, flag, kind, setting, Head, MAX_WINDOW, MIN_MAX_FRAME_SIZE};
 use super::hpack::Encoder;
 
 /// The window both sides start with (RFC 9113 6.9.2).
 pub(super) const DEFAULT_WINDOW: i64 = 65_535;
+/// The smallest DATA payload queued by reference rather than copied: below
+/// it, a copy costs less than a slice of its own in the write.
+pub const SPLICE_MIN: usize = 4096;
 /// Most CONTINUATION frames after one HEADERS frame.
 pub(super) const MAX_CONTINUATIONS: usize = 64;
 
@@ -28,10 +34,15 @@ pub struct ConnError {
 
 /// The connection-level state of one end.
 pub(super) struct Link {
-    /// Frames queued for the peer.
+    /// Frames queued for the peer: headers, control frames, small payloads.
     pub(super) out: Vec<u8>,
     /// Bytes of `out` already written out by the driver.
     out_at: usize,
+    /// Large payloads queued by reference, not copied into `out`, in order:
+    /// each goes out after the bytes of `out` before its offset.
+    spliced: VecDeque<(usize, Bytes)>,
+    /// The bytes of `spliced` not yet written.
+    spliced_len: usize,
     pub(super) encoder: Encoder,
     /// What the peer may still send on the connection.
     pub(super) recv_window: i64,
@@ -57,6 +68,8 @@ impl Link {
         Link {
             out: Vec::with_capacity(1024),
             out_at: 0,
+            spliced: VecDeque::new(),
+            spliced_len: 0,
             encoder: Encoder::default(),
             recv_window: DEFAULT_WINDOW,
             send_window: DEFAULT_WINDOW,
@@ -82,15 +95,61 @@ impl Link {
 
     // ---- output -------------------------------------------------------
 
-    /// Frames queued and not yet written out.
+    /// The next run of queued bytes not yet written out: empty only when
+    /// nothing is queued (the rest follows once it is [`Link::written`]).
     pub(super) fn output(&self) -> &[u8] {
-        &self.out[self.out_at..]
+        match self.spliced.front() {
+            Some((at, _)) if self.out_at < *at => &self.out[self.out_at..*at],
+            Some((_, payload)) => payload,
+            None => &self.out[self.out_at..],
+        }
     }
 
-    /// The driver wrote `n` bytes of [`Link::output`].
-    pub(super) fn written(&mut self, n: usize) {
-        self.out_at = (self.out_at + n).min(self.out.len());
-        if self.out_at == self.out.len() {
+    /// Fills `dst` with the runs of queued bytes in order, as many as fit;
+    /// returns how many slices it filled.
+    pub(super) fn output_vectored<'a>(&'a self, dst: &mut [IoSlice<'a>]) -> usize {
+        let mut n = 0;
+        let mut at = self.out_at;
+        let mut push = |slice: &'a [u8], n: &mut usize| {
+            if !slice.is_empty() && *n < dst.len() {
+                dst[*n] = IoSlice::new(slice);
+                *n += 1;
+            }
+        };
+        for (offset, payload) in &self.spliced {
+            push(&self.out[at..*offset], &mut n);
+            push(payload, &mut n);
+            at = *offset;
+        }
+        push(&self.out[at..], &mut n);
+        n
+    }
+
+    /// Bytes queued and not yet written out.
+    pub(super) fn output_len(&self) -> usize {
+        self.out.len() - self.out_at + self.spliced_len
+    }
+
+    /// The driver wrote `n` bytes of the output, in order.
+    pub(super) fn written(&mut self, mut n: usize) {
+        while n > 0 {
+            let end = self.spliced.front().map_or(self.out.len(), |(at, _)| *at);
+            if self.out_at < end {
+                let k = n.min(end - self.out_at);
+                self.out_at += k;
+                n -= k;
+                continue;
+            }
+            let Some((_, payload)) = self.spliced.front_mut() else { break };
+            let k = n.min(payload.len());
+            payload.advance(k);
+            self.spliced_len -= k;
+            n -= k;
+            if payload.is_empty() {
+                self.spliced.pop_front();
+            }
+        }
+        if self.out_at == self.out.len() && self.spliced.is_empty() {
             self.out.clear();
             self.out_at = 0;
         }
@@ -110,6 +169,26 @@ impl Link {
             if last {
                 break;
             }
+        }
+        *stream_window -= data.len() as i64;
+        self.send_window -= data.len() as i64;
+    }
+
+    /// [`Link::write_data`] for a payload the caller shares: one of at least
+    /// [`SPLICE_MIN`] bytes is queued by reference, each frame's payload a
+    /// slice of `data`, never copied; a smaller one is copied.
+    pub(super) fn write_data_shared(&mut self, stream: u32, data: &Bytes, end_stream: bool, stream_window: &mut i64) {
+        if data.len() < SPLICE_MIN {
+            return self.write_data(stream, data, end_stream, stream_window);
+        }
+        let mut sent = 0;
+        while sent < data.len() {
+            let piece = (data.len() - sent).min(self.peer_max_frame);
+            let last = sent + piece == data.len();
+            frame::write_head(&mut self.out, piece, kind::DATA, if last && end_stream { flag::END_STREAM } else { 0 }, stream);
+            self.spliced.push_back((self.out.len(), data.slice(sent..sent + piece)));
+            self.spliced_len += piece;
+            sent += piece;
         }
         *stream_window -= data.len() as i64;
         self.send_window -= data.len() as i64;

@@ -24,6 +24,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
+use std::io::IoSlice;
+
+use bytes::Bytes;
 
 use super::frame::{self, code, flag, kind, setting, Head, HEADER_LEN, MAX_WINDOW, MIN_MAX_FRAME_SIZE};
 use super::head::{self, Request};
@@ -204,12 +207,24 @@ impl Server {
 
     // ---- output -------------------------------------------------------
 
-    /// Frames queued and not yet written out.
+    /// The next run of queued frame bytes not yet written out; empty only
+    /// when nothing is queued (large payloads are runs of their own).
     pub fn output(&self) -> &[u8] {
         self.link.output()
     }
 
-    /// The driver wrote `n` bytes of [`Server::output`].
+    /// The queued runs in order, as many as fit in `dst` (for a vectored
+    /// write); how many slices were filled.
+    pub fn output_vectored<'a>(&'a self, dst: &mut [IoSlice<'a>]) -> usize {
+        self.link.output_vectored(dst)
+    }
+
+    /// Bytes queued and not yet written out.
+    pub fn output_len(&self) -> usize {
+        self.link.output_len()
+    }
+
+    /// The driver wrote the next `n` bytes of the output.
     pub fn written(&mut self, n: usize) {
         self.link.written(n);
     }
@@ -733,17 +748,43 @@ impl Server {
     /// (`end_stream` applies only when all were). An empty `data` with
     /// `end_stream` ends the stream. `None` when the stream is gone.
     pub fn send_data(&mut self, stream: u32, data: &[u8], end_stream: bool) -> Option<usize> {
+        self.send_with(stream, data.len(), end_stream, |link, n, end, window| {
+            link.write_data(stream, &data[..n], end, window);
+        })
+    }
+
+    /// [`Server::send_data`] for a payload the caller shares: a large one
+    /// goes out by reference (slices of `data` in the output), not copied.
+    pub fn send_shared(&mut self, stream: u32, data: &Bytes, end_stream: bool) -> Option<usize> {
+        self.send_with(stream, data.len(), end_stream, |link, n, end, window| {
+            if n == data.len() {
+                link.write_data_shared(stream, data, end, window);
+            } else {
+                link.write_data_shared(stream, &data.slice(..n), end, window);
+            }
+        })
+    }
+
+    /// Takes as many of `len` payload bytes as the windows allow, framed by
+    /// `write` (given the link, the count, END_STREAM and the stream's window).
+    fn send_with(
+        &mut self,
+        stream: u32,
+        len: usize,
+        end_stream: bool,
+        write: impl FnOnce(&mut Link, usize, bool, &mut i64),
+    ) -> Option<usize> {
         let room = self.send_capacity(stream);
         let s = self.streams.get_mut(&stream)?;
         if !s.send_open {
             return None;
         }
-        let n = data.len().min(room);
-        let all = n == data.len();
+        let n = len.min(room);
+        let all = n == len;
         if n == 0 && !(all && end_stream) {
             return Some(0);
         }
-        self.link.write_data(stream, &data[..n], all && end_stream, &mut s.send_window);
+        write(&mut self.link, n, all && end_stream, &mut s.send_window);
         if all && end_stream {
             self.end_sent(stream);
         }

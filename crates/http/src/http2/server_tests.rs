@@ -2,6 +2,10 @@
 //! handshake, requests, RFC 9113's errors, flow control both ways, the
 //! bounds against abuse.
 
+use std::io::IoSlice;
+
+use bytes::Bytes;
+
 use super::frame::{code, flag, kind, setting, Head, HEADER_LEN};
 use super::hpack::{Decoder, Encoder};
 use super::server::{Config, ConnError, Counts, Event, Server, PREFACE};
@@ -106,10 +110,22 @@ fn push(s: &mut Server, bytes: &[u8]) -> Vec<Ev> {
     events
 }
 
+/// Everything the server queued, taken run by run.
+fn drain(s: &mut Server) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let run = s.output().to_vec();
+        if run.is_empty() {
+            return out;
+        }
+        s.written(run.len());
+        out.extend(run);
+    }
+}
+
 /// The frames in the server's output, taken.
 fn sent(s: &mut Server) -> Vec<(Head, Vec<u8>)> {
-    let out = s.output().to_vec();
-    s.written(out.len());
+    let out = drain(s);
     let mut at = 0;
     let mut frames = Vec::new();
     while let Some(h) = Head::read(&out[at..]) {
@@ -587,6 +603,67 @@ fn send_windows_hold_data_back_until_updated() {
     assert_eq!(resets(&sent(&mut s)), [(1, code::FLOW_CONTROL_ERROR)]);
     let r = feed(&mut s, &frame(kind::WINDOW_UPDATE, 0, 0, &0x7fff_ffffu32.to_be_bytes())).0;
     assert_eq!(r.map_err(|e| e.code), Err(code::FLOW_CONTROL_ERROR));
+}
+
+/// A server with stream 1 open and its response head sent and taken.
+fn responding() -> Server {
+    let mut s = open();
+    push(&mut s, &get(1));
+    assert!(s.send_head(1, 200, [], false));
+    sent(&mut s);
+    s
+}
+
+#[test]
+fn a_shared_payload_goes_out_by_reference_as_the_same_frames_a_copy_makes() {
+    let body: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+    let shared = Bytes::from(body.clone());
+    let mut copied = responding();
+    assert_eq!(copied.send_data(1, &body, false), Some(40_000));
+    push(&mut copied, &frame(kind::PING, 0, 0, b"12345678"));
+    assert_eq!(copied.send_data(1, b"tail", true), Some(4));
+    let expected = drain(&mut copied);
+
+    let mut s = responding();
+    assert_eq!(s.send_shared(1, &shared, false), Some(40_000));
+    push(&mut s, &frame(kind::PING, 0, 0, b"12345678"));
+    assert_eq!(s.send_shared(1, &Bytes::from_static(b"tail"), true), Some(4));
+    assert_eq!(s.output_len(), expected.len());
+    // The payload's runs in a vectored write are the caller's memory, framed
+    // by frame headers in between: 3 frames of 16,384 bytes at most, each a
+    // header and a payload, then the PING, the copied tail.
+    let mut slices = [IoSlice::new(&[]); 16];
+    let n = s.output_vectored(&mut slices);
+    assert_eq!(n, 7, "three headers, three payloads, the rest");
+    assert_eq!(slices[1].as_ptr(), shared.as_ptr(), "not a copy");
+    assert_eq!(slices[1].len(), 16_384);
+    let joined: Vec<u8> = slices[..n].iter().flat_map(|s| s.iter().copied()).collect();
+    assert_eq!(joined, expected);
+    // Written in odd pieces across the runs' edges, the same bytes in order.
+    let mut out = Vec::new();
+    for step in [5, 4, 16_000, 1_000, 3, 9, 30_000, 7].into_iter().cycle() {
+        let run = s.output();
+        if run.is_empty() {
+            break;
+        }
+        let k = step.min(run.len());
+        out.extend_from_slice(&run[..k]);
+        s.written(k);
+    }
+    assert_eq!(out, expected);
+    assert_eq!(s.output_len(), 0);
+    assert!(!s.can_send(1));
+}
+
+#[test]
+fn a_shared_payload_beyond_the_window_is_taken_as_far_as_it_allows() {
+    let mut s = responding();
+    let body = Bytes::from(vec![7u8; 100_000]);
+    assert_eq!(s.send_shared(1, &body, true), Some(65_535));
+    let data: Vec<(usize, u8)> =
+        sent(&mut s).iter().filter(|(h, _)| h.kind == kind::DATA).map(|(h, p)| (p.len(), h.flags)).collect();
+    assert_eq!(data, [(16_384, 0), (16_384, 0), (16_384, 0), (16_383, 0)], "no END_STREAM: not all was taken");
+    assert!(s.can_send(1));
 }
 
 #[test]

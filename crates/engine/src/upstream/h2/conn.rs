@@ -21,7 +21,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -37,7 +37,7 @@ use switchyard_http::parse::{Field, Framing};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::super::stream::ServerStream;
-use crate::transport::Trailers;
+use crate::transport::{Trailers, WRITE_SLICES};
 
 /// The read buffer: a frame (at most 16 KiB + 9, what we advertise) always fits.
 const READ_BUF: usize = 64 * 1024;
@@ -329,11 +329,13 @@ fn write_out(
     let mut wrote = false;
     loop {
         let mut inner = conn.inner.borrow_mut();
-        let out = inner.codec.output();
-        if out.is_empty() {
+        if inner.codec.output_len() == 0 {
             break;
         }
-        match Pin::new(&mut *io).poll_write(cx, out) {
+        let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
+        let n = inner.codec.output_vectored(&mut slices);
+        let polled = Pin::new(&mut *io).poll_write_vectored(cx, &slices[..n]);
+        match polled {
             Poll::Ready(Ok(0)) => return Poll::Ready(Err(Ended::Eof)),
             Poll::Ready(Ok(n)) => {
                 inner.codec.written(n);

@@ -528,6 +528,50 @@ fn trailers_cross_between_http2_clients_and_servers_with_or_without_a_length() {
 }
 
 #[test]
+fn streams_one_after_another_on_one_server_connection_keep_nothing_of_the_last() {
+    // A server connection keeps its ended streams' states for the next streams (buffers'
+    // room kept): each response must arrive whole and alone, with its own trailers and
+    // length, whatever the stream before it had (trailers or not, a length or not, an
+    // empty body, a body too large for a kept state).
+    let (seen_tx, _seen) = std::sync::mpsc::channel();
+    let server = trailer_echo_server(seen_tx);
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&h2_config(listen, &[server], "", ""), listen);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let mut client = common::h2c_client(listen).await;
+        let sizes = [300, 0, 40_000, 7, 5_000, 0, 1];
+        for (i, size) in sizes.into_iter().enumerate() {
+            let path = if i % 2 == 0 { "/length" } else { "/none" };
+            let payload: Vec<u8> = (0..size).map(|k| b'a' + ((k + i) % 26) as u8).collect();
+            let head = http::Request::post(format!("http://t{path}")).header("te", "trailers");
+            let (response, mut up) = client.send_request(head.body(()).expect("request"), false).expect("send");
+            up.send_data(bytes::Bytes::from(payload.clone()), false).expect("data");
+            let mut trailers = http::HeaderMap::new();
+            if i % 3 != 2 {
+                trailers.insert("x-up", http::HeaderValue::from_str(&format!("n{i}")).expect("value"));
+            }
+            up.send_trailers(trailers).expect("trailers");
+            let (parts, mut body) = response.await.expect("response").into_parts();
+            assert_eq!(parts.status, 200, "{}", proxy.log());
+            let length = parts.headers.get("content-length").map(|v| v.to_str().expect("text").to_owned());
+            assert_eq!(length, (path == "/length").then(|| size.to_string()), "request {i}");
+            let mut got = Vec::new();
+            while let Some(data) = body.data().await {
+                let data = data.expect("data");
+                let _ = body.flow_control().release_capacity(data.len());
+                got.extend_from_slice(&data);
+            }
+            assert!(got == payload, "request {i}: {} bytes back of {size}", got.len());
+            let trailers = body.trailers().await.expect("trailers").expect("some trailers");
+            let up = trailers.get("x-up").map(|v| v.to_str().expect("text").to_owned());
+            assert_eq!(up, (i % 3 != 2).then(|| format!("n{i}")), "request {i}: {trailers:?}");
+            assert_eq!(trailers.get("x-from").map(|v| v.as_bytes()), Some(&b"server"[..]), "{trailers:?}");
+        }
+    });
+}
+
+#[test]
 fn trailers_cross_between_http1_chunked_bodies_and_http2_servers() {
     // An HTTP/1.1 client's chunked body: its trailer section reaches the HTTP/2 server as
     // trailers; the server's answer without a length comes back chunked with its trailers

@@ -272,7 +272,10 @@ async fn connect(target: &Target<'_>, deadline: tokio::time::Instant) -> Result<
 /// pipeline writes on it.
 fn open_stream(shared: &Shared, scheme: &'static str, target: &Target<'_>) -> UpstreamConn {
     shared.streams.set(shared.streams.get() + 1);
-    let link: Link = Rc::new(RefCell::new(StreamState::new()));
+    let link: Link = match shared.inner.try_borrow_mut() {
+        Ok(mut inner) => inner.spare_state(),
+        Err(_) => Rc::new(RefCell::new(StreamState::new())),
+    };
     let wr = Wr {
         conn: shared.clone(),
         link: link.clone(),
@@ -400,6 +403,7 @@ impl Drop for H2Stream {
         }
         let Ok(mut inner) = self.wr.conn.inner.try_borrow_mut() else { return };
         inner.streams.remove(&id);
+        inner.keep_spare(&self.link);
         if inner.codec.is_open(id) {
             inner.codec.send_reset(id, code);
         }

@@ -121,6 +121,17 @@ impl StreamState {
         }
     }
 
+    /// Made as new for another stream, its buffers' room kept.
+    fn recycle(&mut self) {
+        let mut heads = std::mem::take(&mut self.heads);
+        let mut head_fields = std::mem::take(&mut self.head_fields);
+        let mut inbound = std::mem::take(&mut self.inbound);
+        heads.clear();
+        head_fields.clear();
+        inbound.clear();
+        *self = StreamState { heads, head_fields, inbound, ..StreamState::new() };
+    }
+
     fn fail(&mut self, failure: Failure) {
         if self.failure.is_none() && self.phase != Phase::Done {
             self.failure = Some(failure);
@@ -152,9 +163,39 @@ pub(super) struct Inner {
     driver: Option<Waker>,
     /// Requests waiting for the server's stream limit, or for the handshake.
     pub waiting: Vec<Waker>,
+    /// States of ended streams, kept for the next ones with their buffers'
+    /// room ([`Inner::keep_spare`], [`Inner::spare_state`]).
+    spare: Vec<Link>,
 }
 
+/// Ended streams' states a connection keeps for its next streams: streams
+/// end and open in bursts of many (a read of the server's frames ends
+/// dozens), so the list holds a burst's worth.
+const SPARE_STATES: usize = 256;
+/// A state whose buffer grew beyond this is not kept (a large body's room).
+const SPARE_ROOM: usize = 16 * 1024;
+
 impl Inner {
+    /// Keeps an ended stream's state for a next stream: its head and body
+    /// buffers keep their room (no allocation per stream), within bounds.
+    pub fn keep_spare(&mut self, link: &Link) {
+        if self.spare.len() < SPARE_STATES && link.borrow().inbound.capacity() <= SPARE_ROOM {
+            self.spare.push(link.clone());
+        }
+    }
+
+    /// A state for a new stream: an ended one nothing holds any more, made
+    /// new, or a new one.
+    pub fn spare_state(&mut self) -> Link {
+        while let Some(link) = self.spare.pop() {
+            if Rc::strong_count(&link) == 1 {
+                link.borrow_mut().recycle();
+                return link;
+            }
+        }
+        Rc::new(RefCell::new(StreamState::new()))
+    }
+
     /// Wakes the task when the codec has frames to write.
     pub fn kick(&mut self) {
         if !self.codec.output().is_empty() {
@@ -206,6 +247,7 @@ impl Conn {
                 failed: None,
                 driver: None,
                 waiting: Vec::new(),
+                spare: Vec::new(),
             }),
             closed: Cell::new(false),
             streams: Cell::new(0),

@@ -323,7 +323,16 @@ impl Body {
         };
         let chunked = (framing == Framing::Chunked).then(ChunkedScanner::collecting_trailers);
         let complete = remaining == Some(0);
-        Body { remaining, chunked, held: Vec::new(), shared: Bytes::new(), complete, trailers: None, ended: false, bytes: false }
+        Body {
+            remaining,
+            chunked,
+            held: Vec::new(),
+            shared: Bytes::new(),
+            complete,
+            trailers: None,
+            ended: false,
+            bytes: false,
+        }
     }
 
     /// Whether the body is delimited by the end of its connection.

@@ -185,7 +185,13 @@ impl Link {
         while sent < data.len() {
             let piece = (data.len() - sent).min(self.peer_max_frame);
             let last = sent + piece == data.len();
-            frame::write_head(&mut self.out, piece, kind::DATA, if last && end_stream { flag::END_STREAM } else { 0 }, stream);
+            frame::write_head(
+                &mut self.out,
+                piece,
+                kind::DATA,
+                if last && end_stream { flag::END_STREAM } else { 0 },
+                stream,
+            );
             self.spliced.push_back((self.out.len(), data.slice(sent..sent + piece)));
             self.spliced_len += piece;
             sent += piece;

@@ -86,7 +86,8 @@ impl Front {
         std::fs::write(&ca, &pki.ca).expect("ca");
         std::fs::write(&cert_file, cert).expect("cert");
         std::fs::write(&key_file, key).expect("key");
-        let listen = proxy_addr();
+        // The service listens on TCP and on UDP (QUIC) with the same port.
+        let listen = common::proxy_addr_tcp_udp();
         let log = dir.join("access.log");
         // `http3 = true` unless `extra` writes its own `http3`.
         let http3 = if extra.contains("http3 =") { "" } else { "http3 = true\n" };

@@ -60,6 +60,14 @@ pub fn one_bench_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     BENCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// An address on 127.0.0.1 whose port is free for TCP and for UDP alike (an HTTP/3
+/// service listens on both), from the same range as [`free_port_on`].
+pub fn proxy_addr_tcp_udp() -> SocketAddr {
+    let ip: SocketAddr = "127.0.0.1:0".parse().expect("address");
+    let port = pick_port(ip, |a| TcpListener::bind(a).is_ok() && std::net::UdpSocket::bind(a).is_ok());
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
 /// A free UDP port on the given address's IP, from the same range as [`free_port_on`].
 pub fn free_udp_port_on(addr: SocketAddr) -> u16 {
     pick_port(addr, |a| std::net::UdpSocket::bind(a).is_ok())

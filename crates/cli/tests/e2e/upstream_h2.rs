@@ -346,13 +346,20 @@ fn resetting_server(seen: std::sync::mpsc::Sender<Option<h2::Reason>>) -> Socket
     })
 }
 
+/// A proxy in front of one h2c `server` (an h2 pool, no extra settings), and a runtime
+/// for the test's HTTP/2 client.
+fn h2_front(server: SocketAddr) -> (SocketAddr, Proxy, tokio::runtime::Runtime) {
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&h2_config(listen, &[server], "", ""), listen);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    (listen, proxy, rt)
+}
+
 #[test]
 fn reset_codes_cross_between_http2_clients_and_http2_servers() {
     let (seen_tx, seen) = std::sync::mpsc::channel();
     let server = resetting_server(seen_tx);
-    let listen = proxy_addr();
-    let proxy = Proxy::start(&h2_config(listen, &[server], "", ""), listen);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let (listen, proxy, rt) = h2_front(server);
     rt.block_on(async {
         let mut client = common::h2c_client(listen).await;
         let request = |path: &str| http::Request::post(format!("http://t{path}")).body(()).expect("request");
@@ -487,9 +494,7 @@ fn trailers_cross_between_http2_clients_and_servers_with_or_without_a_length() {
     // could not carry; fields that may not trail (`content-length` here) are dropped.
     let (seen_tx, seen) = std::sync::mpsc::channel();
     let server = trailer_echo_server(seen_tx);
-    let listen = proxy_addr();
-    let proxy = Proxy::start(&h2_config(listen, &[server], "", ""), listen);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let (listen, proxy, rt) = h2_front(server);
     rt.block_on(async {
         let mut client = common::h2c_client(listen).await;
         for (path, request_length) in [("/length", true), ("/length", false), ("/none", true), ("/none", false)] {
@@ -535,9 +540,7 @@ fn streams_one_after_another_on_one_server_connection_keep_nothing_of_the_last()
     // empty body, a body too large for a kept state).
     let (seen_tx, _seen) = std::sync::mpsc::channel();
     let server = trailer_echo_server(seen_tx);
-    let listen = proxy_addr();
-    let proxy = Proxy::start(&h2_config(listen, &[server], "", ""), listen);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let (listen, proxy, rt) = h2_front(server);
     rt.block_on(async {
         let mut client = common::h2c_client(listen).await;
         let sizes = [300, 0, 40_000, 7, 5_000, 0, 1];
@@ -556,12 +559,7 @@ fn streams_one_after_another_on_one_server_connection_keep_nothing_of_the_last()
             assert_eq!(parts.status, 200, "{}", proxy.log());
             let length = parts.headers.get("content-length").map(|v| v.to_str().expect("text").to_owned());
             assert_eq!(length, (path == "/length").then(|| size.to_string()), "request {i}");
-            let mut got = Vec::new();
-            while let Some(data) = body.data().await {
-                let data = data.expect("data");
-                let _ = body.flow_control().release_capacity(data.len());
-                got.extend_from_slice(&data);
-            }
+            let got = common::h2_body(&mut body).await.expect("body");
             assert!(got == payload, "request {i}: {} bytes back of {size}", got.len());
             let trailers = body.trailers().await.expect("trailers").expect("some trailers");
             let up = trailers.get("x-up").map(|v| v.to_str().expect("text").to_owned());

@@ -175,7 +175,7 @@ instructions() {
     local bin=$1 count=$2 tag=$3
     local cmd=("$bin" run -c "$OUT/switchyard.toml")
     [[ $bin == haproxy ]] && cmd=(haproxy -f "$OUT/haproxy.cfg" -db)
-    local tool=(--tool=callgrind --callgrind-out-file="$OUT/$tag.$count.out")
+    local tool=(--tool=callgrind ${CGSIM:+--cache-sim=yes --I1=32768,8,64 --D1=32768,8,64 --LL=$LL} --callgrind-out-file="$OUT/$tag.$count.out")
     [[ $TOOL == cachegrind ]] &&
         tool=(--tool=cachegrind --cache-sim=yes --I1=32768,8,64 --D1=32768,8,64 --LL="$LL"
             --cachegrind-out-file="$OUT/$tag.$count.out")

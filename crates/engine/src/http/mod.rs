@@ -344,9 +344,17 @@ pub fn serve_stream<S: ClientStream + 'static>(
     let StreamContext { peer, local, service, worker, transport } = context;
     let ip = client_ip(peer);
     let conn = Idle { stream, peer, ip, ip_text: IpText::new(ip), local, service, worker: worker.id, transport };
+    // The stream's state is made here and captured: an async block keeps what it captured
+    // in place, in the box, where a call to `busy` would move it into its own arguments and
+    // then into the state it builds — each move writing lines of the fresh box (a stream
+    // starts with its box cold).
+    let mut client = conn.busy(scratch);
     let period = Box::write(Box::new_uninit(), async move {
-        if conn.service < conn.local.gen.config.services.len() {
-            busy(conn, scratch, &worker, true).await;
+        if client.service < client.local.gen.config.services.len() {
+            if !requests(&mut client, &worker, true).await {
+                client.buf.clear();
+            }
+            stash(&mut client, &worker);
         }
     });
     Box::into_pin(period)

@@ -728,12 +728,19 @@ async fn handle<S: ClientStream>(
             return false;
         }
     };
-    let plan = match cache_lookup(client, &head, service, worker, local, &routed, info).await {
-        cached::Lookup::Served(keep) => {
-            log(client, service, client.trace.cache_status, None, started);
-            return keep && !worker.closing(local.gen.number, &service.name);
+    // Without a cache no lookup future is built (its arguments would be written into
+    // the request's future for nothing).
+    let cached = local.gen.caches.get(client.service).is_some_and(Option::is_some);
+    let plan = if !cached {
+        None
+    } else {
+        match cache_lookup(client, &head, service, worker, local, &routed, info).await {
+            cached::Lookup::Served(keep) => {
+                log(client, service, client.trace.cache_status, None, started);
+                return keep && !worker.closing(local.gen.number, &service.name);
+            }
+            cached::Lookup::Forward(plan) => plan,
         }
-        cached::Lookup::Forward(plan) => plan,
     };
     // Phase 4: request rewrite (and the cache's validators and capture).
     let listed = rewrite_request(client, &head, service, local, pool, &routed, info);
@@ -748,8 +755,32 @@ async fn handle<S: ClientStream>(
     }
     // Phases 5–9: pick a server, forward, stream the response.
     let forwarded = forward(client, service, worker, local, pool, &routed, info).await;
+    // Phase 10: a response relayed whole, which the cache has no part in, is only logged,
+    // here: no future is built for it (its arguments would be written into lines of the
+    // request's future that the round trip to the server left cold).
+    if let (None, Ok(outcome)) = (&plan, &forwarded) {
+        if !outcome.intercepted {
+            client.capture = None;
+            client.intercept = cached::Intercept::default();
+            return relayed(client, service, worker, local, outcome, started);
+        }
+    }
     // Phase 10 (with the cache's store): log, or answer a failure.
     conclude(client, service, worker, local, info, plan, forwarded, started).await
+}
+
+/// Phase 10 for a response relayed to the client: logged; whether the
+/// connection stays open.
+fn relayed<S>(
+    client: &mut Client<S>,
+    service: &Service,
+    worker: &Worker,
+    local: &Local,
+    outcome: &Outcome,
+    started: Instant,
+) -> bool {
+    log(client, service, outcome.status, None, started);
+    outcome.client_keep_alive && !worker.closing(local.gen.number, &service.name)
 }
 
 /// Phase 2: the request line for the log, the trace, and the facts about the
@@ -1063,10 +1094,7 @@ async fn conclude<S: ClientStream>(
             fail(client, service, &ProxyError::new(Kind::BadResponse("response held for the cache")), started).await;
             false
         }
-        Ok(outcome) => {
-            log(client, service, outcome.status, None, started);
-            outcome.client_keep_alive && !worker.closing(local.gen.number, &service.name)
-        }
+        Ok(outcome) => relayed(client, service, worker, local, &outcome, started),
         Err(Failed { error, relayed: None }) => {
             // A stream the server refused was not processed (RFC 9113 8.7): an
             // HTTP/2 client gets the refusal itself, which it may retry anywhere.

@@ -246,6 +246,17 @@ pub fn now<T>(poll: impl FnOnce(&mut Context<'_>) -> Poll<io::Result<T>>) -> io:
     }
 }
 
+/// `fut` within `limit`: polled once first, and only when it waits is a timer
+/// armed (a `tokio::time::timeout` reads the clock and writes its timer's state
+/// even for a future that is ready at once).
+pub async fn within<F: Future>(limit: std::time::Duration, fut: F) -> Result<F::Output, tokio::time::error::Elapsed> {
+    let mut fut = std::pin::pin!(fut);
+    match std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
+        Poll::Ready(output) => Ok(output),
+        Poll::Pending => tokio::time::timeout(limit, fut).await,
+    }
+}
+
 /// The pipeline's client connection over one request stream of a multiplexed
 /// connection (HTTP/2, HTTP/3): the request body `rd`, the response side `wr`,
 /// the connection's local address and the reset codes the stream lends the
@@ -514,6 +525,22 @@ mod tests {
         client.read_to_end(&mut got).await.expect("read");
         assert_eq!(got, b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nbody");
         assert_eq!(crate::relay::segments_in(&client) - before, 1, "the response and the FIN in one segment");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn within_takes_a_ready_future_at_once_and_times_out_one_that_waits() {
+        let t0 = tokio::time::Instant::now();
+        assert_eq!(within(std::time::Duration::from_secs(5), async { 7 }).await.ok(), Some(7));
+        assert_eq!(tokio::time::Instant::now(), t0, "no time passed for a ready future");
+        let waits = within(std::time::Duration::from_secs(5), std::future::pending::<()>()).await;
+        assert!(waits.is_err());
+        assert_eq!(tokio::time::Instant::now() - t0, std::time::Duration::from_secs(5));
+        // A future ready after a while, within the limit.
+        let later = async {
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            "done"
+        };
+        assert_eq!(within(std::time::Duration::from_secs(5), later).await.ok(), Some("done"));
     }
 
     #[tokio::test]

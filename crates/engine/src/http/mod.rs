@@ -1525,7 +1525,7 @@ async fn send_request_head<S>(
 ) -> Result<(), RelayError> {
     let opened = match &mut conn.stream {
         upstream::stream::ServerStream::H2(stream) => Some(
-            tokio::time::timeout(idle, stream.send_head(client.up_head.get_or_insert_with(Box::default), framing))
+            crate::transport::within(idle, stream.send_head(client.up_head.get_or_insert_with(Box::default), framing))
                 .await,
         ),
         _ => None,

@@ -40,10 +40,16 @@
 # instruction counts do not see. HAProxy takes PROTO=h2c POOL=h2 too (`proto h2` on its
 # servers).
 #
+# CGSIM=1 (with the default TOOL=callgrind) turns callgrind's cache simulator on, with the
+# same caches as TOOL=cachegrind: its output then has the misses of every call, so the
+# misses of a function everyone calls (memcpy) can be told apart by caller
+# (`callgrind_annotate --inclusive=yes`, or the call lines of the output file).
+#
 # Usage: scripts/callgrind-l7.sh BINARY [BINARY...]
 # Environment: REQUESTS=2000, PER_CONN=0 (requests per connection; 0 = all on one),
 #              CONNS=1 (connections at once; PER_CONN, when set, decides instead),
-#              TOOL=callgrind (or cachegrind), LL=524288,8,64 (cachegrind's last level),
+#              TOOL=callgrind (or cachegrind), CGSIM=0 (or 1: callgrind with the caches),
+#              LL=524288,8,64 (cachegrind's last level),
 #              PROTO=h1 (or h2c, or h2 over TLS), STREAMS=10 (h2 streams at a time),
 #              POOL=h1 (or h2), SIZE=128, CACHE=0 (or 1: cache hits),
 #              BASE_PORT=29000, OUT (default bench-out/callgrind-l7-<timestamp>).

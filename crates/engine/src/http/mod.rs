@@ -619,8 +619,6 @@ async fn read_head<S: ClientStream>(
     let limits = HeadLimits { max_bytes: service.limits.max_header_bytes, max_fields: service.limits.max_headers };
     let t = &service.timeouts;
     let wait = if first { t.client_header } else { t.client_idle };
-    let mut deadline = tokio::time::Instant::now() + wait;
-    let mut started = !client.buf.is_empty();
     if let Some(head) = client.decoded.take() {
         // An HTTP/2 stream's head, decoded by the connection into `buf` and
         // `fields`: the limits the parser would apply, applied.
@@ -632,6 +630,8 @@ async fn read_head<S: ClientStream>(
         }
         return Ok(Some(*head));
     }
+    let mut deadline = tokio::time::Instant::now() + wait;
+    let mut started = !client.buf.is_empty();
     loop {
         if !client.buf.is_empty() {
             // A request line still incomplete past the URI limit is refused
@@ -1222,7 +1222,10 @@ async fn forward<S: ClientStream>(
                         proxy_header: &header,
                         client: client_stream,
                     };
-                    pool_local.h2.stream(target, fresh_only).await
+                    match pool_local.h2.ready(&target, fresh_only) {
+                        Some(ready) => Ok(ready),
+                        None => pool_local.h2.stream(target, fresh_only).await,
+                    }
                 } else {
                     let bind = upstream::Bind::of(pool_cfg.source, client.ip);
                     upstream::connect_from(bind, addr, service.timeouts.connect, &header, tls, server)
@@ -1379,11 +1382,9 @@ async fn exchange<S: ClientStream>(
     // HTTP/2 stream is a stream (gRPC calls stream for as long as they last):
     // only each read's `client_idle` bounds it, and the connection's own
     // defences bound the client.
-    let body_deadline = if client.transport.is_stream() {
-        tokio::time::Instant::now() + STREAM_BODY_LIMIT
-    } else {
-        tokio::time::Instant::now() + t.client_body
-    };
+    // Counted from the head's going out (`Response::sent`): no clock is read for it
+    // when the body is all there.
+    let body_limit = if client.transport.is_stream() { STREAM_BODY_LIMIT } else { t.client_body };
 
     // Phase 6: forward the head and what of the body is already here.
     if info.expect_continue {
@@ -1411,7 +1412,7 @@ async fn exchange<S: ClientStream>(
         out: &mut client.out,
         fields: &mut client.resp_fields,
         relayed: &relayed,
-        sent: Instant::now(),
+        sent: tokio::time::Instant::now(),
         sticky,
         presented: &client.stick_key,
         now: worker.clock.get(),
@@ -1447,7 +1448,7 @@ async fn exchange<S: ClientStream>(
         };
         client.trace.grpc_status = response.grpc_status;
         if let Some(span) = &mut client.otel {
-            span.responded(response.sent, done.head_us, done.compressed);
+            span.responded(response.sent.into_std(), done.head_us, done.compressed);
         }
         client.trace.response_us = Some(done.head_us);
         client.trace.bytes_out = done.bytes_out;
@@ -1469,6 +1470,7 @@ async fn exchange<S: ClientStream>(
             .map_err(|e| Failed { error: request_relay_error(RelayError::Read(e)), relayed: relayed.get() })?;
         let (mut server_rd, mut server_wr) = conn.stream.split();
         // The whole body within `client_body` (slow-POST), besides each read within `client_idle`.
+        let body_deadline = response.sent + body_limit;
         let up = async {
             let pump = parts::pump_any(&mut client_rd, &mut client.buf, &mut server_wr, &mut upload, t.client_idle);
             timeout_at(body_deadline, pump).await.unwrap_or(Err(RelayError::ReadTimeout))
@@ -1501,7 +1503,7 @@ async fn exchange<S: ClientStream>(
     };
     client.trace.grpc_status = response.grpc_status;
     if let Some(span) = &mut client.otel {
-        span.responded(response.sent, done.head_us, done.compressed);
+        span.responded(response.sent.into_std(), done.head_us, done.compressed);
     }
     client.trace.response_us = Some(done.head_us);
     client.trace.bytes_out = done.bytes_out;
@@ -1591,8 +1593,9 @@ struct Response<'a> {
     /// The status of the response head once it went to the client: from
     /// then on a failure can only cut the response short, never answer it.
     relayed: &'a Cell<Option<u16>>,
-    /// When the request was sent to the server.
-    sent: Instant,
+    /// When the request was sent to the server (the response's deadline
+    /// counts from it).
+    sent: tokio::time::Instant,
     /// What persistence adds to or learns from the response.
     sticky: Sticky<'a>,
     /// The request's stick-table key (empty: none), for cookie learn.
@@ -1720,7 +1723,7 @@ async fn respond<R: ServerRead, W: body::Sink>(
 ) -> Result<Responded, Failed> {
     let t = &service.timeouts;
     let early = |error| Err(Failed { error, relayed: None });
-    let deadline = tokio::time::Instant::now() + t.server_response;
+    let deadline = response.sent + t.server_response;
     // An HTTP/2 stream's heads come decoded: nothing to parse.
     let decoded = server.decodes_heads();
     let head = loop {

@@ -26,6 +26,13 @@ struct Step {
     symbol: u8,
 }
 
+impl Step {
+    /// `next | flags << 8 | symbol << 16`.
+    fn packed(self) -> u32 {
+        u32::from(self.next) | u32::from(self.flags) << 8 | u32::from(self.symbol) << 16
+    }
+}
+
 const EMIT: u8 = 1;
 const FAIL: u8 = 2;
 const ACCEPT: u8 = 4;
@@ -63,12 +70,18 @@ fn tree() -> Tree {
     t
 }
 
-/// The decoding table: 16 steps per inner node.
-fn table() -> &'static [Step] {
-    static TABLE: OnceLock<Vec<Step>> = OnceLock::new();
+/// Inner nodes of the code's tree (257 symbols, EOS included, make 256).
+const NODES: usize = 256;
+
+/// The decoding table: 16 steps per inner node, each packed in a `u32`
+/// (next node, flags, symbol: [`Step::packed`]); indexed by a `u8` node and a
+/// nibble, so no index is out of bounds.
+fn table() -> &'static [u32; NODES * 16] {
+    static TABLE: OnceLock<Box<[u32; NODES * 16]>> = OnceLock::new();
     TABLE.get_or_init(|| {
         let t = tree();
-        let mut steps = vec![Step::default(); t.nodes.len() * 16];
+        assert_eq!(t.nodes.len(), NODES, "the code's tree");
+        let mut steps = Box::new([0u32; NODES * 16]);
         for state in 0..t.nodes.len() {
             for nibble in 0..16u8 {
                 let mut node = state;
@@ -78,7 +91,10 @@ fn table() -> &'static [Step] {
                     if child & LEAF != 0 && child != NONE {
                         let symbol = child & !LEAF;
                         if symbol == EOS {
+                            // The string is refused; the walk goes on from the root, so
+                            // that every symbol after this one still takes five bits.
                             step.flags |= FAIL;
+                            node = 0;
                             break;
                         }
                         step.flags |= EMIT;
@@ -93,7 +109,7 @@ fn table() -> &'static [Step] {
                     step.flags |= ACCEPT;
                 }
                 step.next = node as u8;
-                steps[state * 16 + usize::from(nibble)] = step;
+                steps[state * 16 + usize::from(nibble)] = step.packed();
             }
         }
         steps
@@ -101,29 +117,34 @@ fn table() -> &'static [Step] {
 }
 
 /// Decodes `src` onto the end of `out`.
+///
+/// Each nibble's symbol is stored whether or not the step completes one and
+/// the length advances only when it does: no branch per symbol, and room for
+/// the longest result (eight symbols per five bytes, the shortest code being
+/// five bits, and a step that meets EOS going back to the root) is made once.
+/// A failure is looked at once, after the loop.
 pub fn decode(src: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
     let table = table();
-    out.reserve(src.len() + src.len() / 2);
-    let mut state = 0usize;
-    let mut accept = true;
+    let start = out.len();
+    out.resize(start + src.len() * 8 / 5 + 1, 0);
+    let room = &mut out[start..];
+    let mut n = 0usize;
+    let mut step = u32::from(ACCEPT) << 8;
+    let mut failed = 0u32;
     for &byte in src {
         for nibble in [byte >> 4, byte & 0xf] {
-            let step = table[state * 16 + usize::from(nibble)];
-            if step.flags & FAIL != 0 {
-                return Err(Error::Huffman);
-            }
-            if step.flags & EMIT != 0 {
-                out.push(step.symbol);
-            }
-            state = usize::from(step.next);
-            accept = step.flags & ACCEPT != 0;
+            step = table[(step & 0xff) as usize * 16 + usize::from(nibble)];
+            failed |= step;
+            room[n] = (step >> 16) as u8;
+            n += ((step >> 8) & u32::from(EMIT)) as usize;
         }
     }
-    if accept {
-        Ok(())
-    } else {
-        Err(Error::Huffman)
+    if failed & u32::from(FAIL) << 8 != 0 || step & u32::from(ACCEPT) << 8 == 0 {
+        out.truncate(start);
+        return Err(Error::Huffman);
     }
+    out.truncate(start + n);
+    Ok(())
 }
 
 /// The length of `src` once encoded, in bytes.
@@ -194,6 +215,32 @@ mod tests {
         let mut dec = Vec::new();
         decode(&enc, &mut dec).expect("decodes");
         assert_eq!(dec, all);
+    }
+
+    /// Any bytes at all, EOS anywhere among them: refused or decoded, never
+    /// past the room made, and nothing left behind on a refusal.
+    #[test]
+    fn arbitrary_bytes_never_overrun() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut out = b"kept".to_vec();
+        for len in 0..300 {
+            let src: Vec<u8> = (0..len)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    // Mostly ones: long codes and EOS come often.
+                    (seed as u8) | if seed & 0x100 != 0 { 0xfe } else { 0 }
+                })
+                .collect();
+            out.truncate(4);
+            if decode(&src, &mut out).is_err() {
+                assert_eq!(out, b"kept");
+            }
+        }
+        out.truncate(4);
+        assert!(decode(&[0xff; 64], &mut out).is_err());
+        assert_eq!(out, b"kept");
     }
 
     #[test]

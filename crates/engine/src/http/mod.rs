@@ -400,42 +400,53 @@ fn wait_idle<'a, S: ClientStream>(
 /// kept alive, the worker drains, its one request is done (a stream of a
 /// multiplexed connection) (`false`), or no byte of a next request is left
 /// to read (`true`: the connection waits idle in [`serve`]).
-async fn requests<S: ClientStream>(client: &mut Client<S>, worker: &Rc<Worker>, first: bool) -> bool {
-    let mut first = first;
-    loop {
-        // Phases 1 and 2: read and parse the head.
-        client.trace = Trace::default();
-        client.otel = None;
-        let (local, index) = (client.local.clone(), client.service);
-        let head = match read_head(client, &local.gen.config.services[index], worker, first).await {
-            Ok(Some(head)) => head,
-            Ok(None) => return false,
-            Err(error) => {
-                self::log::keep_unparsed(client);
-                fail(client, &local.gen.config.services[index], &error, Instant::now()).await;
+fn requests<'a, S: ClientStream>(
+    client: &'a mut Client<S>,
+    worker: &'a Rc<Worker>,
+    first: bool,
+) -> impl std::future::Future<Output = bool> + use<'a, S> {
+    async move {
+        let mut first = first;
+        loop {
+            // Phases 1 and 2: read and parse the head.
+            client.trace = Trace::default();
+            client.otel = None;
+            let (local, index) = (client.local.clone(), client.service);
+            // An HTTP/2 stream's head is here, decoded: no read future is made for it.
+            let read = match decoded_head(client, &local.gen.config.services[index]) {
+                Some(decoded) => decoded.map(Some),
+                None => read_head(client, &local.gen.config.services[index], worker, first).await,
+            };
+            let head = match read {
+                Ok(Some(head)) => head,
+                Ok(None) => return false,
+                Err(error) => {
+                    self::log::keep_unparsed(client);
+                    fail(client, &local.gen.config.services[index], &error, Instant::now()).await;
+                    return false;
+                }
+            };
+            first = false;
+            let started = Instant::now();
+            client.trace.head_us = client.trace.head_started.map_or(0, |t| micros(started - t));
+            let now = worker.local();
+            if now.gen.number != client.local.gen.number {
+                // A service removed by a reload while this request was arriving
+                // still serves it from the generation the connection belongs to.
+                if let Some(i) = now.gen.service_index(&client.local.gen.config.services[client.service].name) {
+                    (client.local, client.service) = (now, i);
+                }
+            }
+            let (local, index) = (client.local.clone(), client.service);
+            let keep_alive = handle(client, head, &local.gen.config.services[index], worker, &local, started).await;
+            if !keep_alive || worker.draining.get() {
                 return false;
             }
-        };
-        first = false;
-        let started = Instant::now();
-        client.trace.head_us = client.trace.head_started.map_or(0, |t| micros(started - t));
-        let now = worker.local();
-        if now.gen.number != client.local.gen.number {
-            // A service removed by a reload while this request was arriving
-            // still serves it from the generation the connection belongs to.
-            if let Some(i) = now.gen.service_index(&client.local.gen.config.services[client.service].name) {
-                (client.local, client.service) = (now, i);
+            if client.buf.is_empty() {
+                // A stream of a multiplexed connection, like the cache's refresh,
+                // carries one request: it is done, with nothing to wait for.
+                return !client.transport.is_stream() && !client.transport.cache_refresh;
             }
-        }
-        let (local, index) = (client.local.clone(), client.service);
-        let keep_alive = handle(client, head, &local.gen.config.services[index], worker, &local, started).await;
-        if !keep_alive || worker.draining.get() {
-            return false;
-        }
-        if client.buf.is_empty() {
-            // A stream of a multiplexed connection, like the cache's refresh,
-            // carries one request: it is done, with nothing to wait for.
-            return !client.transport.is_stream() && !client.transport.cache_refresh;
         }
     }
 }
@@ -608,6 +619,20 @@ fn stash<S>(client: &mut Client<S>, worker: &Worker) {
     }
 }
 
+/// Phase 1 for an HTTP/2 or HTTP/3 stream: its head, decoded by the
+/// connection into `buf` and `fields`, with the limits the parser would
+/// apply applied. `None` when no decoded head waits (bytes are to be parsed).
+fn decoded_head<S>(client: &mut Client<S>, service: &Service) -> Option<Result<RequestHead, ProxyError>> {
+    let head = client.decoded.take()?;
+    Some(if head.target.len() > service.limits.max_uri_bytes {
+        Err(ProxyError::new(Kind::UriTooLong))
+    } else if client.fields.len() > service.limits.max_headers {
+        Err(ProxyError::new(Kind::HeaderTooLarge))
+    } else {
+        Ok(*head)
+    })
+}
+
 /// Phase 1: reads until `client.buf` starts with a complete request head.
 /// `Ok(None)`: the connection ended cleanly (closed, idle, draining).
 async fn read_head<S: ClientStream>(
@@ -619,16 +644,8 @@ async fn read_head<S: ClientStream>(
     let limits = HeadLimits { max_bytes: service.limits.max_header_bytes, max_fields: service.limits.max_headers };
     let t = &service.timeouts;
     let wait = if first { t.client_header } else { t.client_idle };
-    if let Some(head) = client.decoded.take() {
-        // An HTTP/2 stream's head, decoded by the connection into `buf` and
-        // `fields`: the limits the parser would apply, applied.
-        if head.target.len() > service.limits.max_uri_bytes {
-            return Err(ProxyError::new(Kind::UriTooLong));
-        }
-        if client.fields.len() > limits.max_fields {
-            return Err(ProxyError::new(Kind::HeaderTooLarge));
-        }
-        return Ok(Some(*head));
+    if let Some(decoded) = decoded_head(client, service) {
+        return decoded.map(Some);
     }
     let mut deadline = tokio::time::Instant::now() + wait;
     let mut started = !client.buf.is_empty();
@@ -676,97 +693,99 @@ async fn read_head<S: ClientStream>(
 /// Phases 2–10 for one request whose head is at the start of `client.buf`,
 /// one function per phase in the order of docs/request-lifecycle.md.
 /// Returns whether the client connection stays open for another request.
-async fn handle<S: ClientStream>(
-    client: &mut Client<S>,
+fn handle<'a, S: ClientStream>(
+    client: &'a mut Client<S>,
     head: RequestHead,
-    service: &Service,
-    worker: &Rc<Worker>,
-    local: &Local,
+    service: &'a Service,
+    worker: &'a Rc<Worker>,
+    local: &'a Local,
     started: Instant,
-) -> bool {
-    // Phase 2: what the later phases need to know of the request.
-    let info = request_info(client, &head, service, local, started);
-    // Phase 2b: client protection, and a declared body over the limit.
-    if let Err(why) = protect(client, &head, client.service, started) {
-        return refuse(client, service, info, head.len, why, started).await;
-    }
-    if let (Framing::Length(n), Some(max)) = (head.framing, service.limits.max_body_bytes) {
-        if n > max {
-            fail(client, service, &ProxyError::new(Kind::BodyTooLarge), started).await;
-            return false;
+) -> impl std::future::Future<Output = bool> + use<'a, S> {
+    async move {
+        // Phase 2: what the later phases need to know of the request.
+        let info = request_info(client, &head, service, local, started);
+        // Phase 2b: client protection, and a declared body over the limit.
+        if let Err(why) = protect(client, &head, client.service, started) {
+            return refuse(client, service, info, head.len, why, started).await;
         }
-    }
-    // Phase 3: an ACME http-01 validation is answered before the rules.
-    if let Some(key_authorization) = acme_challenge(client, &head, service, local) {
-        let reply = Answer {
-            status: 200,
-            location: None,
-            content_type: "application/octet-stream",
-            body: key_authorization.as_bytes(),
-        };
-        return answer(client, service, info, head.len, reply, started).await;
-    }
-    // Phase 3: route — a rule may answer by itself; persistence; the cache.
-    let routed = route(client, &head, service, worker, local);
-    let pool = match pool_or_reply(&routed, service) {
-        Ok(Some(pool)) => pool,
-        Ok(None) => {
-            fail(client, service, &ProxyError::new(Kind::NoPool), started).await;
-            return false;
+        if let (Framing::Length(n), Some(max)) = (head.framing, service.limits.max_body_bytes) {
+            if n > max {
+                fail(client, service, &ProxyError::new(Kind::BodyTooLarge), started).await;
+                return false;
+            }
         }
-        Err(Reply::Deny(status)) => {
-            let body = format!("{status} {}\n", switchyard_http::error::reason_phrase(status));
-            let reply = Answer { status, location: None, content_type: "text/plain", body: body.as_bytes() };
+        // Phase 3: an ACME http-01 validation is answered before the rules.
+        if let Some(key_authorization) = acme_challenge(client, &head, service, local) {
+            let reply = Answer {
+                status: 200,
+                location: None,
+                content_type: "application/octet-stream",
+                body: key_authorization.as_bytes(),
+            };
             return answer(client, service, info, head.len, reply, started).await;
         }
-        Err(Reply::Answer(reply)) => return answer(client, service, info, head.len, reply, started).await,
-    };
-    let info = match switch_to(client, &head, local, pool, info) {
-        Ok(info) => info,
-        Err(error) => {
-            fail(client, service, &error, started).await;
-            return false;
-        }
-    };
-    // Without a cache no lookup future is built (its arguments would be written into
-    // the request's future for nothing).
-    let cached = local.gen.caches.get(client.service).is_some_and(Option::is_some);
-    let plan = if !cached {
-        None
-    } else {
-        match cache_lookup(client, &head, service, worker, local, &routed, info).await {
-            cached::Lookup::Served(keep) => {
-                log(client, service, client.trace.cache_status, None, started);
-                return keep && !worker.closing(local.gen.number, &service.name);
+        // Phase 3: route — a rule may answer by itself; persistence; the cache.
+        let routed = route(client, &head, service, worker, local);
+        let pool = match pool_or_reply(&routed, service) {
+            Ok(Some(pool)) => pool,
+            Ok(None) => {
+                fail(client, service, &ProxyError::new(Kind::NoPool), started).await;
+                return false;
             }
-            cached::Lookup::Forward(plan) => plan,
-        }
-    };
-    // Phase 4: request rewrite (and the cache's validators and capture).
-    let listed = rewrite_request(client, &head, service, local, pool, &routed, info);
-    if let Some(plan) = &plan {
-        if listed {
-            cached::add_validators(&mut **client.up_head.get_or_insert_with(Box::default), plan);
+            Err(Reply::Deny(status)) => {
+                let body = format!("{status} {}\n", switchyard_http::error::reason_phrase(status));
+                let reply = Answer { status, location: None, content_type: "text/plain", body: body.as_bytes() };
+                return answer(client, service, info, head.len, reply, started).await;
+            }
+            Err(Reply::Answer(reply)) => return answer(client, service, info, head.len, reply, started).await,
+        };
+        let info = match switch_to(client, &head, local, pool, info) {
+            Ok(info) => info,
+            Err(error) => {
+                fail(client, service, &error, started).await;
+                return false;
+            }
+        };
+        // Without a cache no lookup future is built (its arguments would be written into
+        // the request's future for nothing).
+        let cached = local.gen.caches.get(client.service).is_some_and(Option::is_some);
+        let plan = if !cached {
+            None
         } else {
-            cached::add_validators(&mut Http1Request::new(&mut client.out), plan);
+            match cache_lookup(client, &head, service, worker, local, &routed, info).await {
+                cached::Lookup::Served(keep) => {
+                    log(client, service, client.trace.cache_status, None, started);
+                    return keep && !worker.closing(local.gen.number, &service.name);
+                }
+                cached::Lookup::Forward(plan) => plan,
+            }
+        };
+        // Phase 4: request rewrite (and the cache's validators and capture).
+        let listed = rewrite_request(client, &head, service, local, pool, &routed, info);
+        if let Some(plan) = &plan {
+            if listed {
+                cached::add_validators(&mut **client.up_head.get_or_insert_with(Box::default), plan);
+            } else {
+                cached::add_validators(&mut Http1Request::new(&mut client.out), plan);
+            }
+            client.capture = plan.capture();
+            client.intercept = plan.intercept(Instant::now());
         }
-        client.capture = plan.capture();
-        client.intercept = plan.intercept(Instant::now());
-    }
-    // Phases 5–9: pick a server, forward, stream the response.
-    let forwarded = forward(client, service, worker, local, pool, &routed, info).await;
-    // Phase 10: a response relayed whole, which the cache has no part in, is only logged,
-    // here: no future is built for it (its arguments would be written into lines of the
-    // request's future that the round trip to the server left cold).
-    if let (None, Ok(outcome)) = (&plan, &forwarded) {
-        if !outcome.intercepted {
-            client.capture = None;
-            client.intercept = cached::Intercept::default();
-            return relayed(client, service, worker, local, outcome, started);
+        // Phases 5–9: pick a server, forward, stream the response.
+        let forwarded = forward(client, service, worker, local, pool, &routed, info).await;
+        // Phase 10: a response relayed whole, which the cache has no part in, is only logged,
+        // here: no future is built for it (its arguments would be written into lines of the
+        // request's future that the round trip to the server left cold).
+        if let (None, Ok(outcome)) = (&plan, &forwarded) {
+            if !outcome.intercepted {
+                client.capture = None;
+                client.intercept = cached::Intercept::default();
+                return relayed(client, service, worker, local, outcome, started);
+            }
         }
+        // Phase 10 (with the cache's store): log, or answer a failure.
+        conclude(client, service, worker, local, info, plan, forwarded, started).await
     }
-    // Phase 10 (with the cache's store): log, or answer a failure.
-    conclude(client, service, worker, local, info, plan, forwarded, started).await
 }
 
 /// Phase 10 for a response relayed to the client: logged; whether the
@@ -1142,186 +1161,196 @@ fn reset_client<S: ClientStream>(client: &Client<S>, code: u32) -> bool {
 /// ([`whole_body`]). Separately, such a retry-safe request that met a dead
 /// reused connection is sent once more on a fresh connection to the same
 /// server.
-async fn forward<S: ClientStream>(
-    client: &mut Client<S>,
-    service: &Service,
-    worker: &Worker,
-    local: &Local,
+fn forward<'a, 'r, S: ClientStream>(
+    client: &'a mut Client<S>,
+    service: &'a Service,
+    worker: &'a Worker,
+    local: &'a Local,
     pool: PoolId,
-    routed: &Routed<'_>,
+    routed: &'a Routed<'r>,
     info: RequestInfo,
-) -> Result<Outcome, Failed> {
-    let pool_cfg = local.gen.config.pool(pool);
-    let live = &local.gen.pools[pool.0];
-    let persistence = local.gen.persistence.get(pool.0).and_then(Option::as_ref);
-    let pool_local = &local.pools[pool.0];
-    let mut tried = 0u64;
-    let mut retries = 0;
-    let mut last_error = None;
-    let mut fresh_only = false;
-    loop {
-        // A server, with one of its connection slots taken.
-        let pick = || {
-            let server = match routed.sticky.filter(|&s| live.takes_sticky(pool_cfg, s, tried)) {
-                Some(server) => server,
-                None => {
-                    let view = PickView { pool: pool_cfg, live, tried };
-                    pool_local.balancer.borrow_mut().pick(routed.hash, &view)?
+) -> impl std::future::Future<Output = Result<Outcome, Failed>> + use<'a, 'r, S> {
+    async move {
+        let pool_cfg = local.gen.config.pool(pool);
+        let live = &local.gen.pools[pool.0];
+        let persistence = local.gen.persistence.get(pool.0).and_then(Option::as_ref);
+        let pool_local = &local.pools[pool.0];
+        let mut tried = 0u64;
+        let mut retries = 0;
+        let mut last_error = None;
+        let mut fresh_only = false;
+        loop {
+            // A server, with one of its connection slots taken.
+            let pick = || {
+                let server = match routed.sticky.filter(|&s| live.takes_sticky(pool_cfg, s, tried)) {
+                    Some(server) => server,
+                    None => {
+                        let view = PickView { pool: pool_cfg, live, tried };
+                        pool_local.balancer.borrow_mut().pick(routed.hash, &view)?
+                    }
+                };
+                // Another worker may have taken the last slot since the balancer looked:
+                // then the server is full, as if the balancer had seen it so.
+                ActiveGuard::take(&live.servers[server], worker.id, pool_cfg.servers[server].max_connections)
+                    .map(|s| (server, s))
+            };
+            let picked = match (pick(), pool_cfg.queue) {
+                (Some(picked), _) => Ok(picked),
+                // Full servers, not failed ones, make a request wait.
+                (None, Some(queue)) if last_error.is_none() && live.any_full(pool_cfg, tried) => {
+                    live.queue.wait(queue, pick).await.map_err(ProxyError::new)
+                }
+                // With nothing left to try, the client learns why the last try failed.
+                (None, _) => Err(last_error.unwrap_or(ProxyError::new(Kind::NoServer))),
+            };
+            let (server, _slot) = match picked {
+                Ok(picked) => picked,
+                Err(error) => {
+                    if matches!(error.kind(), Kind::QueueFull | Kind::QueueTimeout) {
+                        tracing::warn!(service = %service.name, pool = %pool_cfg.name, reason = error.reason(), "request refused");
+                    }
+                    return Err(Failed { error, relayed: None });
                 }
             };
-            // Another worker may have taken the last slot since the balancer looked:
-            // then the server is full, as if the balancer had seen it so.
-            ActiveGuard::take(&live.servers[server], worker.id, pool_cfg.servers[server].max_connections)
-                .map(|s| (server, s))
-        };
-        let picked = match (pick(), pool_cfg.queue) {
-            (Some(picked), _) => Ok(picked),
-            // Full servers, not failed ones, make a request wait.
-            (None, Some(queue)) if last_error.is_none() && live.any_full(pool_cfg, tried) => {
-                live.queue.wait(queue, pick).await.map_err(ProxyError::new)
-            }
-            // With nothing left to try, the client learns why the last try failed.
-            (None, _) => Err(last_error.unwrap_or(ProxyError::new(Kind::NoServer))),
-        };
-        let (server, _slot) = match picked {
-            Ok(picked) => picked,
-            Err(error) => {
-                if matches!(error.kind(), Kind::QueueFull | Kind::QueueTimeout) {
-                    tracing::warn!(service = %service.name, pool = %pool_cfg.name, reason = error.reason(), "request refused");
-                }
-                return Err(Failed { error, relayed: None });
-            }
-        };
-        client.trace.upstream = Some((pool.0, server));
-        let addr = pool_cfg.servers[server].addr;
-        // A connection that carried a PROXY header, or comes from the
-        // client's own address (transparent mode), speaks for one client:
-        // it is neither taken from nor returned to the shared idle pool.
-        let private = pool_cfg.send_proxy.is_some() || pool_cfg.source == switchyard_config::Source::Client;
-        // HTTP/2 pools multiplex streams over shared connections instead.
-        let h2 = pool_cfg.protocol == UpstreamProtocol::Http2;
-        let idle = if fresh_only || private || h2 {
-            None
-        } else {
-            pool_local.idle.borrow_mut().take(server, service.timeouts.server_idle, worker.clock.get())
-        };
-        let connect_started = Instant::now();
-        let (mut conn, reused) = match idle {
-            Some(conn) => (conn, true),
-            None => {
-                let header = if private { proxy_header(pool_cfg, client) } else { Vec::new() };
-                let tls = local.gen.upstream_tls.get(pool.0).and_then(Option::as_ref);
-                let opened = if h2 {
-                    let connect = service.timeouts.connect;
-                    let client_stream = client.stream.resets();
-                    let target = upstream::h2::Target {
-                        addr,
-                        server,
-                        tls,
-                        connect,
-                        proxy_header: &header,
-                        client: client_stream,
-                    };
-                    match pool_local.h2.ready(&target, fresh_only) {
-                        Some(ready) => Ok(ready),
-                        None => pool_local.h2.stream(target, fresh_only).await,
-                    }
-                } else {
-                    let bind = upstream::Bind::of(pool_cfg.source, client.ip);
-                    upstream::connect_from(bind, addr, service.timeouts.connect, &header, tls, server)
-                        .await
-                        .map(|c| (c, false))
-                };
-                match opened {
-                    Ok(opened) => opened,
-                    Err(error) => {
-                        live.servers[server].metrics.connect_failed(worker.id, error.reason());
-                        live.servers[server].observe(pool_cfg.passive.as_ref(), false, error.reason());
-                        tracing::warn!(service = %service.name, server = %addr, reason = error.reason(), "connect failed");
-                        if retries < pool_cfg.retries {
-                            retries += 1;
-                            last_error = Some(error);
-                            tried |= bit(server);
-                            continue;
+            client.trace.upstream = Some((pool.0, server));
+            let addr = pool_cfg.servers[server].addr;
+            // A connection that carried a PROXY header, or comes from the
+            // client's own address (transparent mode), speaks for one client:
+            // it is neither taken from nor returned to the shared idle pool.
+            let private = pool_cfg.send_proxy.is_some() || pool_cfg.source == switchyard_config::Source::Client;
+            // HTTP/2 pools multiplex streams over shared connections instead.
+            let h2 = pool_cfg.protocol == UpstreamProtocol::Http2;
+            let idle = if fresh_only || private || h2 {
+                None
+            } else {
+                pool_local.idle.borrow_mut().take(server, service.timeouts.server_idle, worker.clock.get())
+            };
+            let connect_started = Instant::now();
+            let (mut conn, reused) = match idle {
+                Some(conn) => (conn, true),
+                None => {
+                    let header = if private { proxy_header(pool_cfg, client) } else { Vec::new() };
+                    let tls = local.gen.upstream_tls.get(pool.0).and_then(Option::as_ref);
+                    let opened = if h2 {
+                        let connect = service.timeouts.connect;
+                        let client_stream = client.stream.resets();
+                        let target = upstream::h2::Target {
+                            addr,
+                            server,
+                            tls,
+                            connect,
+                            proxy_header: &header,
+                            client: client_stream,
+                        };
+                        match pool_local.h2.ready(&target, fresh_only) {
+                            Some(ready) => Ok(ready),
+                            None => pool_local.h2.stream(target, fresh_only).await,
                         }
-                        return Err(Failed { error, relayed: None });
+                    } else {
+                        let bind = upstream::Bind::of(pool_cfg.source, client.ip);
+                        upstream::connect_from(bind, addr, service.timeouts.connect, &header, tls, server)
+                            .await
+                            .map(|c| (c, false))
+                    };
+                    match opened {
+                        Ok(opened) => opened,
+                        Err(error) => {
+                            live.servers[server].metrics.connect_failed(worker.id, error.reason());
+                            live.servers[server].observe(pool_cfg.passive.as_ref(), false, error.reason());
+                            tracing::warn!(service = %service.name, server = %addr, reason = error.reason(), "connect failed");
+                            if retries < pool_cfg.retries {
+                                retries += 1;
+                                last_error = Some(error);
+                                tried |= bit(server);
+                                continue;
+                            }
+                            return Err(Failed { error, relayed: None });
+                        }
                     }
                 }
+            };
+            client.trace.connect_us = (!reused).then(|| micros(connect_started.elapsed()));
+            if let Some(span) = &mut client.otel {
+                span.connected(connect_started, reused);
             }
-        };
-        client.trace.connect_us = (!reused).then(|| micros(connect_started.elapsed()));
-        if let Some(span) = &mut client.otel {
-            span.connected(connect_started, reused);
-        }
-        // The server took the request: persistence remembers it.
-        let set_cookie = persistence.and_then(|p| {
-            let key = (!client.stick_key.is_empty()).then_some(client.stick_key.as_slice());
-            p.learn_with(client.ip, key, server, routed.sticky, worker.clock.get());
-            p.set_cookie(server, routed.sticky)
-        });
-        let sticky = Sticky { set_cookie, learn: persistence.filter(|p| p.learned_cookie().is_some()), server };
-        // What a server that refuses the request unprocessed leaves to send
-        // again elsewhere, whatever the method (HTTP/2 only: RFC 9113 8.7).
-        let replay = if h2 && !info.replayable { whole_body(client, info) } else { None };
-        let unread = client.buf.len();
-        match exchange(client, &mut conn, service, worker, local.gen.number, routed, info, sticky).await {
-            Ok((outcome, reusable)) => {
-                let healthy = !crate::live::passive_failure_status(outcome.status);
-                live.servers[server].observe(pool_cfg.passive.as_ref(), healthy, "5xx response");
-                if reusable && !private && conn.stream.poolable() {
-                    conn.served += 1;
-                    pool_local.idle.borrow_mut().put(server, conn, pool_cfg.max_idle_per_server, worker.clock.get());
+            // The server took the request: persistence remembers it.
+            let set_cookie = persistence.and_then(|p| {
+                let key = (!client.stick_key.is_empty()).then_some(client.stick_key.as_slice());
+                p.learn_with(client.ip, key, server, routed.sticky, worker.clock.get());
+                p.set_cookie(server, routed.sticky)
+            });
+            let sticky = Sticky { set_cookie, learn: persistence.filter(|p| p.learned_cookie().is_some()), server };
+            // What a server that refuses the request unprocessed leaves to send
+            // again elsewhere, whatever the method (HTTP/2 only: RFC 9113 8.7).
+            let replay = if h2 && !info.replayable { whole_body(client, info) } else { None };
+            let unread = client.buf.len();
+            match exchange(client, &mut conn, service, worker, local.gen.number, routed, info, sticky).await {
+                Ok((outcome, reusable)) => {
+                    let healthy = !crate::live::passive_failure_status(outcome.status);
+                    live.servers[server].observe(pool_cfg.passive.as_ref(), healthy, "5xx response");
+                    if reusable && !private && conn.stream.poolable() {
+                        conn.served += 1;
+                        pool_local.idle.borrow_mut().put(
+                            server,
+                            conn,
+                            pool_cfg.max_idle_per_server,
+                            worker.clock.get(),
+                        );
+                    }
+                    return Ok(outcome);
                 }
-                return Ok(outcome);
-            }
-            Err(mut failed) => {
-                client.trace.server_reset = conn.stream.h2_reset();
-                if let (Kind::ServerClosed, Some(why)) = (failed.error.kind(), conn.stream.h2_failure()) {
-                    // The HTTP/2 side knows more than "closed": a reset, a GOAWAY, bad frames.
-                    let kind = Kind::BadResponse(why);
-                    failed.error =
-                        if failed.error.is_retry_safe() { ProxyError::retryable(kind) } else { ProxyError::new(kind) };
-                }
-                let stale = reused && failed.error.is_retry_safe() && failed.relayed.is_none();
-                if failed.error.side() == switchyard_http::error::Side::Server && !stale {
-                    live.servers[server].observe(pool_cfg.passive.as_ref(), false, failed.error.reason());
-                }
-                let unprocessed = failed.relayed.is_none() && replay.is_some() && conn.stream.h2_unprocessed();
-                if failed.relayed.is_some() || !(info.replayable || unprocessed) {
+                Err(mut failed) => {
+                    client.trace.server_reset = conn.stream.h2_reset();
+                    if let (Kind::ServerClosed, Some(why)) = (failed.error.kind(), conn.stream.h2_failure()) {
+                        // The HTTP/2 side knows more than "closed": a reset, a GOAWAY, bad frames.
+                        let kind = Kind::BadResponse(why);
+                        failed.error = if failed.error.is_retry_safe() {
+                            ProxyError::retryable(kind)
+                        } else {
+                            ProxyError::new(kind)
+                        };
+                    }
+                    let stale = reused && failed.error.is_retry_safe() && failed.relayed.is_none();
+                    if failed.error.side() == switchyard_http::error::Side::Server && !stale {
+                        live.servers[server].observe(pool_cfg.passive.as_ref(), false, failed.error.reason());
+                    }
+                    let unprocessed = failed.relayed.is_none() && replay.is_some() && conn.stream.h2_unprocessed();
+                    if failed.relayed.is_some() || !(info.replayable || unprocessed) {
+                        return Err(failed);
+                    }
+                    if let Some(body) = replay.as_deref().filter(|_| unprocessed) {
+                        // The body bytes this try took go back in front of the buffer.
+                        let taken = unread.saturating_sub(client.buf.len()).min(body.len());
+                        put_back(&mut client.buf, &body[..taken]);
+                    }
+                    if stale && !fresh_only {
+                        // A keep-alive connection the server had closed: the same
+                        // server, on a new connection.
+                        fresh_only = true;
+                        continue;
+                    }
+                    if redispatchable(failed.error.kind()) && retries < pool_cfg.retries {
+                        // The final record names the next server: count this one's failure now.
+                        live.servers[server].metrics.connect_failed(worker.id, failed.error.reason());
+                        if info.replayable {
+                            tracing::warn!(
+                                service = %service.name, server = %addr, reason = failed.error.reason(),
+                                "idempotent request retried on another server"
+                            );
+                        } else {
+                            tracing::warn!(
+                                service = %service.name, server = %addr, reason = failed.error.reason(),
+                                "request the server did not process retried on another server"
+                            );
+                        }
+                        retries += 1;
+                        tried |= bit(server);
+                        fresh_only = false;
+                        last_error = Some(failed.error);
+                        continue;
+                    }
                     return Err(failed);
                 }
-                if let Some(body) = replay.as_deref().filter(|_| unprocessed) {
-                    // The body bytes this try took go back in front of the buffer.
-                    let taken = unread.saturating_sub(client.buf.len()).min(body.len());
-                    put_back(&mut client.buf, &body[..taken]);
-                }
-                if stale && !fresh_only {
-                    // A keep-alive connection the server had closed: the same
-                    // server, on a new connection.
-                    fresh_only = true;
-                    continue;
-                }
-                if redispatchable(failed.error.kind()) && retries < pool_cfg.retries {
-                    // The final record names the next server: count this one's failure now.
-                    live.servers[server].metrics.connect_failed(worker.id, failed.error.reason());
-                    if info.replayable {
-                        tracing::warn!(
-                            service = %service.name, server = %addr, reason = failed.error.reason(),
-                            "idempotent request retried on another server"
-                        );
-                    } else {
-                        tracing::warn!(
-                            service = %service.name, server = %addr, reason = failed.error.reason(),
-                            "request the server did not process retried on another server"
-                        );
-                    }
-                    retries += 1;
-                    tried |= bit(server);
-                    fresh_only = false;
-                    last_error = Some(failed.error);
-                    continue;
-                }
-                return Err(failed);
             }
         }
     }
@@ -1366,85 +1395,141 @@ fn put_back(buf: &mut BytesMut, taken: &[u8]) {
 /// APIs, an early 413), and waiting for the body first would deadlock once
 /// every socket buffer on the path is full.
 #[allow(clippy::too_many_arguments)]
-async fn exchange<S: ClientStream>(
-    client: &mut Client<S>,
-    conn: &mut UpstreamConn,
-    service: &Service,
-    worker: &Worker,
+fn exchange<'a, 'r, 's, S: ClientStream>(
+    client: &'a mut Client<S>,
+    conn: &'a mut UpstreamConn,
+    service: &'a Service,
+    worker: &'a Worker,
     gen: u64,
-    routed: &Routed<'_>,
+    routed: &'a Routed<'r>,
     info: RequestInfo,
-    sticky: Sticky<'_>,
-) -> Result<(Outcome, bool), Failed> {
-    let t = &service.timeouts;
-    let early = |error| Err(Failed { error, relayed: None });
-    // `client_body` is HTTP/1.1's slow-POST bound: a whole body within it. An
-    // HTTP/2 stream is a stream (gRPC calls stream for as long as they last):
-    // only each read's `client_idle` bounds it, and the connection's own
-    // defences bound the client.
-    // Counted from the head's going out (`Response::sent`): no clock is read for it
-    // when the body is all there.
-    let body_limit = if client.transport.is_stream() { STREAM_BODY_LIMIT } else { t.client_body };
+    sticky: Sticky<'s>,
+) -> impl std::future::Future<Output = Result<(Outcome, bool), Failed>> + use<'a, 'r, 's, S> {
+    async move {
+        let t = &service.timeouts;
+        let early = |error| Err(Failed { error, relayed: None });
+        // `client_body` is HTTP/1.1's slow-POST bound: a whole body within it. An
+        // HTTP/2 stream is a stream (gRPC calls stream for as long as they last):
+        // only each read's `client_idle` bounds it, and the connection's own
+        // defences bound the client.
+        // Counted from the head's going out (`Response::sent`): no clock is read for it
+        // when the body is all there.
+        let body_limit = if client.transport.is_stream() { STREAM_BODY_LIMIT } else { t.client_body };
 
-    // Phase 6: forward the head and what of the body is already here.
-    if info.expect_continue {
-        let sent = if client.stream.takes_fields() {
-            let mut list = FieldList::default();
-            list.start(100, b"");
-            client.stream.send_fields(&list).map_err(RelayError::Write)
-        } else {
-            write_all(&mut client.stream, b"HTTP/1.1 100 Continue\r\n\r\n", t.client_idle).await
+        // Phase 6: forward the head and what of the body is already here.
+        if info.expect_continue {
+            let sent = if client.stream.takes_fields() {
+                let mut list = FieldList::default();
+                list.start(100, b"");
+                client.stream.send_fields(&list).map_err(RelayError::Write)
+            } else {
+                write_all(&mut client.stream, b"HTTP/1.1 100 Continue\r\n\r\n", t.client_idle).await
+            };
+            if let Err(e) = sent {
+                return early(request_relay_error(e));
+            }
+        }
+        let mut upload = match Body::new(info.framing, service.limits.max_body_bytes) {
+            Ok(body) => body,
+            Err(e) => return early(request_relay_error(e)),
         };
-        if let Err(e) = sent {
+        if let Err(e) = send_request_head(client, conn, &mut upload, info.framing, t.client_idle).await {
             return early(request_relay_error(e));
         }
-    }
-    let mut upload = match Body::new(info.framing, service.limits.max_body_bytes) {
-        Ok(body) => body,
-        Err(e) => return early(request_relay_error(e)),
-    };
-    if let Err(e) = send_request_head(client, conn, &mut upload, info.framing, t.client_idle).await {
-        return early(request_relay_error(e));
-    }
-    let relayed = Cell::new(None);
-    let alt_svc = alt_svc(client, service);
-    let mut response = Response {
-        out: &mut client.out,
-        fields: &mut client.resp_fields,
-        relayed: &relayed,
-        sent: tokio::time::Instant::now(),
-        sticky,
-        presented: &client.stick_key,
-        now: worker.clock.get(),
-        intercept: client.intercept,
-        grpc_status: None,
-        alt_svc,
-        // Set below where the whole request has been read.
-        last: false,
-    };
-    let draining = || worker.closing(gen, &service.name);
-    if upload.is_finished() {
-        response.last = !info.keep_alive && client.buf.is_empty();
-        // Cache hook: the response is copied as it goes to the client.
-        let done = match client.capture.as_mut() {
-            Some(capture) => {
-                let mut tee = cache::Tee { inner: &mut client.stream, capture };
-                respond(&mut conn.stream, &mut conn.buf, &mut tee, &mut response, service, routed, info, draining)
+        let relayed = Cell::new(None);
+        let alt_svc = alt_svc(client, service);
+        let mut response = Response {
+            out: &mut client.out,
+            fields: &mut client.resp_fields,
+            relayed: &relayed,
+            sent: tokio::time::Instant::now(),
+            sticky,
+            presented: &client.stick_key,
+            now: worker.clock.get(),
+            intercept: client.intercept,
+            grpc_status: None,
+            alt_svc,
+            // Set below where the whole request has been read.
+            last: false,
+        };
+        let draining = || worker.closing(gen, &service.name);
+        if upload.is_finished() {
+            response.last = !info.keep_alive && client.buf.is_empty();
+            // Cache hook: the response is copied as it goes to the client.
+            let done = match client.capture.as_mut() {
+                Some(capture) => {
+                    let mut tee = cache::Tee { inner: &mut client.stream, capture };
+                    respond(&mut conn.stream, &mut conn.buf, &mut tee, &mut response, service, routed, info, draining)
+                        .await?
+                }
+                None => {
+                    respond(
+                        &mut conn.stream,
+                        &mut conn.buf,
+                        &mut client.stream,
+                        &mut response,
+                        service,
+                        routed,
+                        info,
+                        draining,
+                    )
                     .await?
+                }
+            };
+            client.trace.grpc_status = response.grpc_status;
+            if let Some(span) = &mut client.otel {
+                span.responded(response.sent.into_std(), done.head_us, done.compressed);
             }
-            None => {
-                respond(
-                    &mut conn.stream,
-                    &mut conn.buf,
-                    &mut client.stream,
-                    &mut response,
-                    service,
-                    routed,
-                    info,
-                    draining,
-                )
-                .await?
+            client.trace.response_us = Some(done.head_us);
+            client.trace.bytes_out = done.bytes_out;
+            client.trace.body_out = done.bytes_out.saturating_sub(done.head_len);
+            count_compressed(client, worker, &done);
+            if done.switched {
+                tunnel(client, conn).await;
+                return Ok((done.outcome, false));
             }
+            let reusable = done.server_keeps && conn.buf.is_empty();
+            return Ok((done.outcome, reusable));
+        }
+
+        // Phases 6–9 in full duplex: the rest of the body goes up while the response comes down.
+        let (done, complete) = {
+            let (mut client_rd, mut client_wr) = client
+                .stream
+                .halves()
+                .map_err(|e| Failed { error: request_relay_error(RelayError::Read(e)), relayed: relayed.get() })?;
+            let (mut server_rd, mut server_wr) = conn.stream.split();
+            // The whole body within `client_body` (slow-POST), besides each read within `client_idle`.
+            let body_deadline = response.sent + body_limit;
+            let up = async {
+                let pump = parts::pump_any(&mut client_rd, &mut client.buf, &mut server_wr, &mut upload, t.client_idle);
+                timeout_at(body_deadline, pump).await.unwrap_or(Err(RelayError::ReadTimeout))
+            };
+            let down =
+                respond(&mut server_rd, &mut conn.buf, &mut client_wr, &mut response, service, routed, info, draining);
+            tokio::pin!(up, down);
+            let mut up_result = None;
+            let done = loop {
+                tokio::select! {
+                    r = &mut up, if up_result.is_none() => {
+                        match r {
+                            Ok(()) => up_result = Some(true),
+                            // The client stopped sending or sent a bad body: nothing more can be
+                            // forwarded. A response already under way is cut short, not answered
+                            // with a status of its own in the middle of it.
+                            Err(e @ (RelayError::Read(_) | RelayError::ReadTimeout | RelayError::Framing(_) | RelayError::TooLarge)) => {
+                                return Err(Failed { error: request_relay_error(e), relayed: relayed.get() });
+                            }
+                            // The server stopped reading; its response may still come.
+                            Err(RelayError::Write(_) | RelayError::WriteTimeout) => up_result = Some(false),
+                        }
+                    }
+                    r = &mut down => break r?,
+                }
+            };
+            // A response that ended before the body was all sent leaves both streams
+            // out of step: neither connection can carry another message.
+            (done, up_result == Some(true))
         };
         client.trace.grpc_status = response.grpc_status;
         if let Some(span) = &mut client.otel {
@@ -1453,65 +1538,11 @@ async fn exchange<S: ClientStream>(
         client.trace.response_us = Some(done.head_us);
         client.trace.bytes_out = done.bytes_out;
         client.trace.body_out = done.bytes_out.saturating_sub(done.head_len);
+        client.trace.bytes_in += upload.total();
         count_compressed(client, worker, &done);
-        if done.switched {
-            tunnel(client, conn).await;
-            return Ok((done.outcome, false));
-        }
-        let reusable = done.server_keeps && conn.buf.is_empty();
-        return Ok((done.outcome, reusable));
+        let outcome = Outcome { client_keep_alive: done.outcome.client_keep_alive && complete, ..done.outcome };
+        Ok((outcome, done.server_keeps && complete && conn.buf.is_empty()))
     }
-
-    // Phases 6–9 in full duplex: the rest of the body goes up while the response comes down.
-    let (done, complete) = {
-        let (mut client_rd, mut client_wr) = client
-            .stream
-            .halves()
-            .map_err(|e| Failed { error: request_relay_error(RelayError::Read(e)), relayed: relayed.get() })?;
-        let (mut server_rd, mut server_wr) = conn.stream.split();
-        // The whole body within `client_body` (slow-POST), besides each read within `client_idle`.
-        let body_deadline = response.sent + body_limit;
-        let up = async {
-            let pump = parts::pump_any(&mut client_rd, &mut client.buf, &mut server_wr, &mut upload, t.client_idle);
-            timeout_at(body_deadline, pump).await.unwrap_or(Err(RelayError::ReadTimeout))
-        };
-        let down =
-            respond(&mut server_rd, &mut conn.buf, &mut client_wr, &mut response, service, routed, info, draining);
-        tokio::pin!(up, down);
-        let mut up_result = None;
-        let done = loop {
-            tokio::select! {
-                r = &mut up, if up_result.is_none() => {
-                    match r {
-                        Ok(()) => up_result = Some(true),
-                        // The client stopped sending or sent a bad body: nothing more can be
-                        // forwarded. A response already under way is cut short, not answered
-                        // with a status of its own in the middle of it.
-                        Err(e @ (RelayError::Read(_) | RelayError::ReadTimeout | RelayError::Framing(_) | RelayError::TooLarge)) => {
-                            return Err(Failed { error: request_relay_error(e), relayed: relayed.get() });
-                        }
-                        // The server stopped reading; its response may still come.
-                        Err(RelayError::Write(_) | RelayError::WriteTimeout) => up_result = Some(false),
-                    }
-                }
-                r = &mut down => break r?,
-            }
-        };
-        // A response that ended before the body was all sent leaves both streams
-        // out of step: neither connection can carry another message.
-        (done, up_result == Some(true))
-    };
-    client.trace.grpc_status = response.grpc_status;
-    if let Some(span) = &mut client.otel {
-        span.responded(response.sent.into_std(), done.head_us, done.compressed);
-    }
-    client.trace.response_us = Some(done.head_us);
-    client.trace.bytes_out = done.bytes_out;
-    client.trace.body_out = done.bytes_out.saturating_sub(done.head_len);
-    client.trace.bytes_in += upload.total();
-    count_compressed(client, worker, &done);
-    let outcome = Outcome { client_keep_alive: done.outcome.client_keep_alive && complete, ..done.outcome };
-    Ok((outcome, done.server_keeps && complete && conn.buf.is_empty()))
 }
 
 /// Phase 6's head and the body bytes already read: HTTP/1.1 bytes from
@@ -1711,262 +1742,266 @@ struct Responded {
 /// Phases 7–9: read the response head (skipping interim 1xx responses),
 /// rewrite it, decide on compression, and stream the response to the client.
 #[allow(clippy::too_many_arguments)]
-async fn respond<R: ServerRead, W: body::Sink>(
-    server: &mut R,
-    buf: &mut BytesMut,
-    client: &mut W,
-    response: &mut Response<'_>,
-    service: &Service,
-    routed: &Routed<'_>,
+fn respond<'a, 'p, 'r, R: ServerRead, W: body::Sink, D: Fn() -> bool>(
+    server: &'a mut R,
+    buf: &'a mut BytesMut,
+    client: &'a mut W,
+    response: &'a mut Response<'p>,
+    service: &'a Service,
+    routed: &'a Routed<'r>,
     info: RequestInfo,
-    draining: impl Fn() -> bool,
-) -> Result<Responded, Failed> {
-    let t = &service.timeouts;
-    let early = |error| Err(Failed { error, relayed: None });
-    let deadline = response.sent + t.server_response;
-    // An HTTP/2 stream's heads come decoded: nothing to parse.
-    let decoded = server.decodes_heads();
-    let head = loop {
-        let parsed = if decoded {
-            let next = std::future::poll_fn(|cx| server.poll_head(cx, buf, response.fields));
-            match timeout_at(deadline, next).await {
-                Err(_) => return early(ProxyError::new(Kind::ServerTimeout)),
-                // Nothing of the response came: as a closed connection.
-                Ok(Err(_)) => return early(ProxyError::retryable(Kind::ServerClosed)),
-                Ok(Ok(head)) => Ok(Some(head)),
-            }
-        } else {
-            parse::parse_response(buf, MAX_RESPONSE_HEAD, response.fields)
-        };
-        match parsed {
-            Err(error) => return early(error),
-            Ok(Some(head)) if head.status == 101 && info.upgrade => {
-                // The switch is relayed: pass the head on; the caller then
-                // tunnels bytes both ways.
-                rewrite::switching_head(response.out, &buf[..head.len], &head, response.fields, &routed.edits);
-                buf.advance(head.len);
-                response.relayed.set(Some(101));
-                if write_all(client, response.out, t.server_response).await.is_err() {
-                    return Err(Failed { error: ProxyError::new(Kind::ClientClosed), relayed: Some(101) });
+    draining: D,
+) -> impl std::future::Future<Output = Result<Responded, Failed>> + use<'a, 'p, 'r, R, W, D> {
+    async move {
+        let t = &service.timeouts;
+        let early = |error| Err(Failed { error, relayed: None });
+        let deadline = response.sent + t.server_response;
+        // An HTTP/2 stream's heads come decoded: nothing to parse.
+        let decoded = server.decodes_heads();
+        let head = loop {
+            let parsed = if decoded {
+                let next = std::future::poll_fn(|cx| server.poll_head(cx, buf, response.fields));
+                match timeout_at(deadline, next).await {
+                    Err(_) => return early(ProxyError::new(Kind::ServerTimeout)),
+                    // Nothing of the response came: as a closed connection.
+                    Ok(Err(_)) => return early(ProxyError::retryable(Kind::ServerClosed)),
+                    Ok(Ok(head)) => Ok(Some(head)),
                 }
-                let outcome = Outcome { status: 101, client_keep_alive: false, intercepted: false };
-                let (head_us, bytes_out) = (micros(response.sent.elapsed()), response.out.len() as u64);
-                return Ok(Responded {
-                    outcome,
-                    server_keeps: false,
-                    switched: true,
-                    head_us,
-                    bytes_out,
-                    head_len: bytes_out,
-                    compressed: None,
-                });
-            }
-            Ok(Some(head)) if head.status == 101 => {
-                return early(ProxyError::new(Kind::BadResponse("unexpected protocol switch")))
-            }
-            Ok(Some(head)) if head.status < 200 => {
-                // Interim responses (103 Early Hints, 102...) go on to an HTTP/1.1
-                // client, hop-by-hop fields removed (RFC 9110 15.2); never to an
-                // HTTP/1.0 one. A 100 is not: the proxy answers `Expect` itself.
-                if head.status != 100 && info.version == Version::Http11 {
-                    let (raw, fields) = (&buf[..head.len], &response.fields[..]);
-                    let sent = if client.takes_fields() {
-                        let mut list = FieldList::default();
-                        rewrite::write_response_head(&mut list, raw, &head, fields, &[], false, false, false);
-                        client.send_fields(&list).is_ok()
-                    } else {
-                        rewrite::response_head(response.out, raw, &head, fields, &[], false, false, false);
-                        write_all(client, response.out, t.server_response).await.is_ok()
-                    };
-                    if !sent {
-                        return early(ProxyError::new(Kind::ClientClosed));
+            } else {
+                parse::parse_response(buf, MAX_RESPONSE_HEAD, response.fields)
+            };
+            match parsed {
+                Err(error) => return early(error),
+                Ok(Some(head)) if head.status == 101 && info.upgrade => {
+                    // The switch is relayed: pass the head on; the caller then
+                    // tunnels bytes both ways.
+                    rewrite::switching_head(response.out, &buf[..head.len], &head, response.fields, &routed.edits);
+                    buf.advance(head.len);
+                    response.relayed.set(Some(101));
+                    if write_all(client, response.out, t.server_response).await.is_err() {
+                        return Err(Failed { error: ProxyError::new(Kind::ClientClosed), relayed: Some(101) });
                     }
+                    let outcome = Outcome { status: 101, client_keep_alive: false, intercepted: false };
+                    let (head_us, bytes_out) = (micros(response.sent.elapsed()), response.out.len() as u64);
+                    return Ok(Responded {
+                        outcome,
+                        server_keeps: false,
+                        switched: true,
+                        head_us,
+                        bytes_out,
+                        head_len: bytes_out,
+                        compressed: None,
+                    });
                 }
-                buf.advance(head.len);
-                continue;
+                Ok(Some(head)) if head.status == 101 => {
+                    return early(ProxyError::new(Kind::BadResponse("unexpected protocol switch")))
+                }
+                Ok(Some(head)) if head.status < 200 => {
+                    // Interim responses (103 Early Hints, 102...) go on to an HTTP/1.1
+                    // client, hop-by-hop fields removed (RFC 9110 15.2); never to an
+                    // HTTP/1.0 one. A 100 is not: the proxy answers `Expect` itself.
+                    if head.status != 100 && info.version == Version::Http11 {
+                        let (raw, fields) = (&buf[..head.len], &response.fields[..]);
+                        let sent = if client.takes_fields() {
+                            let mut list = FieldList::default();
+                            rewrite::write_response_head(&mut list, raw, &head, fields, &[], false, false, false);
+                            client.send_fields(&list).is_ok()
+                        } else {
+                            rewrite::response_head(response.out, raw, &head, fields, &[], false, false, false);
+                            write_all(client, response.out, t.server_response).await.is_ok()
+                        };
+                        if !sent {
+                            return early(ProxyError::new(Kind::ClientClosed));
+                        }
+                    }
+                    buf.advance(head.len);
+                    continue;
+                }
+                Ok(Some(head)) => break head,
+                Ok(None) => {}
             }
-            Ok(Some(head)) => break head,
-            Ok(None) => {}
-        }
-        buf.reserve(4096);
-        let nothing_yet = buf.is_empty();
-        match timeout_at(deadline, server.read_buf(buf)).await {
-            Err(_) => return early(ProxyError::new(Kind::ServerTimeout)),
-            // A server that closes before answering anything has not acted on
-            // the request if it was a reused idle connection.
-            Ok(Ok(0)) | Ok(Err(_)) if nothing_yet => return early(ProxyError::retryable(Kind::ServerClosed)),
-            Ok(Ok(0)) | Ok(Err(_)) => return early(ProxyError::new(Kind::ServerClosed)),
-            Ok(Ok(_)) => {}
-        }
-    };
-
-    let head_us = micros(response.sent.elapsed());
-
-    if response.intercept.takes(head.status) {
-        // Cache hook: a 304 to the cache's revalidation, or an error a stale
-        // entry covers, is answered by the cache; its head is kept in `out`.
-        let bodiless = head.status == 304 || head.framing == Framing::Empty || head.framing == Framing::Length(0);
-        let server_keeps = bodiless && head.version == Version::Http11 && !head.connection.close;
-        response.out.clear();
-        if decoded {
-            // The cache keeps the head as HTTP/1.1 text.
-            let mut w = Http1Head::new(response.out);
-            w.start(head.status, b"");
-            for f in response.fields.iter() {
-                w.field(&buf[f.name.clone()], &buf[f.value.clone()]);
+            buf.reserve(4096);
+            let nothing_yet = buf.is_empty();
+            match timeout_at(deadline, server.read_buf(buf)).await {
+                Err(_) => return early(ProxyError::new(Kind::ServerTimeout)),
+                // A server that closes before answering anything has not acted on
+                // the request if it was a reused idle connection.
+                Ok(Ok(0)) | Ok(Err(_)) if nothing_yet => return early(ProxyError::retryable(Kind::ServerClosed)),
+                Ok(Ok(0)) | Ok(Err(_)) => return early(ProxyError::new(Kind::ServerClosed)),
+                Ok(Ok(_)) => {}
             }
-            w.end();
-        } else {
-            response.out.extend_from_slice(&buf[..head.len]);
+        };
+
+        let head_us = micros(response.sent.elapsed());
+
+        if response.intercept.takes(head.status) {
+            // Cache hook: a 304 to the cache's revalidation, or an error a stale
+            // entry covers, is answered by the cache; its head is kept in `out`.
+            let bodiless = head.status == 304 || head.framing == Framing::Empty || head.framing == Framing::Length(0);
+            let server_keeps = bodiless && head.version == Version::Http11 && !head.connection.close;
+            response.out.clear();
+            if decoded {
+                // The cache keeps the head as HTTP/1.1 text.
+                let mut w = Http1Head::new(response.out);
+                w.start(head.status, b"");
+                for f in response.fields.iter() {
+                    w.field(&buf[f.name.clone()], &buf[f.value.clone()]);
+                }
+                w.end();
+            } else {
+                response.out.extend_from_slice(&buf[..head.len]);
+            }
+            buf.advance(head.len);
+            let outcome = Outcome { status: head.status, client_keep_alive: info.keep_alive, intercepted: true };
+            return Ok(Responded {
+                outcome,
+                server_keeps,
+                switched: false,
+                head_us,
+                bytes_out: 0,
+                head_len: 0,
+                compressed: None,
+            });
         }
+
+        if info.trailers {
+            // A gRPC answer without a body ("trailers-only") has its status in the head.
+            response.grpc_status = response
+                .fields
+                .iter()
+                .find(|f| buf[f.name.clone()].eq_ignore_ascii_case(b"grpc-status"))
+                .and_then(|f| grpc_status(&buf[f.value.clone()]));
+        }
+
+        // Phase 7: response rewrite.
+        let body_framing =
+            if parse::response_has_body(info.head_method, head.status) { head.framing } else { Framing::Empty };
+        let server_keeps = body_framing != Framing::UntilClose
+            && match head.version {
+                Version::Http11 => !head.connection.close,
+                Version::Http10 => head.connection.keep_alive && !head.connection.close,
+            };
+        // HTTP/1.0 clients do not know chunked coding: they get the payload,
+        // delimited by the end of the connection.
+        let dechunk = info.version == Version::Http10 && body_framing == Framing::Chunked;
+        // Phase 8 (compress) decides here, from the server's head, before the
+        // connection handling that depends on it.
+        let length = match body_framing {
+            Framing::Length(n) => Some(n),
+            _ => None,
+        };
+        let request = compress::RequestFacts {
+            accepted: info.accepted,
+            head_method: info.head_method,
+            switched_off: routed.edits.iter().any(|e| e.no_compress),
+        };
+        let has_body = body_framing != Framing::Empty;
+        let decision = compress::decide(
+            service.compression.as_ref(),
+            request,
+            head.status,
+            has_body,
+            length,
+            &buf[..head.len],
+            response.fields,
+        );
+        let coding = decision.ok();
+        // An encoded body's length is unknown: chunked to an HTTP/1.1 client,
+        // ended by closing the connection to an HTTP/1.0 one.
+        let encoded_until_close = coding.is_some() && info.version == Version::Http10;
+        // A drain that began while this request was in flight still tells the
+        // client, so it does not send another request on a closing connection.
+        let client_keep_alive =
+            info.keep_alive && body_framing != Framing::UntilClose && !dechunk && !encoded_until_close && !draining();
+        if let Some(p) = response.sticky.learn {
+            // Learned before the client sees the cookie, so its next request finds it.
+            let set_cookies =
+                response.fields.iter().filter(|f| buf[f.name.clone()].eq_ignore_ascii_case(b"set-cookie"));
+            let presented = (!response.presented.is_empty()).then_some(response.presented);
+            for field in set_cookies {
+                p.learn_response(&buf[field.value.clone()], presented, response.sticky.server, response.now);
+            }
+        }
+        let edits = HeadEdits {
+            set_cookie: response.sticky.set_cookie,
+            alt_svc: response.alt_svc,
+            close: !client_keep_alive,
+            keep_alive_10: client_keep_alive && info.version == Version::Http10,
+            dechunk,
+            decision,
+            chunked: info.version == Version::Http11,
+        };
+        // The head in the client's form: a header list for an HTTP/2 stream,
+        // HTTP/1.1 bytes in `out` for the others.
+        // Room for the server's fields and a few added, so the list grows no more.
+        let mut list =
+            client.takes_fields().then(|| FieldList::with_capacity(head.len + 256, response.fields.len() + 6));
+        let head_len = match list.as_mut() {
+            Some(list) => {
+                write_head(list, &buf[..head.len], &head, response.fields, routed, edits);
+                response.out.clear();
+                list.text_len()
+            }
+            None => {
+                let w = &mut Http1Head::new(response.out);
+                write_head(w, &buf[..head.len], &head, response.fields, routed, edits);
+                response.out.len()
+            }
+        } as u64;
         buf.advance(head.len);
-        let outcome = Outcome { status: head.status, client_keep_alive: info.keep_alive, intercepted: true };
-        return Ok(Responded {
+
+        // Phase 9: stream the response body, through the coder when compressing.
+        if let Some(list) = &list {
+            if client.send_fields(list).is_err() {
+                return early(ProxyError::new(Kind::ClientClosed));
+            }
+        }
+        response.relayed.set(Some(head.status));
+        let outcome = Outcome { status: head.status, client_keep_alive, intercepted: false };
+        // The head's bytes are in `out` (HTTP/1.1) or counted apart (a header list).
+        let listed = if list.is_some() { head_len } else { 0 };
+        let done = |bytes_out: u64, compressed| Responded {
             outcome,
             server_keeps,
             switched: false,
             head_us,
-            bytes_out: 0,
-            head_len: 0,
-            compressed: None,
-        });
-    }
-
-    if info.trailers {
-        // A gRPC answer without a body ("trailers-only") has its status in the head.
-        response.grpc_status = response
-            .fields
-            .iter()
-            .find(|f| buf[f.name.clone()].eq_ignore_ascii_case(b"grpc-status"))
-            .and_then(|f| grpc_status(&buf[f.value.clone()]));
-    }
-
-    // Phase 7: response rewrite.
-    let body_framing =
-        if parse::response_has_body(info.head_method, head.status) { head.framing } else { Framing::Empty };
-    let server_keeps = body_framing != Framing::UntilClose
-        && match head.version {
-            Version::Http11 => !head.connection.close,
-            Version::Http10 => head.connection.keep_alive && !head.connection.close,
+            bytes_out: bytes_out + listed,
+            head_len,
+            compressed,
         };
-    // HTTP/1.0 clients do not know chunked coding: they get the payload,
-    // delimited by the end of the connection.
-    let dechunk = info.version == Version::Http10 && body_framing == Framing::Chunked;
-    // Phase 8 (compress) decides here, from the server's head, before the
-    // connection handling that depends on it.
-    let length = match body_framing {
-        Framing::Length(n) => Some(n),
-        _ => None,
-    };
-    let request = compress::RequestFacts {
-        accepted: info.accepted,
-        head_method: info.head_method,
-        switched_off: routed.edits.iter().any(|e| e.no_compress),
-    };
-    let has_body = body_framing != Framing::Empty;
-    let decision = compress::decide(
-        service.compression.as_ref(),
-        request,
-        head.status,
-        has_body,
-        length,
-        &buf[..head.len],
-        response.fields,
-    );
-    let coding = decision.ok();
-    // An encoded body's length is unknown: chunked to an HTTP/1.1 client,
-    // ended by closing the connection to an HTTP/1.0 one.
-    let encoded_until_close = coding.is_some() && info.version == Version::Http10;
-    // A drain that began while this request was in flight still tells the
-    // client, so it does not send another request on a closing connection.
-    let client_keep_alive =
-        info.keep_alive && body_framing != Framing::UntilClose && !dechunk && !encoded_until_close && !draining();
-    if let Some(p) = response.sticky.learn {
-        // Learned before the client sees the cookie, so its next request finds it.
-        let set_cookies = response.fields.iter().filter(|f| buf[f.name.clone()].eq_ignore_ascii_case(b"set-cookie"));
-        let presented = (!response.presented.is_empty()).then_some(response.presented);
-        for field in set_cookies {
-            p.learn_response(&buf[field.value.clone()], presented, response.sticky.server, response.now);
+        if let Some(coding) = coding {
+            let body = Body::unlimited(body_framing).decoded();
+            let chunked = info.version == Version::Http11;
+            let idle = t.server_response;
+            return match compress::relay(response.out, server, buf, client, body, coding, length, chunked, idle).await {
+                Ok(coded) => {
+                    let algorithm = match coding {
+                        compress::Coding::Encode(algorithm, _) => Some(algorithm),
+                        compress::Coding::Gunzip => None,
+                    };
+                    Ok(done(coded.sent, algorithm.map(|a| (a, coded.payload_in, coded.payload_out))))
+                }
+                Err(e) => Err(response_relay_error(e, head.status)),
+            };
         }
-    }
-    let edits = HeadEdits {
-        set_cookie: response.sticky.set_cookie,
-        alt_svc: response.alt_svc,
-        close: !client_keep_alive,
-        keep_alive_10: client_keep_alive && info.version == Version::Http10,
-        dechunk,
-        decision,
-        chunked: info.version == Version::Http11,
-    };
-    // The head in the client's form: a header list for an HTTP/2 stream,
-    // HTTP/1.1 bytes in `out` for the others.
-    // Room for the server's fields and a few added, so the list grows no more.
-    let mut list = client.takes_fields().then(|| FieldList::with_capacity(head.len + 256, response.fields.len() + 6));
-    let head_len = match list.as_mut() {
-        Some(list) => {
-            write_head(list, &buf[..head.len], &head, response.fields, routed, edits);
-            response.out.clear();
-            list.text_len()
+        let mut body = if dechunk { Body::unlimited(body_framing).decoded() } else { Body::unlimited(body_framing) };
+        if info.trailers {
+            body = body.keeping_trailers();
         }
-        None => {
-            let w = &mut Http1Head::new(response.out);
-            write_head(w, &buf[..head.len], &head, response.fields, routed, edits);
-            response.out.len()
+        if response.last {
+            body = body.last_on_connection();
         }
-    } as u64;
-    buf.advance(head.len);
-
-    // Phase 9: stream the response body, through the coder when compressing.
-    if let Some(list) = &list {
-        if client.send_fields(list).is_err() {
-            return early(ProxyError::new(Kind::ClientClosed));
+        // The body's relay state is made now, in a block allocated now (likely one just
+        // freed, still cached), rather than in the request's future, untouched since the
+        // request went out (with 500 streams in flight cachegrind finds it cold).
+        let relayed = Box::pin(relay(response.out, server, buf, client, &mut body, t.server_response)).await;
+        if let Some(status) = body.trailer(b"grpc-status").and_then(grpc_status) {
+            response.grpc_status = Some(status);
         }
-    }
-    response.relayed.set(Some(head.status));
-    let outcome = Outcome { status: head.status, client_keep_alive, intercepted: false };
-    // The head's bytes are in `out` (HTTP/1.1) or counted apart (a header list).
-    let listed = if list.is_some() { head_len } else { 0 };
-    let done = |bytes_out: u64, compressed| Responded {
-        outcome,
-        server_keeps,
-        switched: false,
-        head_us,
-        bytes_out: bytes_out + listed,
-        head_len,
-        compressed,
-    };
-    if let Some(coding) = coding {
-        let body = Body::unlimited(body_framing).decoded();
-        let chunked = info.version == Version::Http11;
-        let idle = t.server_response;
-        return match compress::relay(response.out, server, buf, client, body, coding, length, chunked, idle).await {
-            Ok(coded) => {
-                let algorithm = match coding {
-                    compress::Coding::Encode(algorithm, _) => Some(algorithm),
-                    compress::Coding::Gunzip => None,
-                };
-                Ok(done(coded.sent, algorithm.map(|a| (a, coded.payload_in, coded.payload_out))))
-            }
+        match relayed {
+            Ok(body_bytes) => Ok(done(response.out.len() as u64 + body_bytes, None)),
             Err(e) => Err(response_relay_error(e, head.status)),
-        };
-    }
-    let mut body = if dechunk { Body::unlimited(body_framing).decoded() } else { Body::unlimited(body_framing) };
-    if info.trailers {
-        body = body.keeping_trailers();
-    }
-    if response.last {
-        body = body.last_on_connection();
-    }
-    // The body's relay state is made now, in a block allocated now (likely one just
-    // freed, still cached), rather than in the request's future, untouched since the
-    // request went out (with 500 streams in flight cachegrind finds it cold).
-    let relayed = Box::pin(relay(response.out, server, buf, client, &mut body, t.server_response)).await;
-    if let Some(status) = body.trailer(b"grpc-status").and_then(grpc_status) {
-        response.grpc_status = Some(status);
-    }
-    match relayed {
-        Ok(body_bytes) => Ok(done(response.out.len() as u64 + body_bytes, None)),
-        Err(e) => Err(response_relay_error(e, head.status)),
+        }
     }
 }
 

@@ -414,8 +414,10 @@ fn requests<'a, S: ClientStream>(
             let (local, index) = (client.local.clone(), client.service);
             // An HTTP/2 stream's head is here, decoded: no read future is made for it.
             let read = match decoded_head(client, &local.gen.config.services[index]) {
-                Some(decoded) => decoded.map(Some),
-                None => read_head(client, &local.gen.config.services[index], worker, first).await,
+                Some(decoded) => decoded.map(|head| Some(HeadAt::Boxed(head))),
+                None => read_head(client, &local.gen.config.services[index], worker, first)
+                    .await
+                    .map(|head| head.map(HeadAt::Parsed)),
             };
             let head = match read {
                 Ok(Some(head)) => head,
@@ -438,7 +440,7 @@ fn requests<'a, S: ClientStream>(
                 }
             }
             let (local, index) = (client.local.clone(), client.service);
-            let keep_alive = handle(client, head, &local.gen.config.services[index], worker, &local, started).await;
+            let keep_alive = handle(client, &head, &local.gen.config.services[index], worker, &local, started).await;
             if !keep_alive || worker.draining.get() {
                 return false;
             }
@@ -622,15 +624,34 @@ fn stash<S>(client: &mut Client<S>, worker: &Worker) {
 /// Phase 1 for an HTTP/2 or HTTP/3 stream: its head, decoded by the
 /// connection into `buf` and `fields`, with the limits the parser would
 /// apply applied. `None` when no decoded head waits (bytes are to be parsed).
-fn decoded_head<S>(client: &mut Client<S>, service: &Service) -> Option<Result<RequestHead, ProxyError>> {
+fn decoded_head<S>(client: &mut Client<S>, service: &Service) -> Option<Result<Box<RequestHead>, ProxyError>> {
     let head = client.decoded.take()?;
     Some(if head.target.len() > service.limits.max_uri_bytes {
         Err(ProxyError::new(Kind::UriTooLong))
     } else if client.fields.len() > service.limits.max_headers {
         Err(ProxyError::new(Kind::HeaderTooLarge))
     } else {
-        Ok(*head)
+        Ok(head)
     })
+}
+
+/// A request head where phase 1 left it: in the box an HTTP/2 or HTTP/3
+/// stream's connection decoded it into (the pipeline keeps the box, not a
+/// copy of the head), or parsed from the connection's bytes.
+enum HeadAt {
+    Boxed(Box<RequestHead>),
+    Parsed(RequestHead),
+}
+
+impl std::ops::Deref for HeadAt {
+    type Target = RequestHead;
+
+    fn deref(&self) -> &RequestHead {
+        match self {
+            HeadAt::Boxed(head) => head,
+            HeadAt::Parsed(head) => head,
+        }
+    }
 }
 
 /// Phase 1: reads until `client.buf` starts with a complete request head.
@@ -645,7 +666,7 @@ async fn read_head<S: ClientStream>(
     let t = &service.timeouts;
     let wait = if first { t.client_header } else { t.client_idle };
     if let Some(decoded) = decoded_head(client, service) {
-        return decoded.map(Some);
+        return decoded.map(|head| Some(*head));
     }
     let mut deadline = tokio::time::Instant::now() + wait;
     let mut started = !client.buf.is_empty();
@@ -695,7 +716,7 @@ async fn read_head<S: ClientStream>(
 /// Returns whether the client connection stays open for another request.
 fn handle<'a, S: ClientStream>(
     client: &'a mut Client<S>,
-    head: RequestHead,
+    head: &'a RequestHead,
     service: &'a Service,
     worker: &'a Rc<Worker>,
     local: &'a Local,
@@ -703,9 +724,9 @@ fn handle<'a, S: ClientStream>(
 ) -> impl std::future::Future<Output = bool> + use<'a, S> {
     async move {
         // Phase 2: what the later phases need to know of the request.
-        let info = request_info(client, &head, service, local, started);
+        let info = request_info(client, head, service, local, started);
         // Phase 2b: client protection, and a declared body over the limit.
-        if let Err(why) = protect(client, &head, client.service, started) {
+        if let Err(why) = protect(client, head, client.service, started) {
             return refuse(client, service, info, head.len, why, started).await;
         }
         if let (Framing::Length(n), Some(max)) = (head.framing, service.limits.max_body_bytes) {
@@ -715,7 +736,7 @@ fn handle<'a, S: ClientStream>(
             }
         }
         // Phase 3: an ACME http-01 validation is answered before the rules.
-        if let Some(key_authorization) = acme_challenge(client, &head, service, local) {
+        if let Some(key_authorization) = acme_challenge(client, head, service, local) {
             let reply = Answer {
                 status: 200,
                 location: None,
@@ -725,7 +746,7 @@ fn handle<'a, S: ClientStream>(
             return answer(client, service, info, head.len, reply, started).await;
         }
         // Phase 3: route — a rule may answer by itself; persistence; the cache.
-        let routed = route(client, &head, service, worker, local);
+        let routed = route(client, head, service, worker, local);
         let pool = match pool_or_reply(&routed, service) {
             Ok(Some(pool)) => pool,
             Ok(None) => {
@@ -739,7 +760,7 @@ fn handle<'a, S: ClientStream>(
             }
             Err(Reply::Answer(reply)) => return answer(client, service, info, head.len, reply, started).await,
         };
-        let info = match switch_to(client, &head, local, pool, info) {
+        let info = match switch_to(client, head, local, pool, info) {
             Ok(info) => info,
             Err(error) => {
                 fail(client, service, &error, started).await;
@@ -752,7 +773,7 @@ fn handle<'a, S: ClientStream>(
         let plan = if !cached {
             None
         } else {
-            match cache_lookup(client, &head, service, worker, local, &routed, info).await {
+            match cache_lookup(client, head, service, worker, local, &routed, info).await {
                 cached::Lookup::Served(keep) => {
                     log(client, service, client.trace.cache_status, None, started);
                     return keep && !worker.closing(local.gen.number, &service.name);
@@ -761,7 +782,7 @@ fn handle<'a, S: ClientStream>(
             }
         };
         // Phase 4: request rewrite (and the cache's validators and capture).
-        let listed = rewrite_request(client, &head, service, local, pool, &routed, info);
+        let listed = rewrite_request(client, head, service, local, pool, &routed, info);
         if let Some(plan) = &plan {
             if listed {
                 cached::add_validators(&mut **client.up_head.get_or_insert_with(Box::default), plan);
@@ -1180,72 +1201,61 @@ fn forward<'a, 'r, S: ClientStream>(
         let mut last_error = None;
         let mut fresh_only = false;
         loop {
-            // A server, with one of its connection slots taken.
-            let pick = || {
-                let server = match routed.sticky.filter(|&s| live.takes_sticky(pool_cfg, s, tried)) {
-                    Some(server) => server,
-                    None => {
-                        let view = PickView { pool: pool_cfg, live, tried };
-                        pool_local.balancer.borrow_mut().pick(routed.hash, &view)?
-                    }
-                };
-                // Another worker may have taken the last slot since the balancer looked:
-                // then the server is full, as if the balancer had seen it so.
-                ActiveGuard::take(&live.servers[server], worker.id, pool_cfg.servers[server].max_connections)
-                    .map(|s| (server, s))
-            };
-            let picked = match (pick(), pool_cfg.queue) {
-                (Some(picked), _) => Ok(picked),
+            // A server, with one of its connection slots taken. The common case waits for
+            // nothing: what it computes is not kept in the request's state (only a wait's
+            // future holds its own).
+            let pick = || pick_server(routed, live, pool_cfg, pool_local, worker, tried);
+            let (server, _slot) = match (pick(), pool_cfg.queue) {
+                (Some(picked), _) => picked,
                 // Full servers, not failed ones, make a request wait.
                 (None, Some(queue)) if last_error.is_none() && live.any_full(pool_cfg, tried) => {
-                    live.queue.wait(queue, pick).await.map_err(ProxyError::new)
+                    match live.queue.wait(queue, pick).await {
+                        Ok(picked) => picked,
+                        Err(kind) => {
+                            let error = ProxyError::new(kind);
+                            if matches!(error.kind(), Kind::QueueFull | Kind::QueueTimeout) {
+                                tracing::warn!(service = %service.name, pool = %pool_cfg.name, reason = error.reason(), "request refused");
+                            }
+                            return Err(Failed { error, relayed: None });
+                        }
+                    }
                 }
                 // With nothing left to try, the client learns why the last try failed.
-                (None, _) => Err(last_error.unwrap_or(ProxyError::new(Kind::NoServer))),
-            };
-            let (server, _slot) = match picked {
-                Ok(picked) => picked,
-                Err(error) => {
-                    if matches!(error.kind(), Kind::QueueFull | Kind::QueueTimeout) {
-                        tracing::warn!(service = %service.name, pool = %pool_cfg.name, reason = error.reason(), "request refused");
-                    }
-                    return Err(Failed { error, relayed: None });
+                (None, _) => {
+                    return Err(Failed { error: last_error.unwrap_or(ProxyError::new(Kind::NoServer)), relayed: None })
                 }
             };
             client.trace.upstream = Some((pool.0, server));
-            let addr = pool_cfg.servers[server].addr;
             // A connection that carried a PROXY header, or comes from the
             // client's own address (transparent mode), speaks for one client:
             // it is neither taken from nor returned to the shared idle pool.
             let private = pool_cfg.send_proxy.is_some() || pool_cfg.source == switchyard_config::Source::Client;
             // HTTP/2 pools multiplex streams over shared connections instead.
             let h2 = pool_cfg.protocol == UpstreamProtocol::Http2;
-            let idle = if fresh_only || private || h2 {
-                None
-            } else {
-                pool_local.idle.borrow_mut().take(server, service.timeouts.server_idle, worker.clock.get())
-            };
-            let connect_started = Instant::now();
-            let (mut conn, reused) = match idle {
-                Some(conn) => (conn, true),
+            let (mut conn, reused) = match at_hand(client, service, worker, local, pool, server, fresh_only || private)
+            {
+                Some(conn) => {
+                    client.trace.connect_us = None;
+                    if let Some(span) = &mut client.otel {
+                        span.connected(Instant::now(), true);
+                    }
+                    (conn, true)
+                }
                 None => {
+                    let connect_started = Instant::now();
+                    let addr = pool_cfg.servers[server].addr;
                     let header = if private { proxy_header(pool_cfg, client) } else { Vec::new() };
                     let tls = local.gen.upstream_tls.get(pool.0).and_then(Option::as_ref);
                     let opened = if h2 {
-                        let connect = service.timeouts.connect;
-                        let client_stream = client.stream.resets();
                         let target = upstream::h2::Target {
                             addr,
                             server,
                             tls,
-                            connect,
+                            connect: service.timeouts.connect,
                             proxy_header: &header,
-                            client: client_stream,
+                            client: client.stream.resets(),
                         };
-                        match pool_local.h2.ready(&target, fresh_only) {
-                            Some(ready) => Ok(ready),
-                            None => pool_local.h2.stream(target, fresh_only).await,
-                        }
+                        pool_local.h2.stream(target, fresh_only).await
                     } else {
                         let bind = upstream::Bind::of(pool_cfg.source, client.ip);
                         upstream::connect_from(bind, addr, service.timeouts.connect, &header, tls, server)
@@ -1253,7 +1263,13 @@ fn forward<'a, 'r, S: ClientStream>(
                             .map(|c| (c, false))
                     };
                     match opened {
-                        Ok(opened) => opened,
+                        Ok((conn, reused)) => {
+                            client.trace.connect_us = (!reused).then(|| micros(connect_started.elapsed()));
+                            if let Some(span) = &mut client.otel {
+                                span.connected(connect_started, reused);
+                            }
+                            (conn, reused)
+                        }
                         Err(error) => {
                             live.servers[server].metrics.connect_failed(worker.id, error.reason());
                             live.servers[server].observe(pool_cfg.passive.as_ref(), false, error.reason());
@@ -1269,10 +1285,6 @@ fn forward<'a, 'r, S: ClientStream>(
                     }
                 }
             };
-            client.trace.connect_us = (!reused).then(|| micros(connect_started.elapsed()));
-            if let Some(span) = &mut client.otel {
-                span.connected(connect_started, reused);
-            }
             // The server took the request: persistence remembers it.
             let set_cookie = persistence.and_then(|p| {
                 let key = (!client.stick_key.is_empty()).then_some(client.stick_key.as_slice());
@@ -1334,13 +1346,13 @@ fn forward<'a, 'r, S: ClientStream>(
                         live.servers[server].metrics.connect_failed(worker.id, failed.error.reason());
                         if info.replayable {
                             tracing::warn!(
-                                service = %service.name, server = %addr, reason = failed.error.reason(),
-                                "idempotent request retried on another server"
+                                service = %service.name, server = %pool_cfg.servers[server].addr,
+                                reason = failed.error.reason(), "idempotent request retried on another server"
                             );
                         } else {
                             tracing::warn!(
-                                service = %service.name, server = %addr, reason = failed.error.reason(),
-                                "request the server did not process retried on another server"
+                                service = %service.name, server = %pool_cfg.servers[server].addr,
+                                reason = failed.error.reason(), "request the server did not process retried on another server"
                             );
                         }
                         retries += 1;
@@ -1354,6 +1366,61 @@ fn forward<'a, 'r, S: ClientStream>(
             }
         }
     }
+}
+
+/// Phase 5: the server the balancer picks (or persistence names) among those
+/// not `tried`, with one of its connection slots taken; `None` when every one
+/// is full, down or tried.
+fn pick_server<'l>(
+    routed: &Routed<'_>,
+    live: &'l crate::live::PoolLive,
+    pool_cfg: &switchyard_config::Pool,
+    pool_local: &crate::worker::PoolLocal,
+    worker: &Worker,
+    tried: u64,
+) -> Option<(usize, ActiveGuard<'l>)> {
+    let server = match routed.sticky.filter(|&s| live.takes_sticky(pool_cfg, s, tried)) {
+        Some(server) => server,
+        None => {
+            let view = PickView { pool: pool_cfg, live, tried };
+            pool_local.balancer.borrow_mut().pick(routed.hash, &view)?
+        }
+    };
+    // Another worker may have taken the last slot since the balancer looked:
+    // then the server is full, as if the balancer had seen it so.
+    ActiveGuard::take(&live.servers[server], worker.id, pool_cfg.servers[server].max_connections).map(|s| (server, s))
+}
+
+/// Phase 5: a connection to `server` at hand, with nothing to wait for — an
+/// idle HTTP/1.1 one, or a stream on an open HTTP/2 connection with room —
+/// unless the request needs one of its own (`own`: a fresh one after a stale
+/// reuse, a private one).
+fn at_hand<S: ClientStream>(
+    client: &Client<S>,
+    service: &Service,
+    worker: &Worker,
+    local: &Local,
+    pool: PoolId,
+    server: usize,
+    own: bool,
+) -> Option<UpstreamConn> {
+    if own {
+        return None;
+    }
+    let pool_cfg = local.gen.config.pool(pool);
+    let pool_local = &local.pools[pool.0];
+    if pool_cfg.protocol != UpstreamProtocol::Http2 {
+        return pool_local.idle.borrow_mut().take(server, service.timeouts.server_idle, worker.clock.get());
+    }
+    let target = upstream::h2::Target {
+        addr: pool_cfg.servers[server].addr,
+        server,
+        tls: local.gen.upstream_tls.get(pool.0).and_then(Option::as_ref),
+        connect: service.timeouts.connect,
+        proxy_header: &[],
+        client: client.stream.resets(),
+    };
+    pool_local.h2.ready(&target, false).map(|(conn, _)| conn)
 }
 
 /// Largest request body kept to be sent again after an HTTP/2 server

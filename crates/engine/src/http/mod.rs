@@ -1624,14 +1624,20 @@ async fn send_request_head<S>(
     idle: std::time::Duration,
 ) -> Result<(), RelayError> {
     let opened = match &mut conn.stream {
-        upstream::stream::ServerStream::H2(stream) => Some(
-            crate::transport::within(idle, stream.send_head(client.up_head.get_or_insert_with(Box::default), framing))
-                .await,
-        ),
+        upstream::stream::ServerStream::H2(stream) => {
+            let list = client.up_head.get_or_insert_with(Box::default);
+            // Most streams open at once: no future is made for them.
+            Some(match stream.try_send_head(list, framing) {
+                Some(sent) => Ok(sent),
+                None => crate::transport::within(idle, stream.send_head(list, framing)).await,
+            })
+        }
         _ => None,
     };
     let head = match opened {
         None => &client.out[..],
+        // A bodiless request is whole once its head went out (END_STREAM).
+        Some(Ok(Ok(()))) if framing == Framing::Empty && upload.is_finished() => return Ok(()),
         Some(Ok(Ok(()))) => &[][..],
         Some(Ok(Err(e))) => return Err(RelayError::Write(e)),
         Some(Err(_)) => return Err(RelayError::WriteTimeout),

@@ -480,6 +480,12 @@ impl H2Stream {
         self.link.borrow().failure.is_some_and(|f| f.unprocessed)
     }
 
+    /// [`H2Stream::send_head`] at once, when the connection has room for the
+    /// stream (most times): no future is made. `None`: `send_head` waits.
+    pub fn try_send_head(&mut self, list: &RequestList, framing: Framing) -> Option<io::Result<()>> {
+        self.wr.try_open(list, framing)
+    }
+
     /// Opens the stream with the request head `list`, which the codec
     /// HPACK-encodes (no HTTP/1.1 text), once the server's stream limit lets
     /// it. The request body then follows as written bytes in `framing`
@@ -530,28 +536,39 @@ impl Wr {
     /// that failed or is going away fails the stream unprocessed: nothing
     /// of the request was sent.
     fn poll_open(&self, cx: &mut Context<'_>, list: &RequestList, framing: Framing) -> Poll<io::Result<()>> {
+        match self.try_open(list, framing) {
+            Some(opened) => Poll::Ready(opened),
+            None => {
+                self.conn.inner.borrow_mut().waiting.push(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Opens the stream now, or fails it; `None` while the connection is at
+    /// the server's limit of concurrent streams (nothing registered to wait).
+    fn try_open(&self, list: &RequestList, framing: Framing) -> Option<io::Result<()>> {
         let mut state = self.state.borrow_mut();
         if !matches!(*state, Up::Head) {
-            return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidInput, "request head sent twice")));
+            return Some(Err(io::Error::new(io::ErrorKind::InvalidInput, "request head sent twice")));
         }
         {
-            let mut inner = self.conn.inner.borrow_mut();
+            let inner = self.conn.inner.borrow();
             if let Some(failure) = inner.failed {
                 drop(inner);
                 let failure = Failure { unprocessed: true, ..failure };
-                return Poll::Ready(Err(self.failed(&mut state, failure)));
+                return Some(Err(self.failed(&mut state, failure)));
             }
             if !inner.usable() {
                 drop(inner);
                 let failure = Failure { why: "server went away (HTTP/2 GOAWAY)", reset: None, unprocessed: true };
-                return Poll::Ready(Err(self.failed(&mut state, failure)));
+                return Some(Err(self.failed(&mut state, failure)));
             }
             if !inner.codec.can_open() {
-                inner.waiting.push(cx.waker().clone());
-                return Poll::Pending;
+                return None;
             }
         }
-        Poll::Ready(self.open(&mut state, list, framing))
+        Some(self.open(&mut state, list, framing))
     }
 
     /// Opens the stream: the codec HPACK-encodes `list` into the HEADERS

@@ -1833,12 +1833,14 @@ fn respond<'a, 'p, 'r, R: ServerRead, W: body::Sink, D: Fn() -> bool>(
         let decoded = server.decodes_heads();
         let head = loop {
             let parsed = if decoded {
-                let next = std::future::poll_fn(|cx| server.poll_head(cx, buf, response.fields));
-                match timeout_at(deadline, next).await {
-                    Err(_) => return early(ProxyError::new(Kind::ServerTimeout)),
+                // The server's connection keeps the deadline: no timer per request.
+                match std::future::poll_fn(|cx| server.poll_head(cx, buf, response.fields, deadline)).await {
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                        return early(ProxyError::new(Kind::ServerTimeout))
+                    }
                     // Nothing of the response came: as a closed connection.
-                    Ok(Err(_)) => return early(ProxyError::retryable(Kind::ServerClosed)),
-                    Ok(Ok(head)) => Ok(Some(head)),
+                    Err(_) => return early(ProxyError::retryable(Kind::ServerClosed)),
+                    Ok(head) => Ok(Some(head)),
                 }
             } else {
                 parse::parse_response(buf, MAX_RESPONSE_HEAD, response.fields)

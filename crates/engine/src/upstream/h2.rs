@@ -501,8 +501,9 @@ impl H2Stream {
         cx: &mut Context<'_>,
         buf: &mut BytesMut,
         fields: &mut Vec<Field>,
+        by: tokio::time::Instant,
     ) -> Poll<io::Result<ResponseHead>> {
-        self.rd.poll_head(cx, buf, fields)
+        self.rd.poll_head(cx, buf, fields, by)
     }
 }
 
@@ -752,12 +753,15 @@ impl Rd {
     /// must be empty, `fields` (cleared first) index them, as a parse of
     /// the same head as HTTP/1.1 would have. A head without a length gets
     /// the framing its body is read with: `transfer-encoding: chunked`, or
-    /// `content-length: 0` when the HEADERS ended the stream.
+    /// `content-length: 0` when the HEADERS ended the stream. A head not
+    /// there `by` then fails the read with `TimedOut`: the connection's task
+    /// keeps the deadline ([`conn::Inner::due_by`]), no timer is armed here.
     pub fn poll_head(
         &mut self,
         cx: &mut Context<'_>,
         buf: &mut BytesMut,
         fields: &mut Vec<Field>,
+        by: tokio::time::Instant,
     ) -> Poll<io::Result<ResponseHead>> {
         let mut s = self.link.borrow_mut();
         if s.heads.is_empty() {
@@ -767,7 +771,15 @@ impl Rd {
             if s.phase == Phase::Done {
                 return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into()));
             }
+            if s.timed_out {
+                return Poll::Ready(Err(io::ErrorKind::TimedOut.into()));
+            }
             s.reader = Some(cx.waker().clone());
+            if s.head_by != Some(by) {
+                s.head_by = Some(by);
+                drop(s);
+                self.conn.inner.borrow_mut().due_by(by);
+            }
             return Poll::Pending;
         }
         if !buf.is_empty() {

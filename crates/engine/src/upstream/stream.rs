@@ -160,12 +160,15 @@ pub trait ServerRead: Source {
     /// Where [`ServerRead::decodes_heads`]: the next response head, interim
     /// ones first. Its names and values are appended to the empty `buf`,
     /// `fields` (cleared first) index them, as a parse of the same head as
-    /// HTTP/1.1 would have; the body's bytes are then read as usual.
+    /// HTTP/1.1 would have; the body's bytes are then read as usual. A head
+    /// not there `by` then fails the read with `TimedOut` (the connection
+    /// keeps the time: the caller arms no timer).
     fn poll_head(
         &mut self,
         _cx: &mut Context<'_>,
         _buf: &mut BytesMut,
         _fields: &mut Vec<Field>,
+        _by: tokio::time::Instant,
     ) -> Poll<io::Result<ResponseHead>> {
         Poll::Ready(Err(io::ErrorKind::Unsupported.into()))
     }
@@ -207,9 +210,10 @@ impl ServerRead for ServerStream {
         cx: &mut Context<'_>,
         buf: &mut BytesMut,
         fields: &mut Vec<Field>,
+        by: tokio::time::Instant,
     ) -> Poll<io::Result<ResponseHead>> {
         match self {
-            ServerStream::H2(s) => s.poll_head(cx, buf, fields),
+            ServerStream::H2(s) => s.poll_head(cx, buf, fields, by),
             _ => Poll::Ready(Err(io::ErrorKind::Unsupported.into())),
         }
     }
@@ -225,9 +229,10 @@ impl ServerRead for ServerRd<'_> {
         cx: &mut Context<'_>,
         buf: &mut BytesMut,
         fields: &mut Vec<Field>,
+        by: tokio::time::Instant,
     ) -> Poll<io::Result<ResponseHead>> {
         match self {
-            ServerRd::H2(r) => r.poll_head(cx, buf, fields),
+            ServerRd::H2(r) => r.poll_head(cx, buf, fields, by),
             _ => Poll::Ready(Err(io::ErrorKind::Unsupported.into())),
         }
     }

@@ -20,7 +20,7 @@
 //! its last stream done), after a GOAWAY.
 
 use std::cell::{Cell, RefCell};
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -98,6 +98,11 @@ pub(super) struct StreamState {
     body: bool,
     pub phase: Phase,
     pub failure: Option<Failure>,
+    /// The response head is due by then ([`Inner::due_by`]): the request's
+    /// pipeline waits for it with no timer of its own.
+    pub head_by: Option<tokio::time::Instant>,
+    /// The head was not there by `head_by` ([`expire`]).
+    pub timed_out: bool,
     pub reader: Option<Waker>,
     pub writer: Option<Waker>,
 }
@@ -116,6 +121,8 @@ impl StreamState {
             body: false,
             phase: Phase::Waiting,
             failure: None,
+            head_by: None,
+            timed_out: false,
             reader: None,
             writer: None,
         }
@@ -166,6 +173,9 @@ pub(super) struct Inner {
     /// States of ended streams, kept for the next ones with their buffers'
     /// room ([`Inner::keep_spare`], [`Inner::spare_state`]).
     spare: Vec<Link>,
+    /// The earliest time a stream's response head is due by, as far as the
+    /// task knows: its one timer is set for it ([`expire`]).
+    due: Option<tokio::time::Instant>,
 }
 
 /// Ended streams' states a connection keeps for its next streams: streams
@@ -199,6 +209,17 @@ impl Inner {
     /// Wakes the task when the codec has frames to write.
     pub fn kick(&mut self) {
         if !self.codec.output().is_empty() {
+            if let Some(w) = self.driver.take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// A stream's response head is due by `by`: the task's timer is set
+    /// earlier if it must (the task woken to set it).
+    pub fn due_by(&mut self, by: tokio::time::Instant) {
+        if self.due.is_none_or(|due| by < due) {
+            self.due = Some(by);
             if let Some(w) = self.driver.take() {
                 w.wake();
             }
@@ -248,6 +269,7 @@ impl Conn {
                 driver: None,
                 waiting: Vec::new(),
                 spare: Vec::new(),
+                due: None,
             }),
             closed: Cell::new(false),
             streams: Cell::new(0),
@@ -287,6 +309,9 @@ pub(super) async fn drive(conn: Rc<Conn>, mut io: ServerStream, server: SocketAd
     let mut buf = vec![0u8; READ_BUF];
     let mut filled = 0;
     let mut flushed = true;
+    // One timer for every stream's response deadline, set for the earliest.
+    let mut timer = Box::pin(tokio::time::sleep_until(tokio::time::Instant::now()));
+    let mut armed = None;
     let result = poll_fn(|cx| loop {
         let mut progress = false;
         match write_out(&conn, &mut io, cx, &mut flushed) {
@@ -310,6 +335,18 @@ pub(super) async fn drive(conn: Rc<Conn>, mut io: ServerStream, server: SocketAd
             }
             Poll::Ready(Err(e)) => return Poll::Ready(Err(Ended::Io(e))),
             Poll::Pending => {}
+        }
+        let due = conn.inner.borrow().due;
+        if let Some(due) = due {
+            if armed != Some(due) {
+                timer.as_mut().reset(due);
+                armed = Some(due);
+            }
+            if timer.as_mut().poll(cx).is_ready() {
+                armed = None;
+                expire(&conn);
+                progress = true;
+            }
         }
         let mut inner = conn.inner.borrow_mut();
         if Rc::strong_count(&conn) == 1 && inner.codec.output().is_empty() && flushed {
@@ -352,6 +389,30 @@ pub(super) async fn drive(conn: Rc<Conn>, mut io: ServerStream, server: SocketAd
     conn.closed.set(true);
     // Our GOAWAY, if any, goes out as far as the socket takes it at once.
     let _ = poll_fn(|cx| Poll::Ready(write_out(&conn, &mut io, cx, &mut flushed))).await;
+}
+
+/// The timer went off: streams whose response head is overdue time out
+/// (their pipelines answer 504 and reset them); the timer is set again for
+/// the earliest deadline left. The streams' deadlines are looked at only
+/// then (one scan per earliest deadline, not a timer per request).
+fn expire(conn: &Conn) {
+    let now = tokio::time::Instant::now();
+    let mut inner = conn.inner.borrow_mut();
+    let mut next: Option<tokio::time::Instant> = None;
+    for link in inner.streams.values() {
+        let mut s = link.borrow_mut();
+        let Some(by) = s.head_by else { continue };
+        if s.phase != Phase::Waiting || !s.heads.is_empty() || s.timed_out || s.failure.is_some() {
+            continue;
+        }
+        if by <= now {
+            s.timed_out = true;
+            s.wake();
+        } else {
+            next = Some(next.map_or(by, |n| n.min(by)));
+        }
+    }
+    inner.due = next;
 }
 
 /// How the connection ended badly.

@@ -1204,11 +1204,12 @@ fn forward<'a, 'r, S: ClientStream>(
             // A server, with one of its connection slots taken. The common case waits for
             // nothing: what it computes is not kept in the request's state (only a wait's
             // future holds its own).
-            let pick = || pick_server(routed, live, pool_cfg, pool_local, worker, tried);
-            let (server, _slot) = match (pick(), pool_cfg.queue) {
+            let (server, _slot) = match (pick_server(routed, live, pool_cfg, pool_local, worker, tried), pool_cfg.queue)
+            {
                 (Some(picked), _) => picked,
                 // Full servers, not failed ones, make a request wait.
                 (None, Some(queue)) if last_error.is_none() && live.any_full(pool_cfg, tried) => {
+                    let pick = || pick_server(routed, live, pool_cfg, pool_local, worker, tried);
                     match live.queue.wait(queue, pick).await {
                         Ok(picked) => picked,
                         Err(kind) => {

@@ -400,6 +400,9 @@ fn wait_idle<'a, S: ClientStream>(
 /// kept alive, the worker drains, its one request is done (a stream of a
 /// multiplexed connection) (`false`), or no byte of a next request is left
 /// to read (`true`: the connection waits idle in [`serve`]).
+// Not an `async fn`: its arguments stay in the future's upvars, not copied into
+// locals of its state (ADR 0004, "The common path without futures").
+#[allow(clippy::manual_async_fn)]
 fn requests<'a, S: ClientStream>(
     client: &'a mut Client<S>,
     worker: &'a Rc<Worker>,
@@ -714,6 +717,9 @@ async fn read_head<S: ClientStream>(
 /// Phases 2–10 for one request whose head is at the start of `client.buf`,
 /// one function per phase in the order of docs/request-lifecycle.md.
 /// Returns whether the client connection stays open for another request.
+// Not an `async fn`: its arguments stay in the future's upvars, not copied into
+// locals of its state (ADR 0004, "The common path without futures").
+#[allow(clippy::manual_async_fn)]
 fn handle<'a, S: ClientStream>(
     client: &'a mut Client<S>,
     head: &'a RequestHead,
@@ -1182,6 +1188,9 @@ fn reset_client<S: ClientStream>(client: &Client<S>, code: u32) -> bool {
 /// ([`whole_body`]). Separately, such a retry-safe request that met a dead
 /// reused connection is sent once more on a fresh connection to the same
 /// server.
+// Not an `async fn`: its arguments stay in the future's upvars, not copied into
+// locals of its state (ADR 0004, "The common path without futures").
+#[allow(clippy::manual_async_fn)]
 fn forward<'a, 'r, S: ClientStream>(
     client: &'a mut Client<S>,
     service: &'a Service,
@@ -1463,6 +1472,9 @@ fn put_back(buf: &mut BytesMut, taken: &[u8]) {
 /// APIs, an early 413), and waiting for the body first would deadlock once
 /// every socket buffer on the path is full.
 #[allow(clippy::too_many_arguments)]
+// Not an `async fn`: its arguments stay in the future's upvars, not copied into
+// locals of its state (ADR 0004, "The common path without futures").
+#[allow(clippy::manual_async_fn)]
 fn exchange<'a, 'r, 's, S: ClientStream>(
     client: &'a mut Client<S>,
     conn: &'a mut UpstreamConn,
@@ -1816,6 +1828,9 @@ struct Responded {
 /// Phases 7–9: read the response head (skipping interim 1xx responses),
 /// rewrite it, decide on compression, and stream the response to the client.
 #[allow(clippy::too_many_arguments)]
+// Not an `async fn`: its arguments stay in the future's upvars, not copied into
+// locals of its state (ADR 0004, "The common path without futures").
+#[allow(clippy::manual_async_fn)]
 fn respond<'a, 'p, 'r, R: ServerRead, W: body::Sink, D: Fn() -> bool>(
     server: &'a mut R,
     buf: &'a mut BytesMut,

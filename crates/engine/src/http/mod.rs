@@ -1513,8 +1513,14 @@ fn exchange<'a, 'r, 's, S: ClientStream>(
             Ok(body) => body,
             Err(e) => return early(request_relay_error(e)),
         };
-        if let Err(e) = send_request_head(client, conn, &mut upload, info.framing, t.client_idle).await {
-            return early(request_relay_error(e));
+        let sent = match send_request_head_now(client, conn, &upload, info.framing) {
+            Ok(sent) => sent,
+            Err(e) => return early(request_relay_error(e)),
+        };
+        if !matches!(sent, HeadSent::Whole) {
+            if let Err(e) = send_request_head(client, conn, &mut upload, info.framing, t.client_idle, sent).await {
+                return early(request_relay_error(e));
+            }
         }
         let relayed = Cell::new(None);
         let alt_svc = alt_svc(client, service);
@@ -1556,14 +1562,8 @@ fn exchange<'a, 'r, 's, S: ClientStream>(
                     .await?
                 }
             };
-            client.trace.grpc_status = response.grpc_status;
-            if let Some(span) = &mut client.otel {
-                span.responded(response.sent.into_std(), done.head_us, done.compressed);
-            }
-            client.trace.response_us = Some(done.head_us);
-            client.trace.bytes_out = done.bytes_out;
-            client.trace.body_out = done.bytes_out.saturating_sub(done.head_len);
-            count_compressed(client, worker, &done);
+            let (grpc_status, sent) = (response.grpc_status, response.sent);
+            note_response(client, worker, grpc_status, sent, &done);
             if done.switched {
                 tunnel(client, conn).await;
                 return Ok((done.outcome, false));
@@ -1611,51 +1611,109 @@ fn exchange<'a, 'r, 's, S: ClientStream>(
             // out of step: neither connection can carry another message.
             (done, up_result == Some(true))
         };
-        client.trace.grpc_status = response.grpc_status;
-        if let Some(span) = &mut client.otel {
-            span.responded(response.sent.into_std(), done.head_us, done.compressed);
-        }
-        client.trace.response_us = Some(done.head_us);
-        client.trace.bytes_out = done.bytes_out;
-        client.trace.body_out = done.bytes_out.saturating_sub(done.head_len);
+        let (grpc_status, sent) = (response.grpc_status, response.sent);
+        note_response(client, worker, grpc_status, sent, &done);
         client.trace.bytes_in += upload.total();
-        count_compressed(client, worker, &done);
         let outcome = Outcome { client_keep_alive: done.outcome.client_keep_alive && complete, ..done.outcome };
         Ok((outcome, done.server_keeps && complete && conn.buf.is_empty()))
     }
 }
 
-/// Phase 6's head and the body bytes already read: HTTP/1.1 bytes from
-/// `client.out` in one write with them, or, to an HTTP/2 server, the
-/// stream opened with `client.up_head` (waiting for the server's stream
-/// limit within `idle`) and the body bytes after it.
+/// How far phase 6's first step went without waiting ([`send_request_head_now`]).
+enum HeadSent {
+    /// The request is whole on its way: a bodiless one whose head went out.
+    Whole,
+    /// An HTTP/1.1 head written up to this offset: the rest of it, then the body.
+    From(usize),
+    /// An HTTP/2 head sent: the body follows.
+    Body,
+    /// An HTTP/2 stream waits for the server's stream limit before its head.
+    Wait,
+}
+
+/// Phase 6, first step, without a future: the request head towards an
+/// HTTP/2 server's stream when the connection has room, and a bodiless
+/// request's HTTP/1.1 head when the socket takes it whole (most requests:
+/// nothing of either is written into the request's state).
+fn send_request_head_now<S>(
+    client: &mut Client<S>,
+    conn: &mut UpstreamConn,
+    upload: &Body,
+    framing: Framing,
+) -> Result<HeadSent, RelayError> {
+    let bodiless = framing == Framing::Empty && upload.is_finished();
+    if let upstream::stream::ServerStream::H2(stream) = &mut conn.stream {
+        let list = client.up_head.get_or_insert_with(Box::default);
+        return match stream.try_send_head(list, framing) {
+            None => Ok(HeadSent::Wait),
+            Some(Err(e)) => Err(RelayError::Write(e)),
+            // A bodiless request is whole once its head went out (END_STREAM).
+            Some(Ok(())) if bodiless => Ok(HeadSent::Whole),
+            Some(Ok(())) => Ok(HeadSent::Body),
+        };
+    }
+    // The last request on a connection goes out with its end (`send_head`'s way).
+    if !bodiless || upload.is_last_on_connection() {
+        return Ok(HeadSent::From(0));
+    }
+    match crate::transport::Sink::try_write_now(&conn.stream, &client.out) {
+        Ok(n) if n == client.out.len() => Ok(HeadSent::Whole),
+        Ok(n) => Ok(HeadSent::From(n)),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(HeadSent::From(0)),
+        Err(e) => Err(RelayError::Write(e)),
+    }
+}
+
+/// Phase 6, the rest of what [`send_request_head_now`] could not send at
+/// once (`sent`): the head (waiting for an HTTP/2 server's stream limit
+/// within `idle`), then what of the body is already read.
 async fn send_request_head<S>(
     client: &mut Client<S>,
     conn: &mut UpstreamConn,
     upload: &mut Body,
     framing: Framing,
     idle: std::time::Duration,
+    sent: HeadSent,
 ) -> Result<(), RelayError> {
-    let opened = match &mut conn.stream {
-        upstream::stream::ServerStream::H2(stream) => {
-            let list = client.up_head.get_or_insert_with(Box::default);
-            // Most streams open at once: no future is made for them.
-            Some(match stream.try_send_head(list, framing) {
-                Some(sent) => Ok(sent),
-                None => crate::transport::within(idle, stream.send_head(list, framing)).await,
-            })
+    let head = match sent {
+        HeadSent::Whole => return Ok(()),
+        HeadSent::From(n) => &client.out[n..],
+        HeadSent::Body => &[][..],
+        HeadSent::Wait => {
+            if let upstream::stream::ServerStream::H2(stream) = &mut conn.stream {
+                let list = client.up_head.get_or_insert_with(Box::default);
+                match crate::transport::within(idle, stream.send_head(list, framing)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(RelayError::Write(e)),
+                    Err(_) => return Err(RelayError::WriteTimeout),
+                }
+                if framing == Framing::Empty && upload.is_finished() {
+                    return Ok(());
+                }
+            }
+            &[][..]
         }
-        _ => None,
-    };
-    let head = match opened {
-        None => &client.out[..],
-        // A bodiless request is whole once its head went out (END_STREAM).
-        Some(Ok(Ok(()))) if framing == Framing::Empty && upload.is_finished() => return Ok(()),
-        Some(Ok(Ok(()))) => &[][..],
-        Some(Ok(Err(e))) => return Err(RelayError::Write(e)),
-        Some(Err(_)) => return Err(RelayError::WriteTimeout),
     };
     parts::send_head(head, &mut client.buf, &mut conn.stream, upload, idle).await
+}
+
+/// Phase 10's facts of a response relayed (`done`, sent to the server at
+/// `sent`): its trace record and span mark, and the compression counters.
+fn note_response<S>(
+    client: &mut Client<S>,
+    worker: &Worker,
+    grpc_status: Option<u16>,
+    sent: tokio::time::Instant,
+    done: &Responded,
+) {
+    client.trace.grpc_status = grpc_status;
+    if let Some(span) = &mut client.otel {
+        span.responded(sent.into_std(), done.head_us, done.compressed);
+    }
+    client.trace.response_us = Some(done.head_us);
+    client.trace.bytes_out = done.bytes_out;
+    client.trace.body_out = done.bytes_out.saturating_sub(done.head_len);
+    count_compressed(client, worker, done);
 }
 
 /// Adds an encoded response's payload bytes to the service's compression counters.

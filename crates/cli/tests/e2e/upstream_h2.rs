@@ -1,7 +1,8 @@
 //! HTTP/2 towards servers (pool `protocol = "h2"`), end to end with the real binary: h2c
 //! with prior knowledge and h2 over TLS (ALPN) to the origin simulator, bodies byte-exact
 //! both ways, many client connections multiplexed over few server connections, status codes
-//! and timeouts, a server that dies and comes back, a server that only speaks HTTP/1.1, the
+//! and timeouts (streams of different deadlines on one connection too), a server that
+//! dies and comes back, a server that only speaks HTTP/1.1, the
 //! refused WebSocket switch, reset codes both ways, a refused stream retried on another
 //! server (a POST too, with its body), a server's 103 Early Hints relayed, trailers both
 //! ways after bodies with and without a length, and a body without a length to an HTTP/1.0
@@ -214,6 +215,42 @@ fn statuses_pass_through_and_a_slow_server_is_a_504() {
     // The stream was reset; the connection goes on carrying requests.
     assert_eq!(proxy.get("/?size=10").status, 200);
     assert_eq!(origin.connections(), 1);
+}
+
+/// One server connection carries streams of two services with different response
+/// timeouts: the connection keeps every stream's deadline with one timer, which a
+/// later stream with an earlier deadline must bring forward, and a timeout ends only the
+/// streams that are overdue.
+#[test]
+fn streams_with_different_response_deadlines_share_a_server_connection() {
+    let origin = Origin::start("deadlines");
+    let (patient, hasty) = (proxy_addr(), proxy_addr());
+    let config = format!(
+        "workers = 1\n\n[[service]]\nname = \"patient\"\nlisten = [\"{patient}\"]\npool = \"main\"\n\
+         timeouts = {{ server_response = \"20s\" }}\n\n[[service]]\nname = \"hasty\"\nlisten = [\"{hasty}\"]\n\
+         pool = \"main\"\ntimeouts = {{ server_response = \"300ms\" }}\n\n[[pool]]\nname = \"main\"\n\
+         protocol = \"h2\"\nservers = [{{ address = \"{}\" }}]\n",
+        origin.addr
+    );
+    let proxy = Proxy::start(&config, patient);
+    // The patient request's stream sets the connection's timer 20 s ahead.
+    let slow = std::thread::spawn(move || Client::connect(patient).get("/?delay_ms=2500"));
+    wait_for("the patient request at the origin", || {
+        let stats = Client::connect(origin.addr).get("/__origin/stats").json();
+        (stats["requests"].as_u64() == Some(1)).then_some(())
+    });
+    // The proxy's one connection and the polls above, each a connection of its own.
+    let so_far = origin.connections();
+    // A stream due much earlier on the same connection times out on its own deadline:
+    // waiting for the patient one's would let the origin answer it (200) first.
+    let r = Client::connect(hasty).get("/?delay_ms=2500");
+    assert_eq!(r.status, 504, "{}", r.text());
+    // The patient stream was not overdue: its response arrives.
+    let r = slow.join().expect("client thread");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.origin(), "deadlines");
+    assert_eq!(origin.connections(), so_far, "the streams rode the proxy's one server connection");
+    assert_eq!(proxy.get("/?size=10").status, 200);
 }
 
 #[test]

@@ -1430,7 +1430,7 @@ fn at_hand<S: ClientStream>(
         proxy_header: &[],
         client: client.stream.resets(),
     };
-    pool_local.h2.ready(&target, false).map(|(conn, _)| conn)
+    pool_local.h2.ready(&target)
 }
 
 /// Largest request body kept to be sent again after an HTTP/2 server

@@ -130,33 +130,30 @@ impl H2Conns {
     /// A stream on a connection already open to `target`'s server with room
     /// for one more (what most requests find), made at once: no future of
     /// [`H2Conns::stream`]'s is written and no clock read. `None` when the
-    /// request needs that (a fresh connection, one being opened, a PROXY
-    /// header's own).
-    pub fn ready(&self, target: &Target<'_>, fresh: bool) -> Option<(UpstreamConn, bool)> {
-        if fresh || !target.proxy_header.is_empty() {
+    /// request needs that (one being opened, a PROXY header's own).
+    pub fn ready(&self, target: &Target<'_>) -> Option<UpstreamConn> {
+        if !target.proxy_header.is_empty() {
             return None;
         }
         let shared = self.servers.get(target.server)?.usable()?;
         let scheme = if target.tls.is_some() { "https" } else { "http" };
-        Some((open_stream(&shared, scheme, target), true))
+        Some(open_stream(&shared, scheme, target))
     }
 
     /// A stream to `target` for one request, and whether it rides on a
     /// connection that already carried others (`fresh`: it must not).
     /// Connection failures are safe to retry: no request was sent.
     pub async fn stream(&self, target: Target<'_>, fresh: bool) -> Result<(UpstreamConn, bool), ProxyError> {
-        // The clock is read only when the stream has to wait (most find a connection).
-        let deadline = || tokio::time::Instant::now() + target.connect;
+        let deadline = tokio::time::Instant::now() + target.connect;
         let scheme = if target.tls.is_some() { "https" } else { "http" };
         if !target.proxy_header.is_empty() {
             // A connection that carried a PROXY header speaks for one client.
-            let shared = connect(&target, deadline()).await?;
+            let shared = connect(&target, deadline).await?;
             return Ok((open_stream(&shared, scheme, &target), false));
         }
         let slot = self.servers.get(target.server).cloned().ok_or(ProxyError::new(Kind::NoServer))?;
         let mut fresh = fresh;
         let mut waited_for = None;
-        let mut connect_by = None;
         loop {
             if !fresh {
                 if let Some(shared) = slot.usable() {
@@ -173,7 +170,7 @@ impl H2Conns {
                 tokio::pin!(opened);
                 opened.as_mut().enable();
                 waited_for = Some(slot.attempt.get());
-                if tokio::time::timeout_at(*connect_by.get_or_insert_with(deadline), opened).await.is_err() {
+                if tokio::time::timeout_at(deadline, opened).await.is_err() {
                     return Err(ProxyError::retryable(Kind::ConnectTimeout));
                 }
                 // What was opened meanwhile is as fresh as one of our own.
@@ -184,7 +181,7 @@ impl H2Conns {
             slot.attempt.set(attempt);
             let opening = Opening(&slot);
             slot.connecting.set(true);
-            let opened = connect(&target, *connect_by.get_or_insert_with(deadline)).await;
+            let opened = connect(&target, deadline).await;
             drop(opening);
             return match opened {
                 Ok(shared) => {

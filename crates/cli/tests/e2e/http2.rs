@@ -417,6 +417,64 @@ fn a_drain_lets_the_stream_in_flight_finish() {
     assert!(proxy.wait_exit(Duration::from_secs(10)).is_some(), "{}", proxy.log());
 }
 
+/// An idle connection (no stream open) has nothing that polls its task but the worker's
+/// notifications: a drain must still reach it, and well before `client_idle` or the drain
+/// timeout would end it.
+#[test]
+fn an_idle_connection_gets_goaway_at_a_drain() {
+    let origin = Origin::start("main");
+    let listen = proxy_addr();
+    let config = simple_config(listen, &[origin.addr], "timeouts = { client_idle = \"60s\" }")
+        .replace("drain_timeout = \"5s\"", "drain_timeout = \"60s\"");
+    let mut proxy = Proxy::start(&config, listen);
+    runtime().block_on(async {
+        let (client, conn) = connect(listen).await;
+        for _ in 0..3 {
+            let (parts, _) = send(&client, get(listen, "/"), None).await.expect("response");
+            assert_eq!(parts.status, 200);
+        }
+        proxy.sigterm();
+        let ended = tokio::time::timeout(Duration::from_secs(20), conn).await.expect("closed at the drain");
+        if let Err(e) = ended.expect("task") {
+            assert_eq!(e.reason(), Some(Reason::NO_ERROR), "{e}");
+        }
+    });
+    assert!(proxy.wait_exit(Duration::from_secs(20)).is_some(), "{}", proxy.log());
+}
+
+/// A reload that keeps the service leaves an idle connection open; one that removes the service
+/// closes it with a graceful GOAWAY.
+#[test]
+fn an_idle_connection_of_a_removed_service_gets_goaway_at_the_reload() {
+    let origin = Origin::start("o");
+    let (keep, gone) = (proxy_addr(), proxy_addr());
+    let service = |name: &str, addr: SocketAddr| {
+        format!("[[service]]\nname = \"{name}\"\nlisten = \"{addr}\"\npool = \"main\"\n\n")
+    };
+    let pool = format!("[[pool]]\nname = \"main\"\nservers = [{{ address = \"{}\" }}]\n", origin.addr);
+    let both = format!("workers = 1\n{}{}{pool}", service("keep", keep), service("gone", gone));
+    let file = common::write_temp("h2-reload-remove", "switchyard.toml", &both);
+    let proxy = Proxy::run_file(&file, keep);
+    runtime().block_on(async {
+        let (kept, kept_conn) = connect(keep).await;
+        let (client, conn) = connect(gone).await;
+        assert_eq!(send(&client, get(gone, "/"), None).await.expect("response").0.status, 200);
+        assert_eq!(send(&kept, get(keep, "/"), None).await.expect("response").0.status, 200);
+        // The same services again: both connections stay.
+        std::fs::write(&file, &both).expect("rewrite");
+        proxy.reload(1);
+        assert_eq!(send(&client, get(gone, "/"), None).await.expect("after a reload").0.status, 200);
+        std::fs::write(&file, format!("workers = 1\n{}{pool}", service("keep", keep))).expect("rewrite");
+        proxy.reload(2);
+        let ended = tokio::time::timeout(Duration::from_secs(20), conn).await.expect("closed at the reload");
+        if let Err(e) = ended.expect("task") {
+            assert_eq!(e.reason(), Some(Reason::NO_ERROR), "{e}");
+        }
+        assert!(!kept_conn.is_finished(), "the kept service's connection stays open");
+        assert_eq!(send(&kept, get(keep, "/"), None).await.expect("kept").0.status, 200);
+    });
+}
+
 async fn wait_for_async(mut ready: impl FnMut() -> bool) {
     for _ in 0..1500 {
         if ready() {

@@ -157,7 +157,12 @@ fn watch(conn: &Shared, id: u32, resets: &Resets, cx: &mut Context<'_>) -> Poll<
             Poll::Ready(())
         }
         Some(slot) => {
-            slot.watcher = Some(cx.waker().clone());
+            // Polled on every turn of the stream: the waker is the stream's
+            // own each time, so it is kept rather than cloned again (each
+            // clone and drop is an atomic operation).
+            if !slot.watcher.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                slot.watcher = Some(cx.waker().clone());
+            }
             Poll::Pending
         }
         None => Poll::Pending,

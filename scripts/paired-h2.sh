@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# paired-h2.sh: CPU per HTTP/2 request of several proxies, measured in short bursts that
+# alternate between them, so that the machine's drift hits each the same.
+#
+# On-demand measurement, not part of the test suite. On the project's shared 2-core
+# machine the level of a whole run moves by a third from one minute to the next, so two
+# builds measured one after the other cannot be told apart by less than that. Here every
+# target runs at once (each on its own port, all pinned to core 0; an idle proxy costs
+# nothing), and the load goes to one at a time for one short burst of N requests: h2load
+# on core 1 (with the origin simulator), h2c with prior knowledge, C connections x M
+# streams. Each burst's CPU (utime + stime of the target's process from /proc, clock ticks
+# of 10 ms) divided by its requests is one figure; a round is one burst per target. The
+# summary gives each target's median and, per round, the first target's figure divided by
+# this one's (its efficiency against the first; >1: this one spends less), as a median
+# over the rounds with its range: adjacent bursts share the machine's state, so the ratio
+# drifts far less than either figure.
+#
+# POOL=h2 (default) has the proxies speak h2c to the origin (`protocol = "h2"`, HAProxy
+# `proto h2`), POOL=h1 HTTP/1.1 keep-alive. The setup is the bench's L7 one: a `.png` rule
+# to a second pool, X-Forwarded-Proto set, keep-alive and reuse both ways.
+#
+# Usage: scripts/paired-h2.sh ROUNDS TARGET... (a switchyard binary, or `haproxy`)
+# Environment: N=60000 (requests per burst), C=50, M=10, SIZE=128, POOL=h2,
+#              ORIGIN_BIN (default: the first switchyard target), BASE_PORT=30100.
+# Example: scripts/paired-h2.sh 25 haproxy target/release/switchyard /tmp/switchyard-before
+set -euo pipefail
+
+[[ $# -ge 2 ]] || { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
+ROUNDS=$1
+shift
+P=${BASE_PORT:-30100}
+N=${N:-60000}
+POOL=${POOL:-h2}
+SIZE=${SIZE:-128}
+C=${C:-50}
+M=${M:-10}
+for tool in h2load curl taskset; do
+    command -v "$tool" >/dev/null || { echo "paired-h2.sh: needs $tool" >&2; exit 2; }
+done
+ORIGIN_BIN=${ORIGIN_BIN:-}
+if [[ -z $ORIGIN_BIN ]]; then
+    for t in "$@"; do [[ $t != haproxy ]] && { ORIGIN_BIN=$t; break; }; done
+fi
+[[ -n $ORIGIN_BIN ]] || { echo "paired-h2.sh: give a switchyard binary (it runs the origin) or ORIGIN_BIN" >&2; exit 2; }
+
+OUT=$(mktemp -d /tmp/paired-h2.XXXXXX)
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$OUT"
+}
+trap cleanup EXIT
+
+server_proto=""
+hap_proto=""
+if [[ $POOL == h2 ]]; then
+    server_proto='protocol = "h2"'
+    hap_proto="proto h2"
+fi
+ORIGIN=127.0.0.1:$((P + 1))
+taskset -c 1 "$ORIGIN_BIN" origin --listen "$ORIGIN" >"$OUT/origin.log" 2>&1 &
+pids+=($!)
+
+ports=()
+procs=()
+names=()
+i=0
+for target in "$@"; do
+    i=$((i + 1))
+    port=$((P + 10 + i))
+    if [[ $target == haproxy ]]; then
+        cat >"$OUT/haproxy$i.cfg" <<EOF
+global
+    nbthread 1
+    maxconn 9000
+defaults
+    mode http
+    option http-keep-alive
+    option forwardfor
+    http-reuse always
+    timeout connect 3s
+    timeout client 60s
+    timeout server 30s
+frontend web
+    bind 127.0.0.1:$port proto h2
+    http-request set-header X-Forwarded-Proto http
+    use_backend images if { path_end .png }
+    default_backend main
+backend main
+    server a $ORIGIN $hap_proto
+backend images
+    server c $ORIGIN $hap_proto
+EOF
+        taskset -c 0 haproxy -f "$OUT/haproxy$i.cfg" -db >"$OUT/target$i.log" 2>&1 &
+    else
+        cat >"$OUT/switchyard$i.toml" <<EOF
+workers = 1
+[[service]]
+name = "web"
+listen = ["127.0.0.1:$port"]
+pool = "main"
+rules = [{ path_suffix = ".png", pool = "images" }]
+[[pool]]
+name = "main"
+$server_proto
+servers = [{ address = "$ORIGIN" }]
+[[pool]]
+name = "images"
+$server_proto
+servers = [{ address = "$ORIGIN" }]
+EOF
+        taskset -c 0 "$target" run -c "$OUT/switchyard$i.toml" >"$OUT/target$i.log" 2>&1 &
+    fi
+    pids+=($!)
+    procs+=($!)
+    ports+=("$port")
+    names+=("$i:$(basename "$target")")
+done
+
+url() { echo "http://127.0.0.1:$1/index.html?size=$SIZE"; }
+for k in "${!ports[@]}"; do
+    up=0
+    for _ in $(seq 100); do
+        curl -s --http2-prior-knowledge -o /dev/null "http://127.0.0.1:${ports[$k]}/" && { up=1; break; }
+        sleep 0.1
+    done
+    [[ $up == 1 ]] || { echo "paired-h2.sh: ${names[$k]} did not come up" >&2; cat "$OUT/target$((k + 1)).log" >&2; exit 1; }
+    # Warm-up: connections to the origin opened, memory touched once.
+    taskset -c 1 h2load -n 20000 -c "$C" -m "$M" "$(url "${ports[$k]}")" >/dev/null
+done
+
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
+for round in $(seq "$ROUNDS"); do
+    for k in "${!ports[@]}"; do
+        before=$(cpu "${procs[$k]}")
+        done_requests=$(taskset -c 1 h2load -n "$N" -c "$C" -m "$M" "$(url "${ports[$k]}")" |
+            awk '/^requests:/ {print $8}')
+        after=$(cpu "${procs[$k]}")
+        [[ ${done_requests:-0} -gt 0 ]] || { echo "paired-h2.sh: no request completed on ${names[$k]}" >&2; exit 1; }
+        awk -v r="$round" -v k="$k" -v d=$((after - before)) -v n="$done_requests" -v hz="$hz" \
+            'BEGIN { printf "%d %d %.4f\n", r, k, d / hz * 1e6 / n }'
+    done
+done >"$OUT/bursts"
+
+python3 - "$OUT/bursts" "${names[@]}" <<'EOF'
+import collections
+import statistics
+import sys
+
+bursts = collections.defaultdict(dict)
+for line in open(sys.argv[1]):
+    r, k, us = line.split()
+    bursts[int(k)][int(r)] = float(us)
+names = sys.argv[2:]
+print(f"{'target':32s} {'median µs/req':>13s} {'min':>7s} {'max':>7s}   first/this per round: median (min-max)")
+for k in sorted(bursts):
+    values = list(bursts[k].values())
+    ratios = [bursts[0][r] / bursts[k][r] for r in bursts[k] if bursts[k][r] > 0]
+    print(f"{names[k]:32s} {statistics.median(values):13.2f} {min(values):7.2f} {max(values):7.2f}"
+          f"   {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
+EOF

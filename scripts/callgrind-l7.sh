@@ -45,10 +45,19 @@
 # misses of a function everyone calls (memcpy) can be told apart by caller
 # (`callgrind_annotate --inclusive=yes`, or the call lines of the output file).
 #
+# TOOL=dhat runs valgrind's heap profiler instead and reports the heap blocks and bytes
+# allocated per request, then, per allocation site taking at least one block per two
+# requests: the block size, the bytes read and written in those blocks per request (every
+# access counted, so a line written twice counts twice), and the blocks live when the heap
+# was at its largest (with CONNS x STREAMS requests in flight: one per request in flight
+# for what a request keeps, none for what it frees within one poll). DHAT sees the
+# C allocator only: build the binary with `cargo build --release --features system-alloc`
+# (mimalloc, linked in, is invisible to it); its CPU figures are not switchyard's.
+#
 # Usage: scripts/callgrind-l7.sh BINARY [BINARY...]
 # Environment: REQUESTS=2000, PER_CONN=0 (requests per connection; 0 = all on one),
 #              CONNS=1 (connections at once; PER_CONN, when set, decides instead),
-#              TOOL=callgrind (or cachegrind), CGSIM=0 (or 1: callgrind with the caches),
+#              TOOL=callgrind (or cachegrind, or dhat), CGSIM=0 (or 1: callgrind with the caches),
 #              LL=524288,8,64 (cachegrind's last level),
 #              PROTO=h1 (or h2c, or h2 over TLS), STREAMS=10 (h2 streams at a time),
 #              POOL=h1 (or h2), SIZE=128, CACHE=0 (or 1: cache hits),
@@ -66,6 +75,10 @@ CACHE=${CACHE:-0}
 BASE_PORT=${BASE_PORT:-29000}
 CONNS=${CONNS:-1}
 TOOL=${TOOL:-callgrind}
+case $TOOL in
+callgrind | cachegrind | dhat) ;;
+*) echo "TOOL: callgrind, cachegrind or dhat" >&2; exit 2 ;;
+esac
 LL=${LL:-524288,8,64}
 OUT=${OUT:-$ROOT/bench-out/callgrind-l7-$(date +%Y%m%d-%H%M%S)}
 [[ $# -ge 1 ]] || { echo "usage: $0 BINARY [BINARY...]" >&2; exit 2; }
@@ -185,6 +198,7 @@ instructions() {
     [[ $TOOL == cachegrind ]] &&
         tool=(--tool=cachegrind --cache-sim=yes --I1=32768,8,64 --D1=32768,8,64 --LL="$LL"
             --cachegrind-out-file="$OUT/$tag.$count.out")
+    [[ $TOOL == dhat ]] && tool=(--tool=dhat --dhat-out-file="$OUT/$tag.$count.out")
     valgrind "${tool[@]}" \
         "${cmd[@]}" >"$OUT/$tag.$count.log" 2>&1 &
     local pid=$!
@@ -211,6 +225,11 @@ instructions() {
     # The probe of wait_port is one request too, in both runs: it cancels out.
     # callgrind's summary is instructions; cachegrind's, with the cache simulator, is
     # Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw (the reads and writes themselves left out).
+    if [[ $TOOL == dhat ]]; then
+        # "Total: 79,447,767 bytes in 112,140 blocks": blocks, then bytes.
+        sed -n 's/.*Total: *\([0-9,]*\) bytes in \([0-9,]*\) blocks.*/\2 \1/p' "$OUT/$tag.$count.log" | tr -d ,
+        return
+    fi
     local events
     events=$(sed -n 's/^summary: //p' "$OUT/$tag.$count.out" | tail -1)
     if [[ $TOOL == cachegrind ]]; then
@@ -221,7 +240,34 @@ instructions() {
     fi
 }
 
-if [[ $TOOL == cachegrind ]]; then
+# The allocation sites of a DHAT profile with at least one block per two requests: blocks
+# and bytes per request, the block size, bytes read and written per request (every access
+# counted), the blocks live when the heap was at its largest, and the first frames of
+# switchyard's code.
+sites() {
+    python3 - "$1" "$REQUESTS" <<'PY'
+import json
+import sys
+
+profile, requests = json.load(open(sys.argv[1])), int(sys.argv[2])
+frames = profile["ftbl"]
+rows = []
+for pp in profile["pps"]:
+    if pp["tbk"] * 2 < requests:
+        continue
+    ours = [frames[i].split(": ", 1)[-1] for i in pp["fs"]]
+    ours = [f for f in ours if "/rustc/" not in f and "library/" not in f and "malloc" not in f]
+    rows.append((pp["tbk"] / requests, pp["tb"] / requests, pp["tb"] // pp["tbk"], pp.get("rb", 0) / requests,
+                 pp.get("wb", 0) / requests, pp["gbk"], " <- ".join(ours[:2])[:200]))
+print("  blocks/req  bytes/req  block  read/req  written/req  live at peak  site")
+for r in sorted(rows, key=lambda r: -r[1]):
+    print(f"  {r[0]:10.2f} {r[1]:10.0f} {r[2]:6d} {r[3]:9.0f} {r[4]:12.0f} {r[5]:13d}  {r[6]}")
+PY
+}
+
+if [[ $TOOL == dhat ]]; then
+    printf '| binary | heap blocks per request | heap bytes per request |\n|---|---:|---:|\n' | tee "$OUT/summary.md"
+elif [[ $TOOL == cachegrind ]]; then
     printf '| binary | instructions | L1i misses | L1d read misses | L1d write misses | LL read misses | LL write misses |\n|---|---:|---:|---:|---:|---:|---:|\n' |
         tee "$OUT/summary.md"
 else
@@ -238,4 +284,12 @@ for bin in "$@"; do
         row="$row $(( (full[k] - none[k]) / REQUESTS )) |"
     done
     echo "$row" | tee -a "$OUT/summary.md"
+    if [[ $TOOL == dhat ]]; then
+        if [[ $(( (full[0] - none[0]) / REQUESTS )) -eq 0 ]]; then
+            echo "  $bin: no heap block per request seen: DHAT sees malloc only, build with" \
+                "\`cargo build --release --features system-alloc\`" | tee -a "$OUT/summary.md"
+        else
+            sites "$OUT/$tag.$REQUESTS.out" | tee -a "$OUT/summary.md"
+        fi
+    fi
 done

@@ -20,5 +20,8 @@ fn main() {
     } else {
         ""
     };
-    println!("cargo:rustc-env=SWITCHYARD_BUILD={profile}{guided}");
+    // The heap profilers' build (`--features system-alloc`) is named too: its CPU
+    // figures are not switchyard's.
+    let allocator = if std::env::var_os("CARGO_FEATURE_SYSTEM_ALLOC").is_some() { ", system allocator" } else { "" };
+    println!("cargo:rustc-env=SWITCHYARD_BUILD={profile}{guided}{allocator}");
 }

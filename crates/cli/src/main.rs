@@ -1,6 +1,7 @@
 //! `switchyard`: the command line. Thin by design: parse arguments, set up
 //! logging and signals, then hand over to the config, engine and bench crates.
 
+#[cfg_attr(feature = "system-alloc", allow(dead_code))]
 mod alloc;
 mod backend;
 mod bench;
@@ -12,7 +13,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// mimalloc instead of the system allocator ([`alloc`], docs/adr/0008-allocator.md).
+/// mimalloc instead of the system allocator ([`alloc`], docs/adr/0008-allocator.md),
+/// unless built with the `system-alloc` feature (for heap profilers).
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static ALLOCATOR: alloc::Allocator = alloc::Allocator;
 use tracing_subscriber::layer::SubscriberExt as _;

@@ -192,11 +192,7 @@ fn twenty_reloads_under_load_fail_no_request() {
 fn a_reload_that_removes_a_service_drains_it() {
     let origin = Origin::start("o");
     let (keep, gone) = (proxy_addr(), proxy_addr());
-    let service = |name: &str, addr: SocketAddr| {
-        format!("[[service]]\nname = \"{name}\"\nlisten = \"{addr}\"\npool = \"main\"\n\n")
-    };
-    let pool = format!("[[pool]]\nname = \"main\"\nservers = [{{ address = \"{}\" }}]\n", origin.addr);
-    let both = format!("workers = 1\n{}{}{pool}", service("keep", keep), service("gone", gone));
+    let (both, only_keep) = common::keep_and_gone(keep, gone, origin.addr);
     let file = write_temp("reload-remove", "switchyard.toml", &both);
     let proxy = Proxy::run_file(&file, keep);
 
@@ -206,7 +202,7 @@ fn a_reload_that_removes_a_service_drains_it() {
     let in_flight = thread::spawn(move || Client::connect(gone).get("/?delay_ms=1500"));
     thread::sleep(Duration::from_millis(300));
 
-    std::fs::write(&file, format!("workers = 1\n{}{pool}", service("keep", keep))).expect("rewrite");
+    std::fs::write(&file, only_keep).expect("rewrite");
     proxy.reload(1);
 
     let finished = in_flight.join().expect("in-flight thread");

@@ -726,6 +726,17 @@ pub fn simple_config(listen: SocketAddr, servers: &[SocketAddr], extra: &str) ->
     )
 }
 
+/// The two configurations of a reload that removes a service: services `keep` and `gone`
+/// (`http`, one worker) on one pool of `origin`, then `keep` alone.
+pub fn keep_and_gone(keep: SocketAddr, gone: SocketAddr, origin: SocketAddr) -> (String, String) {
+    let service = |name: &str, addr: SocketAddr| {
+        format!("[[service]]\nname = \"{name}\"\nlisten = \"{addr}\"\npool = \"main\"\n\n")
+    };
+    let pool = format!("[[pool]]\nname = \"main\"\nservers = [{{ address = \"{origin}\" }}]\n");
+    let both = format!("workers = 1\n{}{}{pool}", service("keep", keep), service("gone", gone));
+    (both, format!("workers = 1\n{}{pool}", service("keep", keep)))
+}
+
 /// A proxy address on a fresh 127.0.0.1 port.
 pub fn proxy_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], free_port()))

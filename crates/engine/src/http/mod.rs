@@ -351,8 +351,9 @@ pub fn serve_stream<S: ClientStream + 'static>(
     let mut client = conn.busy(scratch);
     let period = Box::write(Box::new_uninit(), async move {
         if client.service < client.local.gen.config.services.len() {
-            stream_request(&mut client, &worker).await;
-            client.buf.clear();
+            if !requests(&mut client, &worker, true).await {
+                client.buf.clear();
+            }
             stash(&mut client, &worker);
         }
     });
@@ -431,7 +432,16 @@ fn requests<'a, S: ClientStream>(
                 }
             };
             first = false;
-            let started = head_read(client, worker);
+            let started = Instant::now();
+            client.trace.head_us = client.trace.head_started.map_or(0, |t| micros(started - t));
+            let now = worker.local();
+            if now.gen.number != client.local.gen.number {
+                // A service removed by a reload while this request was arriving
+                // still serves it from the generation the connection belongs to.
+                if let Some(i) = now.gen.service_index(&client.local.gen.config.services[client.service].name) {
+                    (client.local, client.service) = (now, i);
+                }
+            }
             let (local, index) = (client.local.clone(), client.service);
             let keep_alive = handle(client, &head, &local.gen.config.services[index], worker, &local, started).await;
             if !keep_alive || worker.draining.get() {
@@ -444,52 +454,6 @@ fn requests<'a, S: ClientStream>(
             }
         }
     }
-}
-
-/// The one request of an HTTP/2 or HTTP/3 stream, whose head its connection
-/// decoded: [`requests`] without its loop and its read of a head, whose state
-/// would take room in every stream's future (each line of it written per
-/// stream: docs/reports/2026-11-28-working-set).
-// Not an `async fn`, for the reason `requests` is not.
-#[allow(clippy::manual_async_fn)]
-fn stream_request<'a, S: ClientStream>(
-    client: &'a mut Client<S>,
-    worker: &'a Rc<Worker>,
-) -> impl std::future::Future<Output = ()> + use<'a, S> {
-    async move {
-        client.trace = Trace::default();
-        client.otel = None;
-        let (local, index) = (client.local.clone(), client.service);
-        let head = match decoded_head(client, &local.gen.config.services[index]) {
-            Some(Ok(head)) => head,
-            // A stream's connection hands every head over decoded.
-            None => return,
-            Some(Err(error)) => {
-                self::log::keep_unparsed(client);
-                fail(client, &local.gen.config.services[index], &error, Instant::now()).await;
-                return;
-            }
-        };
-        let started = head_read(client, worker);
-        let (local, index) = (client.local.clone(), client.service);
-        handle(client, &head, &local.gen.config.services[index], worker, &local, started).await;
-    }
-}
-
-/// The head of a request is in: its parse time noted, and the generation it
-/// is served from chosen. The request's start.
-fn head_read<S>(client: &mut Client<S>, worker: &Worker) -> Instant {
-    let started = Instant::now();
-    client.trace.head_us = client.trace.head_started.map_or(0, |t| micros(started - t));
-    let now = worker.local();
-    if now.gen.number != client.local.gen.number {
-        // A service removed by a reload while this request was arriving
-        // still serves it from the generation the connection belongs to.
-        if let Some(i) = now.gen.service_index(&client.local.gen.config.services[client.service].name) {
-            (client.local, client.service) = (now, i);
-        }
-    }
-    started
 }
 
 /// Client protection of one request: a refusal of its connection, the

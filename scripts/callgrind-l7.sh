@@ -124,55 +124,15 @@ if [[ $PROTO == h2 ]]; then
     front_tls="mode = \"https\"
 tls = { certificate = \"$OUT/site.crt\", key = \"$OUT/site.key\" }"
 fi
-cat >"$OUT/switchyard.toml" <<EOF
-workers = 1
-
-[[service]]
-name = "web"
-listen = ["$LISTEN"]
-$front_tls
-$service_cache
-pool = "main"
-rules = [{ path_suffix = ".png", pool = "images" }]
-
-[[pool]]
-name = "main"
-$pool_protocol
-servers = [{ address = "$ORIGIN" }]
-
-[[pool]]
-name = "images"
-$pool_protocol
-servers = [{ address = "$ORIGIN" }]
-EOF
+# shellcheck source=lib/l7-setup.sh
+. "$ROOT/scripts/lib/l7-setup.sh"
+l7_switchyard_toml "$LISTEN" "$ORIGIN" "$pool_protocol" "$front_tls
+$service_cache" >"$OUT/switchyard.toml"
 
 haproxy_bind="" haproxy_proto=""
 [[ $PROTO == h2c ]] && haproxy_bind="proto h2"
 [[ $POOL == h2 ]] && haproxy_proto="proto h2"
-cat >"$OUT/haproxy.cfg" <<EOF
-global
-    nbthread 1
-    maxconn 9000
-defaults
-    mode http
-    option http-keep-alive
-    option forwardfor
-    http-reuse always
-    timeout http-request 10s
-    timeout http-keep-alive 60s
-    timeout connect 3s
-    timeout client 60s
-    timeout server 30s
-frontend web
-    bind $LISTEN $haproxy_bind
-    http-request set-header X-Forwarded-Proto http
-    use_backend images if { path_end .png }
-    default_backend main
-backend main
-    server a $ORIGIN $haproxy_proto
-backend images
-    server c $ORIGIN $haproxy_proto
-EOF
+l7_haproxy_cfg "$LISTEN" "$ORIGIN" "$haproxy_bind" "$haproxy_proto" >"$OUT/haproxy.cfg"
 
 # The origin simulator comes with switchyard: the first switchyard binary given.
 origin_bin=""

@@ -43,6 +43,9 @@ if [[ -z $ORIGIN_BIN ]]; then
 fi
 [[ -n $ORIGIN_BIN ]] || { echo "paired-h2.sh: give a switchyard binary (it runs the origin) or ORIGIN_BIN" >&2; exit 2; }
 
+# shellcheck source=lib/l7-setup.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/l7-setup.sh"
+
 OUT=$(mktemp -d /tmp/paired-h2.XXXXXX)
 pids=()
 cleanup() {
@@ -70,46 +73,10 @@ for target in "$@"; do
     i=$((i + 1))
     port=$((P + 10 + i))
     if [[ $target == haproxy ]]; then
-        cat >"$OUT/haproxy$i.cfg" <<EOF
-global
-    nbthread 1
-    maxconn 9000
-defaults
-    mode http
-    option http-keep-alive
-    option forwardfor
-    http-reuse always
-    timeout connect 3s
-    timeout client 60s
-    timeout server 30s
-frontend web
-    bind 127.0.0.1:$port proto h2
-    http-request set-header X-Forwarded-Proto http
-    use_backend images if { path_end .png }
-    default_backend main
-backend main
-    server a $ORIGIN $hap_proto
-backend images
-    server c $ORIGIN $hap_proto
-EOF
+        l7_haproxy_cfg "127.0.0.1:$port" "$ORIGIN" "proto h2" "$hap_proto" >"$OUT/haproxy$i.cfg"
         taskset -c 0 haproxy -f "$OUT/haproxy$i.cfg" -db >"$OUT/target$i.log" 2>&1 &
     else
-        cat >"$OUT/switchyard$i.toml" <<EOF
-workers = 1
-[[service]]
-name = "web"
-listen = ["127.0.0.1:$port"]
-pool = "main"
-rules = [{ path_suffix = ".png", pool = "images" }]
-[[pool]]
-name = "main"
-$server_proto
-servers = [{ address = "$ORIGIN" }]
-[[pool]]
-name = "images"
-$server_proto
-servers = [{ address = "$ORIGIN" }]
-EOF
+        l7_switchyard_toml "127.0.0.1:$port" "$ORIGIN" "$server_proto" >"$OUT/switchyard$i.toml"
         taskset -c 0 "$target" run -c "$OUT/switchyard$i.toml" >"$OUT/target$i.log" 2>&1 &
     fi
     pids+=($!)

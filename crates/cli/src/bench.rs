@@ -54,6 +54,11 @@ pub struct BenchArgs {
     /// (e.g. 128,131072); tests with none of them are left out.
     #[arg(long, value_delimiter = ',', value_name = "BYTES")]
     sizes: Vec<u64>,
+    /// Measured runs per cell of every load test (default: each test's own, 1 to 3),
+    /// alternating between the targets: the efficiency against a peer is the median of
+    /// the rounds' ratios, so more rounds give a tighter figure on a noisy machine.
+    #[arg(long, value_name = "N")]
+    repeats: Option<u32>,
 }
 
 /// `--syscalls` values.
@@ -309,6 +314,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         only,
         syscalls: args.syscalls.into(),
         sizes: args.sizes,
+        repeats: args.repeats,
     };
     stop_children_on_signal();
     suite::run(&opts)?;
@@ -357,6 +363,13 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         bench: BenchArgs,
+    }
+
+    #[test]
+    fn repeats_is_optional() {
+        let cli = Cli::try_parse_from(["bench", "--only", "http2-upstream", "--repeats", "9"]).expect("parses");
+        assert_eq!(cli.bench.repeats, Some(9));
+        assert_eq!(Cli::try_parse_from(["bench"]).expect("parses").bench.repeats, None);
     }
 
     #[test]

@@ -160,7 +160,9 @@ pub(crate) fn build(r: &Results) -> Vec<Block> {
          from /proc over the measured part of each run, divided by the requests completed). On a shared \
          2-core machine the generator and the origins saturate their core, so requests/s largely measures \
          the generator; CPU per request does not depend on how fast the generator is. \
-         \"x× more efficient\" is the peer's CPU per request divided by switchyard's, both measured in this run.");
+         \"x× more efficient\" is the peer's CPU per request divided by switchyard's, both measured in this run: \
+         the median over the rounds (a test's repeats run the targets in turn, so each round's two runs saw \
+         the same minute of the machine), with the rounds' range after it.");
     d.table(tables::summary(r));
     d.list(tables::summary_notes(r));
     let saturated = tables::saturated_cells(r);
@@ -241,7 +243,7 @@ pub(crate) fn build(r: &Results) -> Vec<Block> {
         if tables::is_http2(*t) {
             d.p(format!(
                 "**Target**: switchyard ≥ {:.1}× HAProxy's CPU efficiency per request (HAProxy's µs of CPU per \
-                 request divided by switchyard's, same run).",
+                 request divided by switchyard's, same run: the median over the rounds, their range in brackets).",
                 tables::HTTP2_TARGET
             ));
             d.list(tables::http2_target(r, *t));

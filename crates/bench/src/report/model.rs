@@ -114,6 +114,16 @@ impl Figures {
     }
 }
 
+/// A peer's CPU per request over switchyard's, round by round: a test's repeats run the
+/// targets in turn (switchyard's run *i*, then each peer's run *i*), so the two runs of one
+/// round saw the same minute of a shared machine, and their ratio drifts far less than
+/// either figure does. Median and range over the rounds where both have a figure; `None`
+/// without one.
+pub(crate) fn paired_efficiency(switchyard: &Measurement, peer: &Measurement) -> Option<Spread> {
+    let cpu = |r: &crate::results::RunFigures| Some(r.proxy_cpu_us_per_request).filter(|x| *x > 0.0);
+    Spread::of(switchyard.runs.iter().zip(&peer.runs).filter_map(|(a, b)| Some(cpu(b)? / cpu(a)?)))
+}
+
 /// A part of the proxy's CPU time (`part` of a run, seconds) per request, in µs, over
 /// the runs that have it and completed requests.
 fn per_request(

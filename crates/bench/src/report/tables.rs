@@ -1,16 +1,35 @@
 //! The report's tables, built from the results (shared by the Markdown and HTML writers).
 
-use crate::results::{Results, TestKind, TestResult};
+use crate::results::{Outcome, Results, TestKind, TestResult};
 
 use super::document::Table;
 use super::model::{
     self, cell, fmt_bytes, fmt_int, fmt_latency, fmt_num, fmt_opt, fmt_rate, fmt_ratio, fmt_size, fmt_udp_size,
-    test_name, test_short, Figures, View, LARGE, SMALL,
+    test_name, test_short, Figures, Spread, View, LARGE, SMALL,
 };
 
 /// The view of (test, size, target); a missing cell reads as "not in this run".
 fn view(r: &Results, test: TestKind, size: Option<u64>, target: &str) -> View {
     cell(r, test, size, target).map_or_else(|| View::Failed("not in this run".into()), |c| View::of(&c.outcome))
+}
+
+/// `peer`'s CPU per request over switchyard's in (test, size), median and range over the
+/// rounds ([`model::paired_efficiency`]); `None` unless both cells were measured.
+fn efficiency(r: &Results, test: TestKind, size: Option<u64>, peer: &str) -> Option<Spread> {
+    let measured = |target: &str| match &cell(r, test, size, target)?.outcome {
+        Outcome::Measured(m) => Some(m),
+        _ => None,
+    };
+    model::paired_efficiency(measured("switchyard")?, measured(peer)?)
+}
+
+/// " (per round 1.02–1.31)" after an efficiency measured over several rounds; empty for one.
+fn rounds(s: &Spread) -> String {
+    if s.min == s.max {
+        String::new()
+    } else {
+        format!(" (per round {:.2}–{:.2})", s.min, s.max)
+    }
 }
 
 /// "12.3 (11.9–12.8)" style spread of proxy CPU per request.
@@ -118,16 +137,12 @@ pub(crate) fn summary(r: &Results) -> Table {
                     t.note(lead, why);
                     continue;
                 };
-                let efficiency = match (a.cpu_us, b.cpu_us) {
-                    (Some(x), Some(y)) if x.median > 0.0 => {
-                        let ratio = y.median / x.median;
-                        if ratio >= 1.0 {
-                            format!("**{ratio:.2}× more efficient**")
-                        } else {
-                            format!("{ratio:.2}× ({other} {:.2}× more efficient)", 1.0 / ratio)
-                        }
+                let efficiency = match efficiency(r, test, size, other) {
+                    Some(s) if s.median >= 1.0 => format!("**{:.2}× more efficient**{}", s.median, rounds(&s)),
+                    Some(s) => {
+                        format!("{:.2}× ({other} {:.2}× more efficient){}", s.median, 1.0 / s.median, rounds(&s))
                     }
-                    _ => "—".into(),
+                    None => "—".into(),
                 };
                 let rps_ratio = match (a.rps, b.rps) {
                     (Some(x), Some(y)) if y.median > 0.0 => fmt_ratio(x.median / y.median),
@@ -169,16 +184,18 @@ pub(crate) fn http2_target(r: &Results, test: TestKind) -> Vec<String> {
     let mut out = Vec::new();
     for size in model::sizes_of(r, test) {
         let (sw, ha) = (view(r, test, size, "switchyard"), view(r, test, size, "haproxy"));
-        let line = match (sw.figures().and_then(|f| f.cpu_us), ha.figures().and_then(|f| f.cpu_us)) {
-            (Some(x), Some(y)) if x.median > 0.0 => {
-                let ratio = y.median / x.median;
-                let verdict = if ratio >= HTTP2_TARGET { "met" } else { "not met" };
+        let cpu = (sw.figures().and_then(|f| f.cpu_us), ha.figures().and_then(|f| f.cpu_us));
+        let line = match (cpu, efficiency(r, test, size, "haproxy")) {
+            ((Some(x), Some(y)), Some(e)) => {
+                let verdict = if e.median >= HTTP2_TARGET { "met" } else { "not met" };
                 format!(
-                    "{}: switchyard {} µs CPU/req, HAProxy {} µs: {ratio:.2}× HAProxy's efficiency (target ≥ \
+                    "{}: switchyard {} µs CPU/req, HAProxy {} µs: {:.2}× HAProxy's efficiency{} (target ≥ \
                      {HTTP2_TARGET:.1}×: {verdict})",
                     fmt_size(size),
                     fmt_num(x.median),
-                    fmt_num(y.median)
+                    fmt_num(y.median),
+                    e.median,
+                    rounds(&e)
                 )
             }
             _ => {

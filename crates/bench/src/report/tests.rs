@@ -589,3 +589,39 @@ fn compression_tables_show_the_ratio_and_the_summary_names_it() {
     // Other tests keep their columns.
     assert!(md.contains("| Size | Target | req/s | MB/s | proxy µs CPU/req |"), "{md}");
 }
+
+/// A cell whose runs took `cpu_us` µs of CPU per request, in this order.
+fn rounds_of(cpu_us: &[f64]) -> Outcome {
+    let runs = cpu_us.iter().map(|&c| run(60_000.0, c, 128, false)).collect();
+    Outcome::Measured(Measurement {
+        runs,
+        latency_at_load: Vec::new(),
+        limit_fraction: None,
+        flags: Vec::new(),
+        syscalls: None,
+    })
+}
+
+#[test]
+fn efficiency_is_the_median_of_the_rounds_ratios() {
+    // Round 2 ran on a slow minute for both targets, round 3 slowed HAProxy alone: the
+    // medians of each target (12 and 32 µs) would say 2.67×; round by round it is 1.30×,
+    // 1.07× and 3.25×.
+    let mut r = sample();
+    r.tests.retain(|t| t.test != TestKind::Http2Upstream);
+    r.tests.push(cell(TestKind::Http2Upstream, Some(128), "switchyard", rounds_of(&[10.0, 30.0, 12.0])));
+    r.tests.push(cell(TestKind::Http2Upstream, Some(128), "haproxy", rounds_of(&[13.0, 32.0, 39.0])));
+    let (_dir, md, _html) = written(&r);
+    let row = md.lines().find(|l| l.starts_with("| h2 → h2 | 128 B | haproxy |")).unwrap_or_default();
+    assert!(row.contains("**1.30× more efficient** (per round 1.07–3.25)"), "{md}");
+    assert!(
+        md.contains("switchyard 12.0 µs CPU/req, HAProxy 32.0 µs: 1.30× HAProxy's efficiency (per round 1.07–3.25) (target ≥ 1.3×: met)"),
+        "{md}"
+    );
+    // A lone round has no range to show.
+    r.tests.retain(|t| t.test != TestKind::Http2Upstream);
+    r.tests.push(cell(TestKind::Http2Upstream, Some(128), "switchyard", rounds_of(&[10.0])));
+    r.tests.push(cell(TestKind::Http2Upstream, Some(128), "haproxy", rounds_of(&[12.0])));
+    let (_dir, md, _html) = written(&r);
+    assert!(md.contains("1.20× HAProxy's efficiency (target ≥ 1.3×: not met)"), "{md}");
+}

@@ -59,6 +59,8 @@ pub struct SuiteOptions {
     pub syscalls: syscalls::Choice,
     /// `--sizes`: run the sized tests at just these sizes, bytes (all when empty).
     pub sizes: Vec<u64>,
+    /// `--repeats`: measured runs per cell of every load test (each test's own when `None`).
+    pub repeats: Option<u32>,
 }
 
 /// A target as discovered at start: its program (none for `direct`) or why it is missing.
@@ -104,6 +106,9 @@ pub fn run(opts: &SuiteOptions) -> anyhow::Result<Results> {
     let mut plan = plan::plan(opts.quick);
     plan::restrict(&mut plan, &opts.only).map_err(anyhow::Error::msg)?;
     plan::restrict_sizes(&mut plan, &opts.sizes).map_err(|e| anyhow::anyhow!("--sizes: {e}"))?;
+    if let Some(n) = opts.repeats {
+        plan::set_repeats(&mut plan, n).map_err(|e| anyhow::anyhow!("--repeats: {e}"))?;
+    }
     plan.tls_group = opts.tls_group;
     let counter = syscalls::pick(opts.syscalls);
     match &counter {

@@ -440,6 +440,30 @@ pub fn restrict_sizes(plan: &mut Plan, sizes: &[u64]) -> Result<(), String> {
     Ok(())
 }
 
+/// Sets the measured runs of every load test of `plan` to `n` (`--repeats`): runs that
+/// alternate between the targets, so more of them, each as long, tighten the per-round
+/// efficiency ([`crate::report`]). The tests measured once by nature (concurrent
+/// connections, failover, the UDP rate searches) keep their one run.
+pub fn set_repeats(plan: &mut Plan, n: u32) -> Result<(), String> {
+    if n == 0 {
+        return Err("must be at least 1".into());
+    }
+    for t in &mut plan.tests {
+        let once = matches!(
+            t.kind,
+            TestKind::ConcurrentConnections
+                | TestKind::ConcurrentConnectionsL4
+                | TestKind::L7Failover
+                | TestKind::UdpFrames
+                | TestKind::UdpImix
+        );
+        if !once {
+            t.repeats = n;
+        }
+    }
+    Ok(())
+}
+
 /// Whether a target can run a test, as decided before measuring.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Support {
@@ -588,6 +612,25 @@ mod tests {
 
     fn all_yes(_: TargetKind, _: &TestPlan) -> Support {
         Support::Yes
+    }
+
+    #[test]
+    fn repeats_set_every_load_test_and_leave_the_one_run_tests() {
+        let mut p = plan(false);
+        assert!(set_repeats(&mut p, 0).is_err());
+        set_repeats(&mut p, 7).expect("7 runs");
+        for t in &p.tests {
+            let once = matches!(
+                t.kind,
+                TestKind::ConcurrentConnections
+                    | TestKind::ConcurrentConnectionsL4
+                    | TestKind::L7Failover
+                    | TestKind::UdpFrames
+                    | TestKind::UdpImix
+            );
+            assert_eq!(t.repeats, if once { 1 } else { 7 }, "{:?}", t.kind);
+        }
+        assert!(p.tests.iter().any(|t| t.kind == TestKind::Http2Upstream && t.repeats == 7));
     }
 
     #[test]

@@ -448,20 +448,23 @@ pub fn set_repeats(plan: &mut Plan, n: u32) -> Result<(), String> {
     if n == 0 {
         return Err("must be at least 1".into());
     }
-    for t in &mut plan.tests {
-        let once = matches!(
-            t.kind,
-            TestKind::ConcurrentConnections
-                | TestKind::ConcurrentConnectionsL4
-                | TestKind::L7Failover
-                | TestKind::UdpFrames
-                | TestKind::UdpImix
-        );
-        if !once {
-            t.repeats = n;
-        }
+    for t in plan.tests.iter_mut().filter(|t| !measured_once(t.kind)) {
+        t.repeats = n;
     }
     Ok(())
+}
+
+/// The tests measured once by nature: the concurrency tests, failover, the UDP rate
+/// searches (each run is a whole search).
+fn measured_once(kind: TestKind) -> bool {
+    matches!(
+        kind,
+        TestKind::ConcurrentConnections
+            | TestKind::ConcurrentConnectionsL4
+            | TestKind::L7Failover
+            | TestKind::UdpFrames
+            | TestKind::UdpImix
+    )
 }
 
 /// Whether a target can run a test, as decided before measuring.
@@ -620,16 +623,9 @@ mod tests {
         assert!(set_repeats(&mut p, 0).is_err());
         set_repeats(&mut p, 7).expect("7 runs");
         for t in &p.tests {
-            let once = matches!(
-                t.kind,
-                TestKind::ConcurrentConnections
-                    | TestKind::ConcurrentConnectionsL4
-                    | TestKind::L7Failover
-                    | TestKind::UdpFrames
-                    | TestKind::UdpImix
-            );
-            assert_eq!(t.repeats, if once { 1 } else { 7 }, "{:?}", t.kind);
+            assert_eq!(t.repeats, if measured_once(t.kind) { 1 } else { 7 }, "{:?}", t.kind);
         }
+        assert!(p.tests.iter().any(|t| t.kind == TestKind::L7Failover && t.repeats == 1));
         assert!(p.tests.iter().any(|t| t.kind == TestKind::Http2Upstream && t.repeats == 7));
     }
 

@@ -19,8 +19,17 @@
 # `proto h2`), POOL=h1 HTTP/1.1 keep-alive. The setup is the bench's L7 one: a `.png` rule
 # to a second pool, X-Forwarded-Proto set, keep-alive and reuse both ways.
 #
+# SEGMENTS=1 also counts TCP segments per request in each burst: every segment the machine
+# sent (`/proc/net/snmp` OutSegs: the burst's traffic on the loopback, both ways and both
+# sides of the proxy) and, from `ss -ti` of the target's connections to the origin, the
+# segments it sent there (data and pure ACKs apart) and received from it (with their mean
+# size). Each segment costs kernel time on both sides of the loopback; a proxy whose traffic
+# takes more of them spends more kernel time per request (report
+# docs/reports/2026-11-28-working-set, section 6). The machine's count includes whatever
+# else runs on it.
+#
 # Usage: scripts/paired-h2.sh ROUNDS TARGET... (a switchyard binary, or `haproxy`)
-# Environment: N=60000 (requests per burst), C=50, M=10, SIZE=128, POOL=h2,
+# Environment: N=60000 (requests per burst), C=50, M=10, SIZE=128, POOL=h2, SEGMENTS=0,
 #              ORIGIN_BIN (default: the first switchyard target), BASE_PORT=30100.
 # Example: scripts/paired-h2.sh 25 haproxy target/release/switchyard /tmp/switchyard-before
 set -euo pipefail
@@ -34,6 +43,7 @@ POOL=${POOL:-h2}
 SIZE=${SIZE:-128}
 C=${C:-50}
 M=${M:-10}
+SEGMENTS=${SEGMENTS:-0}
 for tool in h2load curl taskset; do
     command -v "$tool" >/dev/null || { echo "paired-h2.sh: needs $tool" >&2; exit 2; }
 done
@@ -98,16 +108,38 @@ for k in "${!ports[@]}"; do
 done
 
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# Segments: the machine's OutSegs, then over PID's connections to the origin the sums of
+# segs_out, data_segs_out, segs_in, data_segs_in and bytes_received.
+segments() {
+    [[ $SEGMENTS == 1 ]] || { echo "0 0 0 0 0 0"; return; }
+    local all
+    all=$(awk '/^Tcp: [0-9]/ {print $12}' /proc/net/snmp)
+    ss -tinpH state established "( dport = :${ORIGIN##*:} )" | awk -v pid="pid=$1," -v all="$all" '
+        /users:/ { mine = index($0, pid) > 0; next }
+        mine {
+            for (i = 1; i <= NF; i++) {
+                split($i, kv, ":")
+                if (kv[1] in sum) sum[kv[1]] += kv[2]
+            }
+        }
+        BEGIN { split("segs_out data_segs_out segs_in data_segs_in bytes_received", keys); for (k in keys) sum[keys[k]] = 0 }
+        END { print all, sum["segs_out"], sum["data_segs_out"], sum["segs_in"], sum["data_segs_in"], sum["bytes_received"] }'
+}
 hz=$(getconf CLK_TCK)
 for round in $(seq "$ROUNDS"); do
     for k in "${!ports[@]}"; do
+        read -r -a s0 <<<"$(segments "${procs[$k]}")"
         before=$(cpu "${procs[$k]}")
         done_requests=$(taskset -c 1 h2load -n "$N" -c "$C" -m "$M" "$(url "${ports[$k]}")" |
             awk '/^requests:/ {print $8}')
         after=$(cpu "${procs[$k]}")
+        read -r -a s1 <<<"$(segments "${procs[$k]}")"
         [[ ${done_requests:-0} -gt 0 ]] || { echo "paired-h2.sh: no request completed on ${names[$k]}" >&2; exit 1; }
-        awk -v r="$round" -v k="$k" -v d=$((after - before)) -v n="$done_requests" -v hz="$hz" \
-            'BEGIN { printf "%d %d %.4f\n", r, k, d / hz * 1e6 / n }'
+        d=()
+        for j in 0 1 2 3 4 5; do d+=($((s1[j] - s0[j]))); done
+        awk -v r="$round" -v k="$k" -v c=$((after - before)) -v n="$done_requests" -v hz="$hz" -v d="${d[*]}" \
+            'BEGIN { split(d, x, " "); printf "%d %d %.4f %.4f %.4f %.4f %.4f %.1f\n", r, k, c / hz * 1e6 / n,
+                     x[1] / n, x[3] / n, (x[2] - x[3]) / n, x[5] / n, (x[5] > 0 ? x[6] / x[5] : 0) }'
     done
 done >"$OUT/bursts"
 
@@ -117,9 +149,11 @@ import statistics
 import sys
 
 bursts = collections.defaultdict(dict)
+segments = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    r, k, us = line.split()
+    r, k, us, *segs = line.split()
     bursts[int(k)][int(r)] = float(us)
+    segments[int(k)].append([float(x) for x in segs])
 names = sys.argv[2:]
 print(f"{'target':32s} {'median µs/req':>13s} {'min':>7s} {'max':>7s}   first/this per round: median (min-max)")
 for k in sorted(bursts):
@@ -127,4 +161,11 @@ for k in sorted(bursts):
     ratios = [bursts[0][r] / bursts[k][r] for r in bursts[k] if bursts[k][r] > 0]
     print(f"{names[k]:32s} {statistics.median(values):13.2f} {min(values):7.2f} {max(values):7.2f}"
           f"   {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
+if any(row[0] > 0 for k in segments for row in segments[k]):
+    print()
+    print(f"{'segments per request (medians)':32s} {'machine':>8s} {'to origin: data':>16s} {'pure ACKs':>10s}"
+          f" {'from origin':>12s} {'bytes each':>11s}")
+    for k in sorted(segments):
+        cols = [statistics.median(s[i] for s in segments[k]) for i in range(5)]
+        print(f"{names[k]:32s} {cols[0]:8.3f} {cols[1]:16.3f} {cols[2]:10.3f} {cols[3]:12.3f} {cols[4]:11.0f}")
 EOF

@@ -645,6 +645,10 @@ pub struct Pool {
     pub servers: Vec<Server>,
     /// Most idle keep-alive connections kept per server per worker.
     pub max_idle_per_server: usize,
+    /// Most streams at once on one HTTP/2 connection to a server (below the
+    /// server's own `SETTINGS_MAX_CONCURRENT_STREAMS` when that is lower);
+    /// more requests at once open another connection. `protocol = "h2"` only.
+    pub max_streams_per_connection: u32,
     /// How a client keeps going to the same server; `None` is no persistence.
     pub persistence: Option<Persistence>,
     /// PROXY protocol header sent to servers first, carrying the client's address.
@@ -712,6 +716,10 @@ impl Queue {
 impl Pool {
     /// `retries` when the pool does not say: one other server after a failure.
     pub const DEFAULT_RETRIES: u32 = 1;
+    /// `max_streams_per_connection` when the pool does not say: HAProxy's
+    /// default for its server connections, and the least RFC 9113 (6.5.2)
+    /// recommends a server allow.
+    pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: u32 = 100;
 }
 
 /// An active health probe of every server of a pool.

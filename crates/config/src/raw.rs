@@ -322,6 +322,8 @@ pub struct RawPool {
     pub hash_key: Option<S<String>>,
     /// `max_idle_per_server`
     pub max_idle_per_server: Option<S<i64>>,
+    /// `max_streams_per_connection`: HTTP/2 streams at once on one server connection.
+    pub max_streams_per_connection: Option<S<i64>>,
     /// `servers`
     pub servers: Option<S<Vec<S<RawServer>>>>,
     /// `persistence`

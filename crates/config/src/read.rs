@@ -75,6 +75,7 @@ const POOL_KEYS: &[&str] = &[
     "balance",
     "hash_key",
     "max_idle_per_server",
+    "max_streams_per_connection",
     "servers",
     "persistence",
     "send_proxy",
@@ -448,6 +449,7 @@ fn read_pool(r: &mut Report<'_>, table: &DeTable<'_>) -> RawPool {
             "balance" => raw.balance = string(r, name, value),
             "hash_key" => raw.hash_key = string(r, name, value),
             "max_idle_per_server" => raw.max_idle_per_server = integer(r, name, value),
+            "max_streams_per_connection" => raw.max_streams_per_connection = integer(r, name, value),
             "servers" => {
                 let servers = array_of_tables(r, name, value, "[[pool.servers]]")
                     .into_iter()

@@ -489,6 +489,7 @@ fn validate_pool(cx: &mut Ctx<'_, '_>, raw: &S<RawPool>) -> Pool {
         .unwrap_or(Pool::DEFAULT_RETRIES);
     let protocol = raw.protocol.as_ref().map_or_else(UpstreamProtocol::default, |p| parse_protocol(cx, p));
     let source = raw.source.as_ref().and_then(|v| validate_source(cx, v, &servers, protocol)).unwrap_or_default();
+    let max_streams_per_connection = max_streams_per_connection(cx, raw.max_streams_per_connection.as_ref(), protocol);
     Pool {
         queue,
         retries,
@@ -497,6 +498,7 @@ fn validate_pool(cx: &mut Ctx<'_, '_>, raw: &S<RawPool>) -> Pool {
         hash_key,
         servers,
         max_idle_per_server,
+        max_streams_per_connection,
         send_proxy: raw.send_proxy.as_ref().and_then(|v| parse_send_proxy(cx, v)),
         source,
         persistence: raw.persistence.as_ref().and_then(|p| validate_persistence(cx, p)),
@@ -505,6 +507,24 @@ fn validate_pool(cx: &mut Ctx<'_, '_>, raw: &S<RawPool>) -> Pool {
         protocol,
         passive: raw.passive.as_ref().and_then(|p| validate_passive(cx, p)),
     }
+}
+
+/// A pool's `max_streams_per_connection`: 1..=10,000, and only where the pool
+/// speaks HTTP/2 (an HTTP/1.1 connection carries one request at a time).
+fn max_streams_per_connection(cx: &mut Ctx<'_, '_>, raw: Option<&S<i64>>, protocol: UpstreamProtocol) -> u32 {
+    let default = Pool::DEFAULT_MAX_STREAMS_PER_CONNECTION;
+    let Some(value) = raw else {
+        return default;
+    };
+    if protocol != UpstreamProtocol::Http2 {
+        cx.r.error_hint(
+            &value.span(),
+            "`max_streams_per_connection` applies only to a pool with protocol = \"h2\"",
+            "an HTTP/1.1 server connection carries one request at a time; remove it, or add protocol = \"h2\"",
+        );
+        return default;
+    }
+    cx.int_in("max_streams_per_connection", value, 1..=10_000).and_then(|n| u32::try_from(n).ok()).unwrap_or(default)
 }
 
 /// A pool's `queue`: `size` 1..=1,000,000, `timeout` from 1 ms to 1 hour. A queue

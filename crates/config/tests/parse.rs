@@ -47,6 +47,7 @@ fn defaults() {
     assert_eq!(p.algorithm, Algorithm::RoundRobin);
     assert_eq!(p.hash_key, HashKey::ClientAddr);
     assert_eq!(p.max_idle_per_server, 256);
+    assert_eq!(p.max_streams_per_connection, 100);
     let server = &p.servers[0];
     assert_eq!(server.name, "127.0.0.1:9000");
     assert_eq!((server.weight, server.backup, server.max_connections), (1, false, None));
@@ -102,6 +103,27 @@ fn pools_and_servers() {
         );
         assert_eq!(parse_ok(&src).pools[0].algorithm, algorithm);
     }
+}
+
+#[test]
+fn http2_pools_cap_their_streams_per_connection() {
+    let pool = |lines: &str| {
+        format!(
+            "[[service]]\nname = \"w\"\nlisten = \"127.0.0.1:80\"\npool = \"p\"\n\
+             [[pool]]\nname = \"p\"\n{lines}\nservers = [ {{ address = \"127.0.0.1:1\" }} ]\n"
+        )
+    };
+    let c = parse_ok(&pool("protocol = \"h2\"\nmax_streams_per_connection = 20"));
+    assert_eq!((c.pools[0].protocol, c.pools[0].max_streams_per_connection), (UpstreamProtocol::Http2, 20));
+    assert_eq!(parse_ok(&pool("protocol = \"h2\"")).pools[0].max_streams_per_connection, 100);
+    assert_eq!(
+        errors(&pool("max_streams_per_connection = 20")),
+        ["`max_streams_per_connection` applies only to a pool with protocol = \"h2\""]
+    );
+    assert_eq!(
+        errors(&pool("protocol = \"h2\"\nmax_streams_per_connection = 10001")),
+        ["`max_streams_per_connection` must be between 1 and 10000, not 10001"]
+    );
 }
 
 fn only_condition(r: &Rule) -> &Condition {

@@ -38,6 +38,7 @@ fn pool(name: &str, servers: &[&str], persistence: Persistence) -> Pool {
         hash_key: HashKey::ClientAddr,
         servers,
         max_idle_per_server: 8,
+        max_streams_per_connection: Pool::DEFAULT_MAX_STREAMS_PER_CONNECTION,
         health_check: None,
         persistence: Some(persistence),
         send_proxy: None,

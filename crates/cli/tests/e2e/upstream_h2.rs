@@ -1,7 +1,8 @@
 //! HTTP/2 towards servers (pool `protocol = "h2"`), end to end with the real binary: h2c
 //! with prior knowledge and h2 over TLS (ALPN) to the origin simulator, bodies byte-exact
 //! both ways, many client connections multiplexed over few server connections, status codes
-//! and timeouts (streams of different deadlines on one connection too), a server that
+//! and timeouts (streams of different deadlines on one connection too), the streams per
+//! server connection capped by `max_streams_per_connection`, a server that
 //! dies and comes back, a server that only speaks HTTP/1.1, the
 //! refused WebSocket switch, reset codes both ways, a refused stream retried on another
 //! server (a POST too, with its body), a server's 103 Early Hints relayed, trailers both
@@ -195,6 +196,29 @@ fn many_client_connections_share_few_server_connections() {
     assert_eq!(origin.requests(), 500, "{}", proxy.log());
     let connections = origin.connections();
     assert!(connections <= WORKERS * 2, "500 requests from 50 clients over {connections} server connections");
+}
+
+/// Six requests at once, each held 600 ms by the server: with `max_streams_per_connection
+/// = 2` they take three server connections, with the default (100) one.
+#[test]
+fn max_streams_per_connection_spreads_streams_over_server_connections() {
+    for (pool_extra, expected) in [("max_streams_per_connection = 2", 3), ("", 1)] {
+        let origin = Origin::start("capped");
+        let listen = proxy_addr();
+        let proxy = Proxy::start(&h2_config(listen, &[origin.addr], "", pool_extra), listen);
+        let clients: Vec<_> = (0..6)
+            .map(|i| std::thread::spawn(move || (i, Client::connect(listen).get("/?size=64&delay_ms=600").status)))
+            .collect();
+        for client in clients {
+            let (i, status) = client.join().expect("client thread");
+            assert_eq!(status, 200, "request {i}: {}", proxy.log());
+        }
+        assert_eq!(origin.requests(), 6);
+        assert_eq!(origin.connections(), expected, "with `{pool_extra}`");
+        // Later requests ride on the connections already open.
+        assert_eq!(proxy.get("/?size=10").status, 200);
+        assert_eq!(origin.connections(), expected, "with `{pool_extra}`, after");
+    }
 }
 
 #[test]

@@ -6,7 +6,8 @@
 //! ([`H2Conns`]); each request opens one stream on one of them. A connection
 //! is driven by its own local task ([`conn`]); a new one is opened when none
 //! is usable: all closed, failed or told to go away (GOAWAY), or at the
-//! server's concurrent-stream limit. Only one connection to a server is
+//! server's concurrent-stream limit or the pool's `max_streams_per_connection`
+//! (100 by default), whichever is lower. Only one connection to a server is
 //! being opened at a time per worker, so a burst of requests waits for it
 //! rather than opening one connection each; a connection counts as opened
 //! once the server's SETTINGS arrived.
@@ -101,9 +102,10 @@ pub struct Target<'a> {
 }
 
 /// One worker's HTTP/2 connections to one pool's servers.
-#[derive(Default)]
 pub struct H2Conns {
     servers: Vec<Rc<ServerConns>>,
+    /// The pool's `max_streams_per_connection`.
+    max_streams: usize,
 }
 
 /// The connections to one server, and the one being opened.
@@ -124,7 +126,10 @@ type Shared = Rc<Conn>;
 impl H2Conns {
     /// No connections yet, for each server of `pool`.
     pub fn new(pool: &Pool) -> Self {
-        H2Conns { servers: pool.servers.iter().map(|_| Rc::default()).collect() }
+        H2Conns {
+            servers: pool.servers.iter().map(|_| Rc::default()).collect(),
+            max_streams: pool.max_streams_per_connection as usize,
+        }
     }
 
     /// A stream on a connection already open to `target`'s server with room
@@ -135,7 +140,7 @@ impl H2Conns {
         if !target.proxy_header.is_empty() {
             return None;
         }
-        let shared = self.servers.get(target.server)?.usable()?;
+        let shared = self.servers.get(target.server)?.usable(self.max_streams)?;
         let scheme = if target.tls.is_some() { "https" } else { "http" };
         Some(open_stream(&shared, scheme, target))
     }
@@ -156,7 +161,7 @@ impl H2Conns {
         let mut waited_for = None;
         loop {
             if !fresh {
-                if let Some(shared) = slot.usable() {
+                if let Some(shared) = slot.usable(self.max_streams) {
                     return Ok((open_stream(&shared, scheme, &target), true));
                 }
             }
@@ -223,9 +228,11 @@ impl H2Conns {
 }
 
 impl ServerConns {
-    /// The newest connection that can take another stream now; connections
-    /// found closed, failed or going away are dropped on the way.
-    fn usable(&self) -> Option<Shared> {
+    /// The newest connection that can take another stream now: below both
+    /// the server's stream limit and `cap` (the pool's
+    /// `max_streams_per_connection`); connections found closed, failed or
+    /// going away are dropped on the way.
+    fn usable(&self, cap: usize) -> Option<Shared> {
         let mut conns = self.conns.borrow_mut();
         conns.retain(|c| {
             let keep = !c.closed.get() && c.inner.borrow().usable();
@@ -234,7 +241,7 @@ impl ServerConns {
             }
             keep
         });
-        conns.iter().rev().find(|c| c.streams.get() < c.inner.borrow().codec.max_streams() as usize).cloned()
+        conns.iter().rev().find(|c| c.streams.get() < (c.inner.borrow().codec.max_streams() as usize).min(cap)).cloned()
     }
 }
 

@@ -35,7 +35,7 @@ use crate::units::{closest, is_token, parse_duration, parse_size, parse_socket_a
 /// not say: enough for the concurrency of a busy HTTP/2 front (a hundred
 /// streams on a few connections each take a server connection at once), so
 /// that load does not close and reopen server connections.
-const DEFAULT_MAX_IDLE_PER_SERVER: usize = 256;
+const DEFAULT_MAX_IDLE_PER_SERVER: usize = 1024;
 
 const BALANCE_METHODS: &[&str] =
     &["round-robin", "least-connections", "random-two", "source-hash", "hash", "maglev", "first"];

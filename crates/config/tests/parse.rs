@@ -46,7 +46,7 @@ fn defaults() {
     let p = &c.pools[0];
     assert_eq!(p.algorithm, Algorithm::RoundRobin);
     assert_eq!(p.hash_key, HashKey::ClientAddr);
-    assert_eq!(p.max_idle_per_server, 256);
+    assert_eq!(p.max_idle_per_server, 1024);
     assert_eq!(p.max_streams_per_connection, 100);
     let server = &p.servers[0];
     assert_eq!(server.name, "127.0.0.1:9000");

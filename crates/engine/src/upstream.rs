@@ -95,21 +95,28 @@ impl IdleStacks {
     }
 
     /// The newest idle connection to a server that is still open and younger
-    /// than `max_idle`; stale ones met on the way are closed.
+    /// than `max_idle`, with a read buffer again; stale ones met on the way
+    /// are closed.
     pub fn take(&mut self, server: usize, max_idle: Duration, now: Instant) -> Option<UpstreamConn> {
         let stack = self.stacks.get_mut(server)?;
         while let Some(idle) = stack.pop() {
             if now.duration_since(idle.since) < max_idle && still_open(&idle.conn.stream) {
-                return Some(idle.conn);
+                let mut conn = idle.conn;
+                conn.buf = BytesMut::with_capacity(UPSTREAM_BUF);
+                return Some(conn);
             }
         }
         None
     }
 
-    /// Returns a connection for reuse, unless the stack is full.
-    pub fn put(&mut self, server: usize, conn: UpstreamConn, max: usize, now: Instant) {
+    /// Returns a connection for reuse, unless the stack is full. An idle
+    /// connection keeps its socket only: its read buffer (empty, or the
+    /// connection would not be reusable) is freed, so that a pool can keep
+    /// many idle connections for a front end's bursts cheaply.
+    pub fn put(&mut self, server: usize, mut conn: UpstreamConn, max: usize, now: Instant) {
         if let Some(stack) = self.stacks.get_mut(server) {
             if stack.len() < max {
+                conn.buf = BytesMut::new();
                 stack.push(IdleConn { conn, since: now });
             }
         }
@@ -414,5 +421,23 @@ mod tests {
             Some(switchyard_config::UpstreamTls { verify: false, ca: None, server_name: None, client_cert: None });
         let mut tls = IdleStacks::carried(&secured, &before, &mut same);
         assert!(tls.take(0, Duration::from_secs(30), now).is_none(), "clear connections never serve a TLS pool");
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_holds_no_read_buffer_and_gets_one_back_when_taken() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let stream = TcpStream::connect(listener.local_addr().expect("addr")).await.expect("connect");
+        let now = Instant::now();
+        let mut stacks = IdleStacks::new(&pool());
+        let conn =
+            UpstreamConn { stream: ServerStream::Plain(stream), buf: BytesMut::with_capacity(UPSTREAM_BUF), served: 1 };
+        stacks.put(0, conn, 8, now);
+        assert_eq!(stacks.stacks[0][0].conn.buf.capacity(), 0, "an idle connection keeps its socket only");
+        let conn = stacks.take(0, Duration::from_secs(30), now).expect("the idle connection");
+        assert!(conn.buf.capacity() >= UPSTREAM_BUF && conn.buf.is_empty());
+        assert_eq!(conn.served, 1);
+        // A full stack closes what comes back.
+        stacks.put(0, conn, 0, now);
+        assert!(stacks.take(0, Duration::from_secs(30), now).is_none());
     }
 }

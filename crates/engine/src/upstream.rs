@@ -38,6 +38,9 @@ use switchyard_http::error::{Kind, ProxyError};
 
 /// Initial capacity of an upstream connection's read buffer.
 const UPSTREAM_BUF: usize = 16 * 1024;
+/// Idle connections per server (per worker) that keep their read buffer;
+/// those above it in the stack keep their socket only.
+const BUFFERED_IDLE: usize = 256;
 
 /// A connection to a server, with its read buffer.
 #[derive(Debug)]
@@ -102,21 +105,27 @@ impl IdleStacks {
         while let Some(idle) = stack.pop() {
             if now.duration_since(idle.since) < max_idle && still_open(&idle.conn.stream) {
                 let mut conn = idle.conn;
-                conn.buf = BytesMut::with_capacity(UPSTREAM_BUF);
+                if conn.buf.capacity() == 0 {
+                    conn.buf = BytesMut::with_capacity(UPSTREAM_BUF);
+                }
                 return Some(conn);
             }
         }
         None
     }
 
-    /// Returns a connection for reuse, unless the stack is full. An idle
-    /// connection keeps its socket only: its read buffer (empty, or the
-    /// connection would not be reusable) is freed, so that a pool can keep
-    /// many idle connections for a front end's bursts cheaply.
+    /// Returns a connection for reuse, unless the stack is full. Above
+    /// [`BUFFERED_IDLE`] idle connections to the server, it keeps its socket
+    /// only: its read buffer (empty, or the connection would not be reusable)
+    /// is freed, so that a pool can keep many idle connections for a front
+    /// end's bursts cheaply, while the ones reused first (the stack's top)
+    /// cost no allocation per request.
     pub fn put(&mut self, server: usize, mut conn: UpstreamConn, max: usize, now: Instant) {
         if let Some(stack) = self.stacks.get_mut(server) {
             if stack.len() < max {
-                conn.buf = BytesMut::new();
+                if stack.len() >= BUFFERED_IDLE {
+                    conn.buf = BytesMut::new();
+                }
                 stack.push(IdleConn { conn, since: now });
             }
         }
@@ -424,20 +433,27 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_idle_connection_holds_no_read_buffer_and_gets_one_back_when_taken() {
+    async fn idle_connections_above_the_buffered_ones_hold_no_read_buffer() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let stream = TcpStream::connect(listener.local_addr().expect("addr")).await.expect("connect");
+        let addr = listener.local_addr().expect("addr");
         let now = Instant::now();
         let mut stacks = IdleStacks::new(&pool());
-        let conn =
-            UpstreamConn { stream: ServerStream::Plain(stream), buf: BytesMut::with_capacity(UPSTREAM_BUF), served: 1 };
-        stacks.put(0, conn, 8, now);
-        assert_eq!(stacks.stacks[0][0].conn.buf.capacity(), 0, "an idle connection keeps its socket only");
-        let conn = stacks.take(0, Duration::from_secs(30), now).expect("the idle connection");
+        let mut accepted = Vec::new();
+        for served in 0..=BUFFERED_IDLE as u32 {
+            let stream = TcpStream::connect(addr).await.expect("connect");
+            accepted.push(listener.accept().await.expect("accept"));
+            let buf = BytesMut::with_capacity(UPSTREAM_BUF);
+            stacks.put(0, UpstreamConn { stream: ServerStream::Plain(stream), buf, served }, BUFFERED_IDLE + 1, now);
+        }
+        let capacities: Vec<usize> = stacks.stacks[0].iter().map(|idle| idle.conn.buf.capacity()).collect();
+        assert!(capacities[..BUFFERED_IDLE].iter().all(|&c| c >= UPSTREAM_BUF), "the first ones keep their buffer");
+        assert_eq!(capacities[BUFFERED_IDLE], 0, "the one above keeps its socket only");
+        // Taken, it has a buffer again.
+        let conn = stacks.take(0, Duration::from_secs(30), now).expect("the newest idle connection");
+        assert_eq!(conn.served, BUFFERED_IDLE as u32);
         assert!(conn.buf.capacity() >= UPSTREAM_BUF && conn.buf.is_empty());
-        assert_eq!(conn.served, 1);
         // A full stack closes what comes back.
-        stacks.put(0, conn, 0, now);
-        assert!(stacks.take(0, Duration::from_secs(30), now).is_none());
+        stacks.put(0, conn, BUFFERED_IDLE, now);
+        assert_eq!(stacks.stacks[0].len(), BUFFERED_IDLE);
     }
 }

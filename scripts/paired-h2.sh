@@ -26,7 +26,10 @@
 # size). Each segment costs kernel time on both sides of the loopback; a proxy whose traffic
 # takes more of them spends more kernel time per request (report
 # docs/reports/2026-11-28-working-set, section 6). The machine's count includes whatever
-# else runs on it.
+# else runs on it. The origin columns sum over the connections open before and after each
+# burst: they hold only while the target keeps its connections to the origin open (with
+# `max_idle_per_server` at 256, 500 streams to one HTTP/1.1 origin made switchyard close
+# and reopen some, and the columns went negative).
 #
 # Usage: scripts/paired-h2.sh ROUNDS TARGET... (a switchyard binary, or `haproxy`)
 # Environment: N=60000 (requests per burst), C=50, M=10, SIZE=128, POOL=h2, SEGMENTS=0,

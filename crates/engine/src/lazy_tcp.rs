@@ -144,9 +144,9 @@ fn bare_write(mut s: &std::net::TcpStream, data: &[u8]) -> io::Result<usize> {
     s.write(data)
 }
 
-/// `writev(2)` on a bare socket.
-fn bare_write_vectored(mut s: &std::net::TcpStream, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-    s.write_vectored(bufs)
+/// `sendmsg(2)` on a bare socket ([`crate::transport::send_gathered`]).
+fn bare_write_vectored(s: &std::net::TcpStream, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    crate::transport::send_gathered(s, bufs)
 }
 
 /// Marks `n` bytes of `buf`'s spare room, just written by the kernel, as
@@ -191,7 +191,7 @@ impl AsyncWrite for LazyTcp {
                 done => return Poll::Ready(done),
             }
         }
-        Pin::new(self.registered()?).poll_write_vectored(cx, bufs)
+        crate::transport::poll_send_gathered(self.registered()?, cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -315,6 +315,45 @@ mod tests {
         let ((got, registered), ()) = tokio::join!(reader, writer);
         assert_eq!(&got, b"later");
         assert!(registered, "the read had to wait for the event loop");
+    }
+
+    #[tokio::test]
+    async fn a_gathered_write_larger_than_the_socket_takes_waits_and_keeps_the_order() {
+        let (mut lazy, mut client) = pair().await;
+        let parts: Vec<Vec<u8>> = (0..3u8).map(|i| vec![b'a' + i; 3 << 20]).collect();
+        let expected: Vec<u8> = parts.concat();
+        let writer = async {
+            let mut sent = 0;
+            while sent < expected.len() {
+                // The slices from where the last write stopped.
+                let mut skip = sent;
+                let mut slices = Vec::new();
+                for part in &parts {
+                    if skip >= part.len() {
+                        skip -= part.len();
+                        continue;
+                    }
+                    slices.push(IoSlice::new(&part[skip..]));
+                    skip = 0;
+                }
+                let n = std::future::poll_fn(|cx| Pin::new(&mut lazy).poll_write_vectored(cx, &slices))
+                    .await
+                    .expect("write");
+                assert!(n > 0, "a write took nothing");
+                sent += n;
+            }
+            lazy.is_registered()
+        };
+        let reader = async {
+            // The writer fills the socket before anything is read.
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            let mut got = vec![0u8; expected.len()];
+            client.read_exact(&mut got).await.expect("read");
+            got
+        };
+        let (registered, got) = tokio::join!(writer, reader);
+        assert!(registered, "the write had to wait for room");
+        assert!(got == expected, "bytes arrived out of order or changed");
     }
 
     #[tokio::test]

@@ -25,7 +25,7 @@ use bytes::BytesMut;
 use switchyard_http::parse::{Field, ResponseHead};
 
 use super::h2::H2Stream;
-use crate::transport::{Part, Sink, Source};
+use crate::transport::{poll_send_gathered, try_send_gathered, Part, Sink, Source};
 
 /// A connection to a server.
 #[derive(Debug)]
@@ -255,7 +255,7 @@ impl Sink for ServerStream {
 
     fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
         match self {
-            ServerStream::Plain(s) => s.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)]),
+            ServerStream::Plain(s) => try_send_gathered(s, &[IoSlice::new(a), IoSlice::new(b)]),
             ServerStream::H2(s) => s.writer().try_write_two_now(a, b),
             _ => would_block(),
         }
@@ -284,7 +284,7 @@ impl Sink for ServerWr<'_> {
 
     fn try_write_two_now(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
         match self {
-            ServerWr::Plain(w) => w.try_write_vectored(&[IoSlice::new(a), IoSlice::new(b)]),
+            ServerWr::Plain(w) => try_send_gathered(w.as_ref(), &[IoSlice::new(a), IoSlice::new(b)]),
             ServerWr::H2(w) => w.try_write_two_now(a, b),
             ServerWr::Tls(_) | ServerWr::Piped(_) => would_block(),
         }
@@ -331,7 +331,7 @@ impl AsyncWrite for ServerStream {
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            ServerStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            ServerStream::Plain(s) => poll_send_gathered(s, cx, bufs),
             ServerStream::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
             ServerStream::H2(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
             #[cfg(test)]
@@ -397,7 +397,7 @@ impl AsyncWrite for ServerWr<'_> {
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            ServerWr::Plain(w) => Pin::new(w).poll_write_vectored(cx, bufs),
+            ServerWr::Plain(w) => poll_send_gathered(w.as_ref(), cx, bufs),
             ServerWr::Tls(w) => Pin::new(w).poll_write_vectored(cx, bufs),
             ServerWr::H2(w) => Pin::new(w).poll_write_vectored(cx, bufs),
             ServerWr::Piped(w) => Pin::new(w).poll_write_vectored(cx, bufs),

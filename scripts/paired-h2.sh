@@ -13,7 +13,11 @@
 # summary gives each target's median and, per round, the first target's figure divided by
 # this one's (its efficiency against the first; >1: this one spends less), as a median
 # over the rounds with its range: adjacent bursts share the machine's state, so the ratio
-# drifts far less than either figure.
+# drifts far less than either figure. It also gives each target's user and kernel time per
+# request apart (the same ticks, split; with ticks of 10 ms a burst's split is coarse, the
+# medians less so) and its share of a core during the bursts (CPU time over the burst's wall
+# time: below 1 the target waited for work, and how many events each wake-up found weighs on
+# its cost; report docs/reports/2026-11-28-window-updates).
 #
 # POOL=h2 (default) has the proxies speak h2c to the origin (`protocol = "h2"`, HAProxy
 # `proto h2`), POOL=h1 HTTP/1.1 keep-alive. The setup is the bench's L7 one: a `.png` rule
@@ -110,7 +114,8 @@ for k in "${!ports[@]}"; do
     taskset -c 1 h2load -n 20000 -c "$C" -m "$M" "$(url "${ports[$k]}")" >/dev/null
 done
 
-cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# The target's user and kernel clock ticks so far, then the wall clock in ns.
+cpu() { echo "$(awk '{print $14, $15}' "/proc/$1/stat") $(date +%s%N)"; }
 # Segments: the machine's OutSegs, then over PID's connections to the origin the sums of
 # segs_out, data_segs_out, segs_in, data_segs_in and bytes_received.
 segments() {
@@ -132,17 +137,19 @@ hz=$(getconf CLK_TCK)
 for round in $(seq "$ROUNDS"); do
     for k in "${!ports[@]}"; do
         read -r -a s0 <<<"$(segments "${procs[$k]}")"
-        before=$(cpu "${procs[$k]}")
+        read -r u0 k0 t0 <<<"$(cpu "${procs[$k]}")"
         done_requests=$(taskset -c 1 h2load -n "$N" -c "$C" -m "$M" "$(url "${ports[$k]}")" |
             awk '/^requests:/ {print $8}')
-        after=$(cpu "${procs[$k]}")
+        read -r u1 k1 t1 <<<"$(cpu "${procs[$k]}")"
         read -r -a s1 <<<"$(segments "${procs[$k]}")"
         [[ ${done_requests:-0} -gt 0 ]] || { echo "paired-h2.sh: no request completed on ${names[$k]}" >&2; exit 1; }
         d=()
         for j in 0 1 2 3 4 5; do d+=($((s1[j] - s0[j]))); done
-        awk -v r="$round" -v k="$k" -v c=$((after - before)) -v n="$done_requests" -v hz="$hz" -v d="${d[*]}" \
-            'BEGIN { split(d, x, " "); printf "%d %d %.4f %.4f %.4f %.4f %.4f %.1f\n", r, k, c / hz * 1e6 / n,
-                     x[1] / n, x[3] / n, (x[2] - x[3]) / n, x[5] / n, (x[5] > 0 ? x[6] / x[5] : 0) }'
+        awk -v r="$round" -v k="$k" -v u=$((u1 - u0)) -v s=$((k1 - k0)) -v w=$((t1 - t0)) -v n="$done_requests" \
+            -v hz="$hz" -v d="${d[*]}" \
+            'BEGIN { split(d, x, " "); printf "%d %d %.4f %.4f %.4f %.4f %.4f %.1f %.4f %.4f %.3f\n", r, k,
+                     (u + s) / hz * 1e6 / n, x[1] / n, x[3] / n, (x[2] - x[3]) / n, x[5] / n,
+                     (x[5] > 0 ? x[6] / x[5] : 0), u / hz * 1e6 / n, s / hz * 1e6 / n, (u + s) / hz / (w / 1e9) }'
     done
 done >"$OUT/bursts"
 
@@ -153,10 +160,12 @@ import sys
 
 bursts = collections.defaultdict(dict)
 segments = collections.defaultdict(list)
+split = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    r, k, us, *segs = line.split()
+    r, k, us, *rest = line.split()
     bursts[int(k)][int(r)] = float(us)
-    segments[int(k)].append([float(x) for x in segs])
+    segments[int(k)].append([float(x) for x in rest[:5]])
+    split[int(k)].append([float(x) for x in rest[5:]])
 names = sys.argv[2:]
 print(f"{'target':32s} {'median µs/req':>13s} {'min':>7s} {'max':>7s}   first/this per round: median (min-max)")
 for k in sorted(bursts):
@@ -164,6 +173,11 @@ for k in sorted(bursts):
     ratios = [bursts[0][r] / bursts[k][r] for r in bursts[k] if bursts[k][r] > 0]
     print(f"{names[k]:32s} {statistics.median(values):13.2f} {min(values):7.2f} {max(values):7.2f}"
           f"   {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
+print()
+print(f"{'user / kernel (medians)':32s} {'user µs/req':>11s} {'kernel µs/req':>13s} {'share of a core':>16s}")
+for k in sorted(split):
+    cols = [statistics.median(s[i] for s in split[k]) for i in range(3)]
+    print(f"{names[k]:32s} {cols[0]:11.2f} {cols[1]:13.2f} {cols[2]:16.2f}")
 if any(row[0] > 0 for k in segments for row in segments[k]):
     print()
     print(f"{'segments per request (medians)':32s} {'machine':>8s} {'to origin: data':>16s} {'pure ACKs':>10s}"

@@ -318,3 +318,53 @@ for name, (length, lines) in CACHE.items():
 # Pieces that join into the whole: offsets 0, 600 and 300 of 1000 bytes, sizes 400, 400, 401.
 pieces = [(0, 399), (600, 399), (300, 400)]
 write("cache_fields", "pieces", (1000).to_bytes(2, "big") + b"\n".join(o.to_bytes(2, "big") + s.to_bytes(2, "big") + b"\0" for o, s in pieces))
+
+# ---------------------------------------------------------------- HTTP/2 (frames, HPACK)
+def frame(kind, flags, stream, payload=b""):
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+DATA, HEADERS, PRIORITY, RST, SETTINGS, PUSH, PING, GOAWAY, WINDOW, CONT = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
+END_STREAM, END_HEADERS = 0x1, 0x4
+# :method GET, :scheme http, :path /, :authority example.com (indexed into the table).
+GET = bytes([0x82, 0x86, 0x84, 0x41, 11]) + b"example.com"
+POST = bytes([0x83, 0x86, 0x84, 0x41, 11]) + b"example.com" + bytes([0x5C, 1]) + b"4"  # content-length: 4
+# The first byte: 1 puts the client preface first.
+HTTP2_SERVER = {
+    "get": frame(SETTINGS, 0, 0) + frame(HEADERS, END_HEADERS | END_STREAM, 1, GET),
+    "post": frame(SETTINGS, 0, 0, b"\x00\x04\x00\x01\x00\x00") + frame(HEADERS, END_HEADERS, 1, POST) + frame(DATA, END_STREAM, 1, b"body"),
+    "continuation": frame(SETTINGS, 0, 0) + frame(HEADERS, END_STREAM, 1, GET[:3]) + frame(CONT, END_HEADERS, 1, GET[3:]),
+    "trailers": frame(SETTINGS, 0, 0) + frame(HEADERS, END_HEADERS, 1, GET) + frame(DATA, 0, 1, b"x") + frame(HEADERS, END_HEADERS | END_STREAM, 1, bytes([0x40, 2]) + b"x-" + bytes([1]) + b"1"),
+    "control": frame(SETTINGS, 0, 0) + frame(PING, 0, 0, b"12345678") + frame(WINDOW, 0, 0, b"\x00\x01\x00\x00") + frame(SETTINGS, 1, 0) + frame(PRIORITY, 0, 3, b"\x00\x00\x00\x01\x10"),
+    # The first request puts :authority in the dynamic table (62), the others index it.
+    "streams": frame(SETTINGS, 0, 0) + frame(HEADERS, END_HEADERS | END_STREAM, 1, GET) + b"".join(frame(HEADERS, END_HEADERS, i, bytes([0x82, 0x86, 0x84, 0xBE])) for i in (3, 5)) + frame(RST, 0, 3, b"\x00\x00\x00\x08"),
+    "goaway": frame(SETTINGS, 0, 0) + frame(HEADERS, END_HEADERS | END_STREAM, 1, GET) + frame(GOAWAY, 0, 0, b"\x00\x00\x00\x01\x00\x00\x00\x00"),
+    "padded": frame(SETTINGS, 0, 0) + frame(HEADERS, END_HEADERS | 0x8, 1, b"\x02" + GET + b"\x00\x00") + frame(DATA, END_STREAM | 0x8, 1, b"\x01ab\x00"),
+}
+for name, data in HTTP2_SERVER.items():
+    write("http2_server", name, b"\x01" + data)
+# :status 200, then content-length: 5; 103 as a literal :status.
+OK = bytes([0x88, 0x5C, 1]) + b"5"
+# The first byte: bits 0-1 open 1-4 requests, bit 2 gives them a body, bit 3 puts an
+# empty SETTINGS first.
+HTTP2_CLIENT = {
+    "ok": (8, frame(HEADERS, END_HEADERS, 1, OK) + frame(DATA, END_STREAM, 1, b"hello")),
+    "interim": (8, frame(HEADERS, END_HEADERS, 1, bytes([0x48, 3]) + b"103") + frame(HEADERS, END_HEADERS | END_STREAM, 1, bytes([0x89]))),
+    "trailers": (9, frame(HEADERS, END_HEADERS, 1, bytes([0x88])) + frame(DATA, 0, 1, b"ab") + frame(HEADERS, END_HEADERS | END_STREAM, 1, bytes([0x40, 11]) + b"grpc-status" + bytes([1]) + b"0")),
+    "reset-and-goaway": (11, frame(HEADERS, END_HEADERS | END_STREAM, 1, bytes([0x88])) + frame(RST, 0, 3, b"\x00\x00\x00\x07") + frame(GOAWAY, 0, 0, b"\x00\x00\x00\x05\x00\x00\x00\x00")),
+    "settings-ping-window": (12, frame(SETTINGS, 0, 0, b"\x00\x03\x00\x00\x00\x01\x00\x04\x00\x00\x00\x10") + frame(PING, 0, 0, b"abcdefgh") + frame(WINDOW, 0, 1, b"\x00\x00\x10\x00") + frame(SETTINGS, 1, 0)),
+    "push": (8, frame(PUSH, END_HEADERS, 1, b"\x00\x00\x00\x02" + GET)),
+    "continuation": (8, frame(HEADERS, 0, 1, OK[:1]) + frame(CONT, END_HEADERS, 1, OK[1:]) + frame(DATA, END_STREAM, 1, b"hello")),
+}
+for name, (flags, data) in HTTP2_CLIENT.items():
+    write("http2_client", name, bytes([flags]) + data)
+# HPACK: blocks after a length byte (its top bit asks the re-encoding for Huffman).
+HPACK = {
+    "get": GET,
+    "huffman": bytes.fromhex("828684418cf1e3c2e5f23a6ba0ab90f4ff"),  # RFC 7541 C.4.1
+    "literals": bytes([0x40, 10]) + b"custom-key" + bytes([12]) + b"custom-value" + bytes([0x10, 8]) + b"password" + bytes([6]) + b"secret",
+    "size-update": bytes([0x3F, 0xE1, 0x1F, 0x82, 0x20, 0x84]),
+    "indexed-dynamic": bytes([0x40, 1]) + b"a" + bytes([1]) + b"b" + bytes([0xBE]),
+}
+for name, block in HPACK.items():
+    write("hpack", name, bytes([len(block) | 0x80]) + block + bytes([len(block)]) + block)

@@ -23,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-ALL_TARGETS=(request_head chunked_body response_head proxy_protocol client_hello rdp_cookie config persistence_cookie rules deflate cache_fields)
+ALL_TARGETS=(request_head chunked_body response_head proxy_protocol client_hello rdp_cookie config persistence_cookie rules deflate cache_fields http2_server http2_client hpack)
 
 # Longest input per target: a little over what each parser ever looks at.
 max_len() {
@@ -35,6 +35,7 @@ max_len() {
     rules) echo 8192 ;;
     rdp_cookie) echo 1100 ;;
     deflate) echo 262144 ;;
+    http2_server | http2_client) echo 65536 ;;
     *) echo 4096 ;;
   esac
 }

@@ -12,6 +12,10 @@
 //!
 //! Nothing here is used by the proxy itself.
 
+mod http2;
+
+pub use self::http2::{hpack, http2_client, http2_server};
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -43,6 +47,9 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("rules", rules),
     ("deflate", deflate),
     ("cache_fields", cache_fields),
+    ("http2_server", http2_server),
+    ("http2_client", http2_client),
+    ("hpack", hpack),
 ];
 
 /// Head limits of the request-head targets: the defaults of a service.

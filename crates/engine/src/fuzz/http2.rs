@@ -7,6 +7,7 @@
 //! events, the same end (or connection error) and the same bytes written
 //! back, and what the codec writes must be whole frames.
 
+use switchyard_http::http2::server::ConnError;
 use switchyard_http::http2::{client, hpack, server};
 use switchyard_http::parse::Field;
 
@@ -55,28 +56,79 @@ fn pieces<'a>(input: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
     out
 }
 
-/// Feeds `input` piece by piece as a driver does (bytes a call left unused
-/// come again with the next piece) to `recv`, which runs the codec and
-/// returns the bytes it used; `drain` takes what the codec queued.
-fn feed(
-    pieces: &[&[u8]],
-    mut recv: impl FnMut(&[u8], &mut Vec<String>) -> Result<usize, String>,
-    mut drain: impl FnMut(&mut Vec<u8>),
-) -> Run {
+/// What [`feed`] needs of a codec: the server's and the client's alike.
+trait Codec: 'static {
+    /// The codec's events.
+    type Event<'a>: std::fmt::Debug;
+    /// Takes bytes; returns how many it used.
+    fn recv(&mut self, input: &[u8], on: &mut dyn FnMut(Self::Event<'_>)) -> Result<usize, ConnError>;
+    /// The next run of queued bytes.
+    fn output(&self) -> &[u8];
+    /// The next `n` bytes were written.
+    fn written(&mut self, n: usize);
+}
+
+impl Codec for server::Server {
+    type Event<'a> = server::Event<'a>;
+    fn recv(&mut self, input: &[u8], on: &mut dyn FnMut(server::Event<'_>)) -> Result<usize, ConnError> {
+        server::Server::recv(self, input, on)
+    }
+    fn output(&self) -> &[u8] {
+        server::Server::output(self)
+    }
+    fn written(&mut self, n: usize) {
+        server::Server::written(self, n);
+    }
+}
+
+impl Codec for client::Client {
+    type Event<'a> = client::Event<'a>;
+    fn recv(&mut self, input: &[u8], on: &mut dyn FnMut(client::Event<'_>)) -> Result<usize, ConnError> {
+        client::Client::recv(self, input, on)
+    }
+    fn output(&self) -> &[u8] {
+        client::Client::output(self)
+    }
+    fn written(&mut self, n: usize) {
+        client::Client::written(self, n);
+    }
+}
+
+/// Appends everything `codec` queued to `out`.
+fn drain(codec: &mut impl Codec, out: &mut Vec<u8>) {
+    loop {
+        let run = codec.output();
+        if run.is_empty() {
+            break;
+        }
+        let n = run.len();
+        out.extend_from_slice(run);
+        codec.written(n);
+    }
+}
+
+/// Feeds `pieces` to `codec` as a driver does (bytes a call left unused
+/// come again with the next piece), taking what it writes after each call;
+/// `seen` sees every event.
+fn feed<C: Codec>(codec: &mut C, pieces: &[&[u8]], mut seen: impl FnMut(&C::Event<'_>)) -> Run {
     let mut run = Run { events: Vec::new(), error: None, output: Vec::new() };
     let mut pending = Vec::new();
-    drain(&mut run.output);
+    drain(codec, &mut run.output);
     for piece in pieces {
         pending.extend_from_slice(piece);
-        let result = recv(&pending, &mut run.events);
-        drain(&mut run.output);
+        let events = &mut run.events;
+        let result = codec.recv(&pending, &mut |event| {
+            seen(&event);
+            events.push(format!("{event:?}"));
+        });
+        drain(codec, &mut run.output);
         match result {
             Ok(used) => {
                 assert!(used <= pending.len(), "used {used} of {} bytes", pending.len());
                 pending.drain(..used);
             }
             Err(e) => {
-                run.error = Some(e);
+                run.error = Some(format!("{e:?}"));
                 break;
             }
         }
@@ -120,25 +172,11 @@ fn serve(pieces: &[&[u8]]) -> Run {
     });
     let mut requests = Vec::new();
     let mut bodies = Vec::new();
-    let codec = std::cell::RefCell::new(&mut codec);
-    let mut run = feed(
-        pieces,
-        |input, events| {
-            codec
-                .borrow_mut()
-                .recv(input, &mut |event| {
-                    match &event {
-                        server::Event::Request { stream, .. } => requests.push(*stream),
-                        server::Event::Data { stream, data, .. } => bodies.push((*stream, data.len())),
-                        _ => {}
-                    }
-                    events.push(format!("{event:?}"));
-                })
-                .map_err(|e| format!("{e:?}"))
-        },
-        |out| drain_server(&mut codec.borrow_mut(), out),
-    );
-    let codec = codec.into_inner();
+    let mut run = feed(&mut codec, pieces, |event| match event {
+        server::Event::Request { stream, .. } => requests.push(*stream),
+        server::Event::Data { stream, data, .. } => bodies.push((*stream, data.len())),
+        _ => {}
+    });
     if run.error.is_none() {
         for (stream, n) in bodies {
             codec.release(stream, n);
@@ -148,17 +186,9 @@ fn serve(pieces: &[&[u8]]) -> Run {
                 let _ = codec.send_data(stream, b"ok", true);
             }
         }
-        drain_server(codec, &mut run.output);
+        drain(&mut codec, &mut run.output);
     }
     run
-}
-
-fn drain_server(codec: &mut server::Server, out: &mut Vec<u8>) {
-    while codec.output_len() > 0 {
-        let n = codec.output().len();
-        out.extend_from_slice(codec.output());
-        codec.written(n);
-    }
 }
 
 /// The client codec ([`client::Client`]) on a server's bytes.
@@ -201,38 +231,18 @@ fn ask(first: u8, pieces: &[&[u8]]) -> Run {
         }
     }
     let mut bodies = Vec::new();
-    let codec = std::cell::RefCell::new(&mut codec);
-    let mut run = feed(
-        pieces,
-        |input, events| {
-            codec
-                .borrow_mut()
-                .recv(input, &mut |event| {
-                    if let client::Event::Data { stream, data, .. } = &event {
-                        bodies.push((*stream, data.len()));
-                    }
-                    events.push(format!("{event:?}"));
-                })
-                .map_err(|e| format!("{e:?}"))
-        },
-        |out| drain_client(&mut codec.borrow_mut(), out),
-    );
-    let codec = codec.into_inner();
+    let mut run = feed(&mut codec, pieces, |event| {
+        if let client::Event::Data { stream, data, .. } = event {
+            bodies.push((*stream, data.len()));
+        }
+    });
     if run.error.is_none() {
         for (stream, n) in bodies {
             codec.release(stream, n);
         }
-        drain_client(codec, &mut run.output);
+        drain(&mut codec, &mut run.output);
     }
     run
-}
-
-fn drain_client(codec: &mut client::Client, out: &mut Vec<u8>) {
-    while codec.output_len() > 0 {
-        let n = codec.output().len();
-        out.extend_from_slice(codec.output());
-        codec.written(n);
-    }
 }
 
 /// The HPACK decoder ([`hpack::Decoder`]) on header blocks.

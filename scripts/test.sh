@@ -14,7 +14,9 @@ cd "$(dirname "$0")/.."
 # observability tests run a real Prometheus server and promtool (prometheus),
 # the OpenMetrics parser of the Python client (python3-prometheus-client),
 # GoAccess on a combined access log (goaccess) and rsyslogd receiving syslog
-# (rsyslog); the rest serve the scripts and manual checks around them.
+# (rsyslog); NGINX is the HTTP/2 server of one test of pools with
+# `protocol = "h2"` (its GOAWAY after `keepalive_requests`); the rest serve the
+# scripts and manual checks around them.
 # Each entry is "package:command" (command empty when the package has none).
 PACKAGES=(
   "procps:kill"
@@ -30,6 +32,7 @@ PACKAGES=(
   "keepalived:keepalived"
   "python3:python3"
   "nftables:nft"
+  "nginx:nginx"
   # `switchyard bench` counts system calls with perf when it works, else strace.
   "strace:strace"
 )

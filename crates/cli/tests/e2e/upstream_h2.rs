@@ -6,8 +6,9 @@
 //! dies and comes back, a server that only speaks HTTP/1.1, the
 //! refused WebSocket switch, reset codes both ways, a refused stream retried on another
 //! server (a POST too, with its body), a server's 103 Early Hints relayed, trailers both
-//! ways after bodies with and without a length, and a body without a length to an HTTP/1.0
-//! client.
+//! ways after bodies with and without a length, a body without a length to an HTTP/1.0
+//! client, and NGINX as the server, closing each connection with GOAWAY after
+//! `keepalive_requests` streams.
 
 use crate::common;
 
@@ -687,4 +688,95 @@ fn an_http10_client_gets_an_h2_servers_unframed_body_until_close() {
     assert!(head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"), "{text}\n{}", proxy.log());
     assert!(!head.to_ascii_lowercase().contains("transfer-encoding"), "{text}");
     assert_eq!(body, "hello world", "{text}");
+}
+
+/// NGINX (a server switchyard did not write) as the h2c server: its HTTP/2 (its SETTINGS,
+/// HEADERS and DATA in frames of their own) and its GOAWAY after `keepalive_requests`
+/// streams on a connection, sent while other streams are in flight. Every request of four
+/// concurrent clients is answered byte-exactly; NGINX's log shows the connections it closed
+/// at the limit, so switchyard went on over new ones.
+#[test]
+fn nginx_as_the_h2c_server_and_its_goaway_after_keepalive_requests() {
+    const LIMIT: usize = 40;
+    const CLIENTS: usize = 4;
+    const REQUESTS: usize = 60;
+    if !common::netns::have("nginx", "-v") {
+        eprintln!("SKIPPED: nginx is not installed (scripts/test.sh installs it)");
+        return;
+    }
+    let dir = temp_dir("upstream-h2-nginx");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("html")).expect("html dir");
+    let body: Vec<u8> = (0..20_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    std::fs::write(dir.join("html/page.txt"), &body).expect("page");
+    let port = free_port();
+    let d = dir.display();
+    let conf = format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+         error_log {d}/error.log warn;\nevents {{ worker_connections 256; }}\nhttp {{\n\
+         log_format conn '$connection $connection_requests $server_protocol $status';\n\
+         access_log {d}/access.log conn;\nclient_body_temp_path {d}/body;\nproxy_temp_path {d}/proxy;\n\
+         fastcgi_temp_path {d}/fastcgi;\nuwsgi_temp_path {d}/uwsgi;\nscgi_temp_path {d}/scgi;\n\
+         keepalive_requests {LIMIT};\nserver {{\nlisten 127.0.0.1:{port} http2;\nroot {d}/html;\n}}\n}}\n"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).expect("nginx.conf");
+    let nginx = std::process::Command::new("nginx")
+        .args(["-p"])
+        .arg(&dir)
+        .args(["-e"])
+        .arg(dir.join("error.log"))
+        .args(["-c"])
+        .arg(dir.join("nginx.conf"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start nginx");
+    // Ends NGINX (the one process, by its PID) however the test ends.
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _nginx = Stop(nginx);
+    let server: SocketAddr = format!("127.0.0.1:{port}").parse().expect("address");
+    wait_for("nginx listening", || std::net::TcpStream::connect(server).ok());
+
+    let listen = proxy_addr();
+    let proxy = Proxy::start(&h2_config(listen, &[server], "", ""), listen);
+    let body = std::sync::Arc::new(body);
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let body = body.clone();
+            std::thread::spawn(move || {
+                let mut client = Client::connect(listen);
+                for j in 0..REQUESTS {
+                    let r = client.get("/page.txt");
+                    assert_eq!(r.status, 200, "client {i} request {j}: {}", r.text());
+                    assert!(r.body == *body, "client {i} request {j}: body differs ({} bytes)", r.body.len());
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().expect("client thread");
+    }
+    drop(proxy);
+    // NGINX's log: one line per request it served, with its connection and the request's
+    // number on it.
+    let log = std::fs::read_to_string(dir.join("access.log")).expect("access log");
+    let lines: Vec<(u64, usize, String)> = log
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[0].parse().expect("connection"), f[1].parse().expect("request number"), f[2].to_string())
+        })
+        .collect();
+    assert_eq!(lines.len(), CLIENTS * REQUESTS, "requests NGINX served (a retry would add some):\n{log}");
+    assert!(lines.iter().all(|(_, n, proto)| *n <= LIMIT && proto == "HTTP/2.0"), "{log}");
+    let connections: std::collections::BTreeSet<u64> = lines.iter().map(|(c, _, _)| *c).collect();
+    let full = lines.iter().filter(|(_, n, _)| *n == LIMIT).count();
+    assert!(connections.len() >= CLIENTS * REQUESTS / LIMIT, "{} connections:\n{log}", connections.len());
+    assert!(full >= 2, "connections that reached the limit: {full}\n{log}");
 }
